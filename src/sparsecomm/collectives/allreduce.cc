@@ -1,0 +1,373 @@
+#include "sparsecomm/collectives/allreduce.h"
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/collectives/ring.h"
+#include "sparsecomm/comm/typed.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+
+// The segmented ring all-reduce
+// =============================
+//
+// The buffer of numel elements is cut into n contiguous chunks (chunk_begin),
+// one per rank. Ranks form a ring: rank r only ever sends to r+1 and receives
+// from r-1, so every link carries the same load and the bandwidth term is
+// independent of n.
+//
+// Reduce-scatter (n-1 steps): at step j rank r sends chunk r-j to r+1 and
+// receives chunk r-j-1 from r-1, adding it to its own copy. A chunk thus
+// travels n-1 hops, picking up one contribution per hop; after the last step
+// rank r holds the complete sum of chunk r+1 (its "owned" chunk).
+//
+// Allgather (n-1 steps): at step j rank r sends chunk r+1-j and receives
+// chunk r-j, overwriting its copy. After n-1 steps every rank has every
+// reduced chunk. Each rank sends and receives 2(n-1)/n of the buffer.
+//
+// Segments: a chunk does not travel as one message but in segments of at most
+// segment_bytes. Two receives are in flight: the next segment arrives into
+// one scratch buffer while the previous one is added into the data from the
+// other, so the reduction hides behind the transfer and the scratch memory
+// is two segments, not a chunk. As soon as a segment is reduced it is
+// forwarded (it is part of the chunk the next step sends), so consecutive
+// steps overlap instead of waiting for whole chunks. Sends never block the
+// loop: they are polled and only waited for at the end of a phase (the
+// allgather overwrites chunks that reduce-scatter sends read).
+//
+// Skip-Reduce reuses this ring (see ring.h): it starts the reduce-scatter at
+// step s instead of 0 and rotates the chunk-to-rank mapping by q, so chunk c
+// sums only the n-s ranks that precede its owner.
+//
+// Empty chunks (numel < n) still travel as one zero-byte message, so both
+// ends of every link always exchange the same number of messages.
+
+namespace sparsecomm {
+
+AllreduceAlgorithm parse_allreduce_algorithm(std::string_view name) {
+  if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "native") return AllreduceAlgorithm::kNative;
+  throw InvalidArgument(
+      fmt::format("[allreduce] unknown algorithm '{}' (valid: ring, native)", name));
+}
+
+std::string_view allreduce_algorithm_name(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kNative:
+      return "native";
+  }
+  return "unknown";
+}
+
+std::size_t chunk_begin(std::size_t numel, int parts, int chunk) {
+  if (parts <= 0 || chunk < 0 || chunk > parts) {
+    throw InvalidArgument(
+        fmt::format("[allreduce] chunk_begin: chunk {} of {} parts is out of range", chunk, parts));
+  }
+  const auto p = static_cast<std::size_t>(parts);
+  const auto c = static_cast<std::size_t>(chunk);
+  return c * (numel / p) + std::min(c, numel % p);
+}
+
+namespace detail {
+namespace {
+
+// Segments in flight per phase (receives; see the comment at the top).
+constexpr std::size_t kInFlight = 2;
+
+// dst[i] += src[i]; a plain indexed loop the compiler vectorizes.
+template <class T>
+void add_into(T* __restrict dst, const T* __restrict src, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) dst[i] += src[i];
+}
+
+template <class T>
+void scale_in_place(std::span<T> values, float factor) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T* __restrict p = values.data();
+    const T f = static_cast<T>(factor);
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] *= f;
+  }
+}
+
+// Per-thread buffers reused across calls: the scratch segments and the queue
+// of pending sends only grow, so steady-state calls allocate nothing here.
+template <class T>
+std::vector<T>& scratch_storage() {
+  thread_local std::vector<T> storage;
+  return storage;
+}
+std::vector<Request>& send_queue_storage() {
+  thread_local std::vector<Request> storage;
+  return storage;
+}
+
+// Sends in flight, retired in order: polled while the loop runs, waited for
+// only at the end of a phase.
+class SendQueue {
+ public:
+  explicit SendQueue(std::vector<Request>& storage) : queue_(storage) { queue_.clear(); }
+  // On an error, drops what is still pending (the backend withdraws it).
+  ~SendQueue() { queue_.clear(); }
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+  void push(Request request) { queue_.push_back(std::move(request)); }
+  void poll() {
+    while (head_ < queue_.size() && queue_[head_].test()) queue_[head_++] = Request();
+  }
+  void wait_all() {
+    for (; head_ < queue_.size(); ++head_) queue_[head_].wait();
+    queue_.clear();
+    head_ = 0;
+  }
+
+ private:
+  std::vector<Request>& queue_;
+  std::size_t head_ = 0;
+};
+
+// Rethrows the current CommError with `context` prepended, keeping its type.
+[[noreturn]] void rethrow_with_context(const std::string& context) {
+  try {
+    throw;
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(context + e.what());
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context + e.what());
+  } catch (const CommError& e) {
+    throw CommError(context + e.what());
+  }
+}
+
+template <class T>
+class Ring {
+ public:
+  Ring(Communicator& comm, std::span<T> data, const RingOptions& options)
+      : comm_(comm),
+        data_(data),
+        options_(options),
+        n_(comm.size()),
+        rank_(comm.rank()),
+        next_((rank_ + 1) % n_),
+        prev_((rank_ - 1 + n_) % n_),
+        segment_(std::max<std::size_t>(1, options.segment_bytes / sizeof(T))),
+        sends_(send_queue_storage()) {}
+
+  void run(AllreduceReport& report) {
+    const int last = n_ - 2;
+    report.reduce_scatter_steps = std::max(0, last - options_.first_step + 1);
+    report.allgather_steps = std::max(0, n_ - 1);
+    try {
+      Stopwatch watch;
+      phase_ = "reduce-scatter";
+      reduce_scatter();
+      if (options_.owner_scale != 1.0f) {
+        scale_in_place(chunk(owned_chunk(rank_, options_.rotation, n_)), options_.owner_scale);
+      }
+      report.reduce_scatter_s = watch.seconds();
+      watch.restart();
+      phase_ = "allgather";
+      allgather();
+      report.allgather_s = watch.seconds();
+    } catch (const CommError&) {
+      rethrow_with_context(fmt::format("[{}] rank {}: {} step {}: ", options_.component, rank_,
+                                       phase_, step_));
+    }
+    report.bytes_sent = bytes_sent_;
+    report.bytes_received = bytes_received_;
+  }
+
+ private:
+  // Position in a phase's stream of received segments: (step, segment).
+  struct Cursor {
+    int step = 0;
+    std::size_t segment = 0;
+    std::size_t index = 0;  // position in the stream; picks the slot
+  };
+
+  std::span<T> chunk(int c) const {
+    const std::size_t begin = chunk_begin(data_.size(), n_, c);
+    return data_.subspan(begin, chunk_begin(data_.size(), n_, c + 1) - begin);
+  }
+  // An empty chunk still has one (empty) segment.
+  std::size_t segments(std::span<T> c) const {
+    return c.empty() ? 1 : (c.size() + segment_ - 1) / segment_;
+  }
+  std::span<T> segment(std::span<T> c, std::size_t k) const {
+    const std::size_t begin = k * segment_;
+    return c.subspan(begin, std::min(segment_, c.size() - begin));
+  }
+
+  void send(std::span<T> values, int tag) {
+    sends_.push(comm_.isend(bytes_of(std::span<const T>(values)), next_, tag));
+    bytes_sent_ += values.size_bytes();
+  }
+  void send_chunk(std::span<T> c, int tag) {
+    for (std::size_t k = 0, count = segments(c); k < count; ++k) send(segment(c, k), tag);
+  }
+
+  // Moves `cursor` to the next segment of the stream whose step-j chunk is
+  // recv_chunk(j).
+  template <class RecvChunk>
+  void advance(Cursor& cursor, RecvChunk recv_chunk) const {
+    ++cursor.index;
+    if (++cursor.segment == segments(chunk(recv_chunk(cursor.step)))) {
+      cursor.segment = 0;
+      ++cursor.step;
+    }
+  }
+
+  void reduce_scatter() {
+    const int first = options_.first_step;
+    const int last = n_ - 2;
+    if (first > last) return;
+    const int q = options_.rotation;
+    const int tag = tags::kRingReduceScatter;
+    auto recv_chunk = [&](int j) { return reduce_scatter_recv_chunk(rank_, j, q, n_); };
+
+    // Two scratch slots of one segment each (smaller if every chunk is).
+    const std::size_t slot_size =
+        std::max<std::size_t>(1, std::min(segment_, (data_.size() + n_ - 1) / n_));
+    std::vector<T>& storage = scratch_storage<T>();
+    if (storage.size() < kInFlight * slot_size) storage.resize(kInFlight * slot_size);
+    std::array<std::span<T>, kInFlight> slot_buffers;
+    for (std::size_t i = 0; i < kInFlight; ++i) {
+      slot_buffers[i] = std::span<T>(storage).subspan(i * slot_size, slot_size);
+    }
+    std::array<Request, kInFlight> slots;
+
+    Cursor posted{first, 0, 0};
+    auto post_next = [&] {
+      if (posted.step > last) return;
+      const std::size_t len = segment(chunk(recv_chunk(posted.step)), posted.segment).size();
+      const std::size_t slot = posted.index % kInFlight;
+      slots[slot] = comm_.irecv(writable_bytes_of(slot_buffers[slot].first(len)), prev_, tag);
+      advance(posted, recv_chunk);
+    };
+
+    step_ = first;
+    send_chunk(chunk(reduce_scatter_send_chunk(rank_, first, q, n_)), tag);
+    for (std::size_t i = 0; i < kInFlight; ++i) post_next();
+    for (Cursor taken{first, 0, 0}; taken.step <= last; advance(taken, recv_chunk)) {
+      step_ = taken.step;
+      const std::size_t slot = taken.index % kInFlight;
+      slots[slot].wait();
+      const std::span<T> dst = segment(chunk(recv_chunk(taken.step)), taken.segment);
+      add_into(dst.data(), slot_buffers[slot].data(), dst.size());
+      bytes_received_ += dst.size_bytes();
+      // This segment belongs to the chunk the next step sends: forward it now.
+      if (taken.step < last) send(dst, tag);
+      post_next();
+      sends_.poll();
+    }
+    sends_.wait_all();
+  }
+
+  void allgather() {
+    const int last = n_ - 2;
+    if (last < 0) return;
+    const int q = options_.rotation;
+    const int tag = tags::kRingAllgather;
+    auto recv_chunk = [&](int j) { return allgather_recv_chunk(rank_, j, q, n_); };
+    std::array<Request, kInFlight> slots;
+
+    Cursor posted{0, 0, 0};
+    auto post_next = [&] {
+      if (posted.step > last) return;
+      const std::span<T> dst = segment(chunk(recv_chunk(posted.step)), posted.segment);
+      slots[posted.index % kInFlight] = comm_.irecv(writable_bytes_of(dst), prev_, tag);
+      advance(posted, recv_chunk);
+    };
+
+    step_ = 0;
+    send_chunk(chunk(allgather_send_chunk(rank_, 0, q, n_)), tag);
+    for (std::size_t i = 0; i < kInFlight; ++i) post_next();
+    for (Cursor taken{0, 0, 0}; taken.step <= last; advance(taken, recv_chunk)) {
+      step_ = taken.step;
+      slots[taken.index % kInFlight].wait();
+      const std::span<T> got = segment(chunk(recv_chunk(taken.step)), taken.segment);
+      bytes_received_ += got.size_bytes();
+      if (taken.step < last) send(got, tag);
+      post_next();
+      sends_.poll();
+    }
+    sends_.wait_all();
+  }
+
+  Communicator& comm_;
+  std::span<T> data_;
+  const RingOptions& options_;
+  const int n_;
+  const int rank_;
+  const int next_;
+  const int prev_;
+  const std::size_t segment_;  // elements per segment
+  SendQueue sends_;
+  const char* phase_ = "setup";
+  int step_ = 0;
+  std::uint64_t bytes_sent_ = 0;
+  std::uint64_t bytes_received_ = 0;
+};
+
+}  // namespace
+
+void ring_allreduce(Communicator& comm, std::span<float> data, const RingOptions& options,
+                    AllreduceReport& report) {
+  Ring<float>(comm, data, options).run(report);
+}
+void ring_allreduce(Communicator& comm, std::span<std::int64_t> data, const RingOptions& options,
+                    AllreduceReport& report) {
+  Ring<std::int64_t>(comm, data, options).run(report);
+}
+
+}  // namespace detail
+
+namespace {
+
+template <class T>
+void allreduce_impl(Communicator& comm, std::span<T> data, const AllreduceOptions& options,
+                    AllreduceReport* report) {
+  if (options.segment_bytes == 0) {
+    throw InvalidArgument(fmt::format("[ring] rank {}: segment_bytes must be > 0", comm.rank()));
+  }
+  Stopwatch total;
+  AllreduceReport local;
+  if (comm.size() > 1) {
+    switch (options.algorithm) {
+      case AllreduceAlgorithm::kNative:
+        comm.native_allreduce(data);
+        break;
+      case AllreduceAlgorithm::kRing: {
+        detail::RingOptions ring;
+        ring.segment_bytes = options.segment_bytes;
+        detail::ring_allreduce(comm, data, ring, local);
+        break;
+      }
+    }
+  }
+  local.total_s = total.seconds();
+  if (report != nullptr) *report = local;
+}
+
+}  // namespace
+
+void allreduce(Communicator& comm, std::span<float> data, const AllreduceOptions& options,
+               AllreduceReport* report) {
+  allreduce_impl(comm, data, options, report);
+}
+
+void allreduce(Communicator& comm, std::span<std::int64_t> data, const AllreduceOptions& options,
+               AllreduceReport* report) {
+  allreduce_impl(comm, data, options, report);
+}
+
+}  // namespace sparsecomm

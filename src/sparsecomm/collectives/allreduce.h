@@ -1,0 +1,56 @@
+#pragma once
+// All-reduce (sum) of a buffer across all ranks: our segmented ring, or the
+// backend's native all-reduce (MPI) for comparison.
+//
+// Contract: every rank calls with the same number of elements and the same
+// options, in the same order relative to other collectives. In place: on
+// return `data` holds the element-wise sum over all ranks on every rank.
+// Mismatched sizes across ranks are detected by the backends' size checks
+// and reported as CommError.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "sparsecomm/comm/communicator.h"
+
+namespace sparsecomm {
+
+enum class AllreduceAlgorithm { kRing, kNative };
+
+// "ring" or "native"; anything else is an InvalidArgument listing both.
+AllreduceAlgorithm parse_allreduce_algorithm(std::string_view name);
+std::string_view allreduce_algorithm_name(AllreduceAlgorithm algorithm);
+
+struct AllreduceOptions {
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
+  // Ring only: each chunk travels in segments of at most this many bytes,
+  // with two segments in flight, so the reduction of one overlaps the
+  // transfer of the next. Must be > 0.
+  std::size_t segment_bytes = std::size_t{1} << 20;
+};
+
+// What one all-reduce did on this rank. Times are wall seconds on this rank.
+struct AllreduceReport {
+  double reduce_scatter_s = 0.0;  // ring only
+  double allgather_s = 0.0;       // ring only
+  double total_s = 0.0;
+  int reduce_scatter_steps = 0;
+  int allgather_steps = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+};
+
+void allreduce(Communicator& comm, std::span<float> data, const AllreduceOptions& options = {},
+               AllreduceReport* report = nullptr);
+void allreduce(Communicator& comm, std::span<std::int64_t> data,
+               const AllreduceOptions& options = {}, AllreduceReport* report = nullptr);
+
+// Chunk c of a buffer of `numel` elements split into `parts` near-equal
+// contiguous chunks: [chunk_begin(c), chunk_begin(c + 1)); the first
+// numel % parts chunks hold one element more. Used by the ring and by
+// Skip-Reduce's schedule.
+std::size_t chunk_begin(std::size_t numel, int parts, int chunk);
+
+}  // namespace sparsecomm

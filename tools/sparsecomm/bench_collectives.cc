@@ -1,0 +1,352 @@
+#include "bench_collectives.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/collectives/skip_reduce.h"
+#include "sparsecomm/comm/backend.h"
+#include "sparsecomm/comm/typed.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+
+namespace sparsecomm::cli {
+namespace {
+
+struct Options {
+  std::string backend = "auto";
+  int workers = 4;
+  std::string sizes = "64K,1M,16M,64M";
+  std::string algorithms = "ring,native,skipreduce";
+  std::string skips;  // default: 0, n/4, n/2
+  int iters = 10;
+  int warmup = 2;
+  std::string segment = "1M";
+  std::size_t skip_min_elements = 100000;
+  std::uint64_t seed = 1;
+  std::string format = "table";
+  long long timeout_ms = 0;  // 0: the default timeout
+};
+
+enum class Algorithm { kRing, kNative, kSkipReduce };
+
+struct Case {
+  Algorithm algorithm;
+  int skip = 0;
+};
+
+// One measured (algorithm, skip, size); times are per-iteration maxima over
+// ranks, then the median over iterations.
+struct Row {
+  std::string algorithm;
+  int skip = 0;
+  bool skip_applied = false;  // false when the buffer was protected
+  std::size_t bytes = 0;
+  double time_ms = 0;
+  std::optional<double> rs_time_ms;
+  std::optional<double> ag_time_ms;
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+};
+
+std::string_view algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kNative: return "native";
+    case Algorithm::kSkipReduce: return "skipreduce";
+  }
+  return "?";
+}
+
+// Input of `rank` at element i; exact small integers, so every partial sum a
+// schedule can produce is exact in float.
+float input_value(int rank, std::size_t i) {
+  return static_cast<float>((rank + 1) * static_cast<int>(i % 13 + 1));
+}
+
+std::vector<int> parse_skips(const Options& options, int world) {
+  std::vector<int> skips;
+  if (options.skips.empty()) {
+    skips = {0, world / 4, world / 2};
+  } else {
+    for (const std::string& item : split_list(options.skips, "--skips")) {
+      try {
+        std::size_t used = 0;
+        skips.push_back(std::stoi(item, &used));
+        if (used != item.size()) throw std::invalid_argument(item);
+      } catch (const std::logic_error&) {
+        throw InvalidArgument(fmt::format("--skips: '{}' is not an integer", item));
+      }
+    }
+  }
+  for (int s : skips) {
+    if (s < 0 || s > world - 1) {
+      throw InvalidArgument(fmt::format(
+          "--skips: skip {} is outside [0, {}] for a world of {} ranks (Skip-Reduce drops s of n "
+          "contributions, so s must be at most n-1)", s, world - 1, world));
+    }
+  }
+  std::sort(skips.begin(), skips.end());
+  skips.erase(std::unique(skips.begin(), skips.end()), skips.end());
+  return skips;
+}
+
+std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool announce) {
+  std::vector<Case> cases;
+  for (const std::string& name : split_list(options.algorithms, "--algorithms")) {
+    if (name == "ring") {
+      cases.push_back({Algorithm::kRing});
+    } else if (name == "native") {
+      if (comm.has_native_allreduce()) {
+        cases.push_back({Algorithm::kNative});
+      } else if (announce) {
+        fmt::print(stderr,
+                   "note: the {} backend has no native all-reduce; 'native' is measured only "
+                   "with --backend mpi under mpirun\n", comm.backend());
+      }
+    } else if (name == "skipreduce") {
+      for (int s : parse_skips(options, comm.size())) cases.push_back({Algorithm::kSkipReduce, s});
+    } else {
+      throw InvalidArgument(fmt::format(
+          "--algorithms: unknown algorithm '{}': valid are ring, native, skipreduce", name));
+    }
+  }
+  return cases;
+}
+
+// Runs one all-reduce of `data`; returns whether skipping was applied.
+bool run_case(Communicator& comm, const Case& c, const Options& options, std::size_t segment_bytes,
+              std::int64_t step, std::span<float> data, AllreduceReport& phases,
+              SkipSchedule* schedule) {
+  if (c.algorithm == Algorithm::kSkipReduce) {
+    SkipReduceOptions skip_options;
+    skip_options.skip = c.skip;
+    skip_options.seed = options.seed;
+    skip_options.step = step;
+    skip_options.min_elements = options.skip_min_elements;
+    skip_options.segment_bytes = segment_bytes;
+    SkipReduceReport report;
+    skip_reduce(comm, data, skip_options, &report);
+    phases = report.phases;
+    if (schedule != nullptr) *schedule = report.schedule;
+    return !report.schedule.protected_buffer;
+  }
+  AllreduceOptions allreduce_options;
+  allreduce_options.algorithm =
+      c.algorithm == Algorithm::kNative ? AllreduceAlgorithm::kNative : AllreduceAlgorithm::kRing;
+  allreduce_options.segment_bytes = segment_bytes;
+  allreduce(comm, data, allreduce_options, &phases);
+  return false;
+}
+
+// Checks one reduced buffer against the closed-form sum; every rank learns
+// whether any rank failed.
+void verify(Communicator& comm, const Case& c, std::span<const float> data,
+            const SkipSchedule& schedule, bool skipped) {
+  const int n = comm.size();
+  std::size_t wrong = 0;
+  const auto check_range = [&](std::size_t begin, std::size_t end, double rank_weight_sum) {
+    for (std::size_t i = begin; i < end; ++i) {
+      const double expected = rank_weight_sum * static_cast<double>(i % 13 + 1);
+      if (static_cast<double>(data[i]) != expected) ++wrong;
+    }
+  };
+  if (skipped) {
+    for (const SkipChunk& chunk : schedule.chunks) {
+      double weights = 0;
+      for (int k = 0; k < chunk.contributors; ++k) weights += (chunk.first_contributor + k) % n + 1;
+      check_range(chunk.begin, chunk.end, weights);
+    }
+  } else {
+    check_range(0, data.size(), n * (n + 1) / 2.0);
+  }
+  const std::vector<std::uint64_t> wrong_per_rank =
+      allgather_value<std::uint64_t>(comm, static_cast<std::uint64_t>(wrong));
+  for (int r = 0; r < n; ++r) {
+    if (wrong_per_rank[static_cast<std::size_t>(r)] != 0) {
+      throw Error(fmt::format(
+          "[bench] verification failed for {} (skip {}) on {} elements: rank {} has {} wrong "
+          "elements; no timing is reported for a wrong result",
+          algorithm_name(c.algorithm), c.skip, data.size(), r,
+          wrong_per_rank[static_cast<std::size_t>(r)]));
+    }
+  }
+}
+
+// Per-iteration maximum over ranks, then the median over iterations.
+double median_of_rank_max(Communicator& comm, const std::vector<double>& mine) {
+  const std::size_t iters = mine.size();
+  std::vector<double> all(iters * static_cast<std::size_t>(comm.size()));
+  comm.allgather(bytes_of(std::span<const double>(mine)), writable_bytes_of(std::span<double>(all)));
+  std::vector<double> worst(iters, 0.0);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(comm.size()); ++r) {
+    for (std::size_t i = 0; i < iters; ++i) worst[i] = std::max(worst[i], all[r * iters + i]);
+  }
+  return median(worst);
+}
+
+std::vector<Row> measure(Communicator& comm, const Options& options) {
+  const int n = comm.size();
+  const std::size_t segment_bytes = parse_bytes(options.segment, "--segment-bytes");
+  std::vector<std::size_t> sizes;
+  for (const std::string& item : split_list(options.sizes, "--sizes")) {
+    const std::size_t bytes = parse_bytes(item, "--sizes");
+    if (bytes % sizeof(float) != 0) {
+      throw InvalidArgument(fmt::format(
+          "--sizes: {} bytes is not a whole number of float32 elements (a multiple of 4)", bytes));
+    }
+    sizes.push_back(bytes);
+  }
+  const std::vector<Case> cases = parse_cases(options, comm, comm.rank() == 0);
+  std::vector<Row> rows;
+  for (std::size_t bytes : sizes) {
+    const std::size_t numel = bytes / sizeof(float);
+    std::vector<float> pristine(numel);
+    for (std::size_t i = 0; i < numel; ++i) pristine[i] = input_value(comm.rank(), i);
+    std::vector<float> work(numel);
+    for (const Case& c : cases) {
+      AllreduceReport phases;
+      SkipSchedule schedule;
+      std::int64_t step = 0;
+      work = pristine;
+      const bool skipped = run_case(comm, c, options, segment_bytes, step++, work, phases, &schedule);
+      verify(comm, c, work, schedule, skipped);
+      for (int i = 0; i < options.warmup; ++i) {
+        run_case(comm, c, options, segment_bytes, step++, work, phases, nullptr);
+      }
+      std::vector<double> total_ms, rs_ms, ag_ms;
+      for (int i = 0; i < options.iters; ++i) {
+        std::copy(pristine.begin(), pristine.end(), work.begin());
+        comm.barrier();
+        Stopwatch clock;
+        run_case(comm, c, options, segment_bytes, step++, work, phases, nullptr);
+        total_ms.push_back(clock.seconds() * 1e3);
+        rs_ms.push_back(phases.reduce_scatter_s * 1e3);
+        ag_ms.push_back(phases.allgather_s * 1e3);
+      }
+      Row row;
+      row.algorithm = std::string(algorithm_name(c.algorithm));
+      row.skip = c.skip;
+      row.skip_applied = skipped;
+      row.bytes = bytes;
+      row.time_ms = median_of_rank_max(comm, total_ms);
+      const double rs = median_of_rank_max(comm, rs_ms);
+      const double ag = median_of_rank_max(comm, ag_ms);
+      if (c.algorithm != Algorithm::kNative) {
+        row.rs_time_ms = rs;
+        row.ag_time_ms = ag;
+      }
+      row.algbw_gbps = row.time_ms > 0 ? static_cast<double>(bytes) / (row.time_ms * 1e6) : 0.0;
+      row.busbw_gbps = row.algbw_gbps * 2.0 * (n - 1) / n;
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+nlohmann::json to_json(const Row& row, std::string_view backend, int world, const Options& options) {
+  nlohmann::json j = {
+      {"algorithm", row.algorithm}, {"backend", backend},       {"world", world},
+      {"bytes", row.bytes},         {"skip", row.skip},         {"skip_applied", row.skip_applied},
+      {"time_ms", row.time_ms},     {"algbw_gbps", row.algbw_gbps},
+      {"busbw_gbps", row.busbw_gbps}, {"iters", options.iters},
+      {"segment_bytes", parse_bytes(options.segment, "--segment-bytes")}};
+  j["rs_time_ms"] = row.rs_time_ms ? nlohmann::json(*row.rs_time_ms) : nlohmann::json(nullptr);
+  j["ag_time_ms"] = row.ag_time_ms ? nlohmann::json(*row.ag_time_ms) : nlohmann::json(nullptr);
+  return j;
+}
+
+void print_table(const std::vector<Row>& rows, std::string_view backend, int world,
+                 const Options& options) {
+  fmt::print("all-reduce on the {} backend, {} ranks, median of {} runs (max over ranks)\n",
+             backend, world, options.iters);
+  fmt::print("{:<11} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}\n", "algorithm", "skip",
+             "size", "time ms", "rs ms", "ag ms", "algbw GB/s", "busbw GB/s");
+  const auto optional_ms = [](const std::optional<double>& v) {
+    return v ? fmt::format("{:.3f}", *v) : std::string("-");
+  };
+  for (const Row& row : rows) {
+    const std::string skip =
+        row.algorithm != "skipreduce" ? "-" : fmt::format("{}{}", row.skip, row.skip_applied ? "" : "*");
+    fmt::print("{:<11} {:>4} {:>10} {:>10.3f} {:>10} {:>10} {:>11.3f} {:>11.3f}\n", row.algorithm,
+               skip, format_bytes(static_cast<double>(row.bytes)), row.time_ms,
+               optional_ms(row.rs_time_ms), optional_ms(row.ag_time_ms), row.algbw_gbps,
+               row.busbw_gbps);
+  }
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) {
+        return r.algorithm == "skipreduce" && !r.skip_applied && r.skip > 0;
+      })) {
+    fmt::print("* buffer below --skip-min-elements ({}): reduced in full\n", options.skip_min_elements);
+  }
+}
+
+void run(const Options& options) {
+  if (options.iters < 1) throw InvalidArgument(fmt::format("--iters must be >= 1, got {}", options.iters));
+  if (options.warmup < 0) throw InvalidArgument(fmt::format("--warmup must be >= 0, got {}", options.warmup));
+  if (options.format != "table" && options.format != "json") {
+    throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
+  }
+  WorldOptions world;
+  world.backend = parse_backend(options.backend);
+  world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : options.workers;
+  if (options.timeout_ms > 0) world.timeout = std::chrono::milliseconds(options.timeout_ms);
+  std::vector<Row> rows;
+  std::string backend;
+  int size = 0;
+  run_world(world, [&](Communicator& comm) {
+    std::vector<Row> measured = measure(comm, options);
+    if (comm.rank() == 0) {
+      rows = std::move(measured);
+      backend = std::string(comm.backend());
+      size = comm.size();
+    }
+  });
+  if (backend.empty()) return;  // not rank 0 of an MPI job
+  if (options.format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& row : rows) out.push_back(to_json(row, backend, size, options));
+    std::cout << out.dump(2) << std::endl;
+  } else {
+    print_table(rows, backend, size, options);
+  }
+}
+
+}  // namespace
+
+void add_bench_collectives_command(CLI::App& bench) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench.add_subcommand(
+      "collectives", "All-reduce time and bandwidth: our ring, the native one (MPI), Skip-Reduce");
+  cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
+      ->capture_default_str();
+  cmd->add_option("--workers,-n", options->workers, "ranks for the thread backend")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--sizes", options->sizes, "buffer sizes in bytes (K/M/G suffixes)")
+      ->capture_default_str();
+  cmd->add_option("--algorithms", options->algorithms, "ring, native, skipreduce")
+      ->capture_default_str();
+  cmd->add_option("--skips", options->skips, "Skip-Reduce skips s (default: 0, n/4, n/2)");
+  cmd->add_option("--iters", options->iters, "timed runs per measurement (median reported)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", options->warmup, "untimed runs before timing")->capture_default_str();
+  cmd->add_option("--segment-bytes", options->segment, "ring segment size")->capture_default_str();
+  cmd->add_option("--skip-min-elements", options->skip_min_elements,
+                  "Skip-Reduce reduces smaller buffers in full")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Skip-Reduce rotation seed")->capture_default_str();
+  cmd->add_option("--format", options->format, "table | json")->capture_default_str();
+  cmd->add_option("--timeout-ms", options->timeout_ms,
+                  "per-operation communication timeout (default 60000 or SPARSECOMM_TIMEOUT_MS)");
+  cmd->callback([options] { run(*options); });
+}
+
+}  // namespace sparsecomm::cli

@@ -1,0 +1,41 @@
+// The sparsecomm command-line tool: parses the command line and runs one
+// subcommand; every error ends in one clear line and a non-zero exit (and,
+// inside an MPI job, in MPI_Abort so no other rank is left waiting).
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench_collectives.h"
+#include "sparsecomm/comm/mpi/mpi_communicator.h"
+#include "sparsecomm/core/errors.h"
+
+namespace {
+
+int fail(const std::string& message) {
+  const std::string line = "sparsecomm: error: " + message;
+  if (sparsecomm::launched_by_mpirun()) sparsecomm::mpi_abort_job(line, 1);
+  fmt::print(stderr, "{}\n", line);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sparsecomm: communication-efficient data-parallel training"};
+  app.require_subcommand(1);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that verify, then time");
+  bench->require_subcommand(1);
+  sparsecomm::cli::add_bench_collectives_command(*bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  return 0;
+}
