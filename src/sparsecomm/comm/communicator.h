@@ -40,8 +40,10 @@ inline constexpr int kRingAllgather = 30011;
 }  // namespace tags
 
 // Handle of a non-blocking operation. Move-only; an empty (default) Request
-// is already complete. Destroying an incomplete Request does not cancel the
-// operation: wait() on every request you start.
+// is already complete. Destroying an incomplete Request (for example while
+// unwinding from an error) withdraws it where the backend can, so nothing is
+// ever written into a buffer that is gone; in normal operation wait() on
+// every request you start.
 class Request {
  public:
   // What a backend implements for one pending operation.

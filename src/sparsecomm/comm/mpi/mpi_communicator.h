@@ -23,7 +23,10 @@ bool mpi_compiled_in();
 // environment variables are set).
 bool launched_by_mpirun();
 
-// A communicator over MPI_COMM_WORLD; initializes MPI if needed.
+// A communicator over its own duplicate of MPI_COMM_WORLD; initializes MPI
+// if needed. Collective (MPI_Comm_dup): every rank calls it in the same
+// order. "One thread at a time" holds for all MPI communicators of the
+// process together (MPI_THREAD_SERIALIZED).
 std::unique_ptr<Communicator> make_mpi_world_communicator(
     std::chrono::milliseconds timeout = default_timeout());
 
