@@ -30,8 +30,8 @@ namespace sparsecomm::checks {
 // collective): depends on every argument, so a message delivered to the
 // wrong place or in the wrong order shows up as a difference.
 inline std::byte pattern_byte(int a, int b, std::size_t i) {
-  const std::size_t mixed = static_cast<std::size_t>(a) * 131 + static_cast<std::size_t>(b) * 31 +
-                            i * 7 + (i >> 8) * 13;
+  const std::size_t mixed =
+      static_cast<std::size_t>(a) * 131 + static_cast<std::size_t>(b) * 31 + i * 7 + (i >> 8) * 13;
   return static_cast<std::byte>(mixed & 0xffu);
 }
 
@@ -118,7 +118,9 @@ inline void check_ordering_per_source_and_tag(Communicator& comm) {
       in[i] = garbage(sizes[i]);
     }
     if (receives_first) {
-      for (std::size_t i = 0; i < sizes.size(); ++i) receives.push_back(comm.irecv(in[i], prev, tag));
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        receives.push_back(comm.irecv(in[i], prev, tag));
+      }
     }
     for (std::size_t i = 0; i < sizes.size(); ++i) sends.push_back(comm.isend(out[i], next, tag));
     if (receives_first) {

@@ -110,8 +110,8 @@ TEST(CommMpi, TimedOutReceiveNamesThePeerAndIsWithdrawn) {
 class Untouched {
  public:
   explicit Untouched(std::size_t bytes) : bytes_(bytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) data_ = static_cast<std::byte*>(p);
   }
   ~Untouched() {
@@ -136,10 +136,10 @@ TEST(CommMpi, CountsAboveIntMaxAreInvalidArguments) {
     ASSERT_TRUE(memory.ok()) << "mmap of " << big << " bytes failed";
     const int n = comm.size();
     const int r = comm.rank();
-    checks::expect_invalid_argument([&] { comm.isend(memory.span(), (r + 1) % n, 1); },
-                                    "limit", "isend of INT_MAX + 1 bytes");
-    checks::expect_invalid_argument([&] { comm.irecv(memory.span(), (r + 1) % n, 1); },
-                                    "limit", "irecv of INT_MAX + 1 bytes");
+    checks::expect_invalid_argument([&] { comm.isend(memory.span(), (r + 1) % n, 1); }, "limit",
+                                    "isend of INT_MAX + 1 bytes");
+    checks::expect_invalid_argument([&] { comm.irecv(memory.span(), (r + 1) % n, 1); }, "limit",
+                                    "irecv of INT_MAX + 1 bytes");
     std::vector<std::size_t> counts(static_cast<std::size_t>(n), 0);
     counts[0] = big;
     const std::span<std::byte> mine = r == 0 ? memory.span() : std::span<std::byte>();

@@ -7,8 +7,12 @@
 #include <functional>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "comm/comm_checks.h"
+#include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/comm/thread/thread_world.h"
+#include "sparsecomm/core/errors.h"
 
 namespace sparsecomm {
 namespace {
@@ -43,10 +47,23 @@ TEST_P(CommThreadTest, InvalidArguments) { run(checks::check_invalid_arguments);
 TEST_P(CommThreadTest, NativeAllreduce) { run(checks::check_native_allreduce); }
 TEST_P(CommThreadTest, TypedHelpers) { run(checks::check_typed_helpers); }
 
-INSTANTIATE_TEST_SUITE_P(comm, CommThreadTest, ::testing::Values(1, 2, 3, 4, 7, 8),
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CommThreadTest, ::testing::Values(1, 2, 3, 4, 7, 8),
                          [](const ::testing::TestParamInfo<int>& world) {
-                           return "n" + std::to_string(world.param);
+                           return fmt::format("n{}", world.param);
                          });
+
+// A build without MPI says so, and how to get it (comm_mpi_test covers the
+// MPI backend itself).
+TEST(MpiStub, ReportsThatTheBackendIsMissing) {
+  if (mpi_compiled_in()) GTEST_SKIP() << "this build has the MPI backend";
+  try {
+    make_mpi_world_communicator();
+    ADD_FAILURE() << "make_mpi_world_communicator() worked in a build without MPI";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("-DSPARSECOMM_WITH_MPI=ON"), std::string::npos)
+        << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace sparsecomm

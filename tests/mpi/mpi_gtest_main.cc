@@ -115,9 +115,10 @@ int main(int argc, char** argv) {
     if (failed_ranks.empty()) {
       std::printf("[mpi-gtest] all %d ranks passed\n", world->size());
     } else {
-      std::printf("[mpi-gtest] tests failed on rank(s) %s of %d (lines from ranks other than 0 "
-                  "are prefixed with [rank R])\n",
-                  fmt::format("{}", fmt::join(failed_ranks, ", ")).c_str(), world->size());
+      std::printf(
+          "[mpi-gtest] tests failed on rank(s) %s of %d (lines from ranks other than 0 "
+          "are prefixed with [rank R])\n",
+          fmt::format("{}", fmt::join(failed_ranks, ", ")).c_str(), world->size());
     }
     std::fflush(stdout);
   }

@@ -86,11 +86,16 @@ int error_class(int code) {
 
 std::string thread_level_name(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
-    default: return fmt::format("thread level {}", level);
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+    default:
+      return fmt::format("thread level {}", level);
   }
 }
 
@@ -266,20 +271,24 @@ class MpiRequest final : public Request::Impl {
     // Open MPI keeps a request that completed with an error; release it.
     if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
     if (op_.kind == OpKind::kRecv && error_class(rc) == MPI_ERR_TRUNCATE) {
-      throw CommError(prefix(rank_) + fmt::format(
-          "recv from rank {} (tag {}) got more than the {} bytes posted (message truncated); "
-          "a receive must be posted with the sender's size",
-          op_.peer, op_.tag, op_.bytes));
+      throw CommError(
+          prefix(rank_) +
+          fmt::format(
+              "recv from rank {} (tag {}) got more than the {} bytes posted (message truncated); "
+              "a receive must be posted with the sender's size",
+              op_.peer, op_.tag, op_.bytes));
     }
-    throw CommError(prefix(rank_) + fmt::format("{} failed: {}", describe(op_), mpi_error_text(rc)));
+    throw CommError(prefix(rank_) +
+                    fmt::format("{} failed: {}", describe(op_), mpi_error_text(rc)));
   }
 
   void check_count(const MPI_Status& status) const {
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     if (count < 0 || static_cast<std::size_t>(count) != op_.bytes) {
-      throw CommError(prefix(rank_) + fmt::format("recv from rank {} (tag {}) got {} bytes, expected {}",
-                                                  op_.peer, op_.tag, count, op_.bytes));
+      throw CommError(prefix(rank_) +
+                      fmt::format("recv from rank {} (tag {}) got {} bytes, expected {}", op_.peer,
+                                  op_.tag, count, op_.bytes));
     }
   }
 
@@ -357,16 +366,16 @@ class MpiCommunicator final : public Communicator {
 
   void allgather(std::span<const std::byte> mine, std::span<std::byte> all) override {
     if (all.size() != mine.size() * static_cast<std::size_t>(size_)) {
-      throw InvalidArgument(where() + fmt::format(
-          "allgather: {} bytes to receive, expected {} ranks x {} bytes", all.size(), size_,
-          mine.size()));
+      throw InvalidArgument(
+          where() + fmt::format("allgather: {} bytes to receive, expected {} ranks x {} bytes",
+                                all.size(), size_, mine.size()));
     }
     const OpInfo op{OpKind::kCollective, "allgather", "MPI_Iallgather", -1, -1, mine.size()};
     const int count = to_int(mine.size(), op);
     MPI_Request request = MPI_REQUEST_NULL;
-    start(MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm_,
-                         &request),
-          op);
+    start(
+        MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm_, &request),
+        op);
     complete(request, op);
   }
 
@@ -378,9 +387,10 @@ class MpiCommunicator final : public Communicator {
     }
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     if (mine.size() != counts[rank_] || all.size() != total) {
-      throw InvalidArgument(where() + fmt::format(
-          "allgatherv: got {} bytes to send and {} to receive, counts say {} and {}", mine.size(),
-          all.size(), counts[rank_], total));
+      throw InvalidArgument(
+          where() +
+          fmt::format("allgatherv: got {} bytes to send and {} to receive, counts say {} and {}",
+                      mine.size(), all.size(), counts[rank_], total));
     }
     const OpInfo op{OpKind::kCollective, "allgatherv", "MPI_Iallgatherv", -1, -1, mine.size()};
     to_counts_and_displacements(counts, counts_, displs_, op);
@@ -395,23 +405,24 @@ class MpiCommunicator final : public Communicator {
                  std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
     const auto n = static_cast<std::size_t>(size_);
     if (send_counts.size() != n || recv_counts.size() != n) {
-      throw InvalidArgument(where() + fmt::format(
-          "alltoallv: {} send counts and {} receive counts for a world of {} ranks",
-          send_counts.size(), recv_counts.size(), n));
+      throw InvalidArgument(
+          where() +
+          fmt::format("alltoallv: {} send counts and {} receive counts for a world of {} ranks",
+                      send_counts.size(), recv_counts.size(), n));
     }
     const std::size_t send_total =
         std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
     const std::size_t recv_total =
         std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
     if (send.size() != send_total || recv.size() != recv_total) {
-      throw InvalidArgument(where() + fmt::format(
-          "alltoallv: buffers of {} and {} bytes, counts add up to {} and {}", send.size(),
-          recv.size(), send_total, recv_total));
+      throw InvalidArgument(
+          where() + fmt::format("alltoallv: buffers of {} and {} bytes, counts add up to {} and {}",
+                                send.size(), recv.size(), send_total, recv_total));
     }
     if (send_counts[rank_] != recv_counts[rank_]) {
-      throw InvalidArgument(where() + fmt::format(
-          "alltoallv: sends {} bytes to itself but expects {}", send_counts[rank_],
-          recv_counts[rank_]));
+      throw InvalidArgument(where() +
+                            fmt::format("alltoallv: sends {} bytes to itself but expects {}",
+                                        send_counts[rank_], recv_counts[rank_]));
     }
     const OpInfo op{OpKind::kCollective, "alltoallv", "MPI_Ialltoallv", -1, -1, send.size()};
     to_counts_and_displacements(send_counts, counts_, displs_, op);
@@ -447,25 +458,27 @@ class MpiCommunicator final : public Communicator {
 
   int to_int(std::size_t bytes, const OpInfo& op) const {
     if (bytes > kMaxMpiCount) {
-      throw InvalidArgument(where() + fmt::format(
-          "{}: {} bytes is more than MPI's limit of {} bytes per message; split it", describe(op),
-          bytes, kMaxMpiCount));
+      throw InvalidArgument(
+          where() +
+          fmt::format("{}: {} bytes is more than MPI's limit of {} bytes per message; split it",
+                      describe(op), bytes, kMaxMpiCount));
     }
     return static_cast<int>(bytes);
   }
 
   // MPI takes int counts and int displacements (in bytes here).
-  void to_counts_and_displacements(std::span<const std::size_t> counts, std::vector<int>& out_counts,
-                                   std::vector<int>& out_displs, const OpInfo& op) const {
+  void to_counts_and_displacements(std::span<const std::size_t> counts,
+                                   std::vector<int>& out_counts, std::vector<int>& out_displs,
+                                   const OpInfo& op) const {
     out_counts.resize(counts.size());
     out_displs.resize(counts.size());
     std::size_t offset = 0;
     for (std::size_t q = 0; q < counts.size(); ++q) {
       if (counts[q] > kMaxMpiCount || offset > kMaxMpiCount) {
-        throw InvalidArgument(where() + fmt::format(
-            "{}: {} bytes for rank {} at byte offset {}: MPI counts and offsets must stay below "
-            "{}; split the exchange",
-            op.name, counts[q], q, offset, kMaxMpiCount));
+        throw InvalidArgument(where() + fmt::format("{}: {} bytes for rank {} at byte offset {}: "
+                                                    "MPI counts and offsets must stay below "
+                                                    "{}; split the exchange",
+                                                    op.name, counts[q], q, offset, kMaxMpiCount));
       }
       out_counts[q] = static_cast<int>(counts[q]);
       out_displs[q] = static_cast<int>(offset);
