@@ -14,6 +14,8 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev                # command line, JSON output
   libspdlog-dev libfmt-dev                       # logging, formatting
   libgtest-dev libgmock-dev                      # tests
+  libtorch-dev                                   # LibTorch (torch::topk baseline, training)
+  libopenblas0-openmp                            # LibTorch's BLAS; else the reference BLAS (20x slower)
 )
 
 missing=()

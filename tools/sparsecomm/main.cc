@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "bench_collectives.h"
+#include "bench_exchange.h"
+#include "bench_sparsifiers.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that verify, then time");
   bench->require_subcommand(1);
   sparsecomm::cli::add_bench_collectives_command(*bench);
+  sparsecomm::cli::add_bench_exchange_command(*bench);
+  sparsecomm::cli::add_bench_sparsifiers_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

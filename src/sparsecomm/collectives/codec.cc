@@ -1,0 +1,293 @@
+#include "sparsecomm/collectives/codec.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+// Index encoding
+// ==============
+//
+// A strictly ascending list i_0 < i_1 < ... is written as the varints
+// i_0, i_1 - i_0 - 1, i_2 - i_1 - 1, ... (LEB128: 7 bits per byte, low bits
+// first, the high bit set on every byte but the last). At density c the
+// gaps are about 1/c, so 0.1% density costs 2 bytes per index instead of 4,
+// 1% costs 1-2 bytes. A 32-bit value takes at most 5 bytes; the decoder
+// rejects longer or out-of-range encodings instead of wrapping.
+//
+// Value encoding
+// ==============
+//
+// fp16 and bf16 are converted in plain scalar code (no F16C needed) with
+// round-to-nearest-even. Out-of-range finite values saturate to the largest
+// finite value of the format, so no finite gradient ever becomes inf. NaN
+// stays NaN: the top mantissa bits are kept and the quiet bit is set only
+// when the kept bits would be zero (so every 16-bit NaN pattern survives a
+// round trip through float unchanged).
+
+namespace sparsecomm {
+namespace {
+
+constexpr std::uint32_t kSignMask = 0x80000000u;
+constexpr std::uint32_t kAbsMask = 0x7FFFFFFFu;
+constexpr std::uint32_t kFloatInf = 0x7F800000u;
+// fp16: |x| >= 65520 (the midpoint between 65504 and 2^16) would round to inf.
+constexpr std::uint32_t kFp16Overflow = 0x477FF000u;
+// fp16: smallest normal 2^-14; everything <= 2^-25 rounds to zero.
+constexpr std::uint32_t kFp16MinNormal = 0x38800000u;
+constexpr std::uint32_t kFp16HalfMinSubnormal = 0x33000000u;
+constexpr std::uint16_t kFp16Max = 0x7BFF;  // 65504
+// bf16: |x| >= the midpoint between the largest bf16 and 2^128 rounds to inf.
+constexpr std::uint32_t kBf16Overflow = 0x7F7F8000u;
+constexpr std::uint16_t kBf16Max = 0x7F7F;
+
+std::size_t varint_size(std::uint32_t value) {
+  std::size_t bytes = 1;
+  while (value >= 0x80u) {
+    value >>= 7;
+    ++bytes;
+  }
+  return bytes;
+}
+
+std::byte* put_varint(std::byte* out, std::uint32_t value) {
+  while (value >= 0x80u) {
+    *out++ = static_cast<std::byte>((value & 0x7Fu) | 0x80u);
+    value >>= 7;
+  }
+  *out++ = static_cast<std::byte>(value);
+  return out;
+}
+
+[[noreturn]] void malformed(std::size_t decoded, std::size_t count, std::size_t offset,
+                            std::string_view why) {
+  throw CommError(fmt::format("[codec] malformed index encoding: index {} of {} at byte {}: {}",
+                              decoded, count, offset, why));
+}
+
+// The largest fp16 magnitude v <= 65504 such that |a| - v is exact in float,
+// for a finite |a| that saturates: 65504 while ulp(a) <= 32, then
+// 65536 - ulp(a) (a multiple of ulp(a)), and 0 once ulp(a) exceeds 2^15.
+float exact_fp16_saturation(std::uint32_t abs_bits) {
+  const int ulp_exponent = static_cast<int>(abs_bits >> 23) - 127 - 23;
+  if (ulp_exponent <= 5) return 65504.0f;
+  if (ulp_exponent <= 15) return 65536.0f - std::ldexp(1.0f, ulp_exponent);
+  return 0.0f;
+}
+
+void store16(std::byte* out, std::uint16_t bits) { std::memcpy(out, &bits, sizeof bits); }
+std::uint16_t load16(const std::byte* in) {
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, in, sizeof bits);
+  return bits;
+}
+
+}  // namespace
+
+// --- indices ---
+
+std::size_t encoded_index_bytes(std::span<const Index> indices) {
+  if (indices.empty()) return 0;
+  std::size_t bytes = varint_size(indices[0]);
+  for (std::size_t i = 1; i < indices.size(); ++i) {
+    bytes += varint_size(indices[i] - indices[i - 1] - 1);  // wraps (5 bytes) if not ascending
+  }
+  return bytes;
+}
+
+std::size_t encode_indices(std::span<const Index> indices, UninitVector<std::byte>& out) {
+  const std::size_t start = out.size();
+  out.resize(start + 5 * indices.size());  // the worst case; trimmed below
+  std::byte* p = out.data() + start;
+  Index previous = 0;
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const Index index = indices[i];
+    if (i > 0 && index <= previous) {
+      out.resize(start);
+      throw InvalidArgument(fmt::format(
+          "[codec] encode_indices: indices must be strictly ascending, but index {} is {} after {}",
+          i, index, previous));
+    }
+    p = put_varint(p, i == 0 ? index : index - previous - 1);
+    previous = index;
+  }
+  const auto written = static_cast<std::size_t>(p - (out.data() + start));
+  out.resize(start + written);
+  return written;
+}
+
+std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out) {
+  const std::size_t count = out.size();
+  std::size_t pos = 0;
+  std::uint64_t previous = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t value = 0;
+    for (int shift = 0;; shift += 7) {
+      if (pos >= in.size()) malformed(i, count, pos, "the input ends inside the list");
+      const auto byte = static_cast<std::uint32_t>(in[pos++]);
+      if (shift == 28 && byte > 0x0Fu) malformed(i, count, pos - 1, "the value exceeds 32 bits");
+      value |= static_cast<std::uint64_t>(byte & 0x7Fu) << shift;
+      if ((byte & 0x80u) == 0) break;
+    }
+    const std::uint64_t index = i == 0 ? value : previous + value + 1;
+    if (index > 0xFFFFFFFFull) malformed(i, count, pos, "the index exceeds 2^32 - 1");
+    out[i] = static_cast<Index>(index);
+    previous = index;
+  }
+  return pos;
+}
+
+std::size_t decode_indices(std::span<const std::byte> in, std::size_t count,
+                           UninitVector<Index>& out) {
+  out.resize(count);
+  return decode_indices(in, std::span<Index>(out));
+}
+
+// --- values ---
+
+ValueEncoding parse_value_encoding(std::string_view name) {
+  if (name == "fp32") return ValueEncoding::kFloat32;
+  if (name == "fp16") return ValueEncoding::kFloat16;
+  if (name == "bf16") return ValueEncoding::kBFloat16;
+  throw InvalidArgument(
+      fmt::format("[codec] unknown value encoding '{}' (valid: fp32, fp16, bf16)", name));
+}
+
+std::string_view value_encoding_name(ValueEncoding encoding) {
+  switch (encoding) {
+    case ValueEncoding::kFloat32:
+      return "fp32";
+    case ValueEncoding::kFloat16:
+      return "fp16";
+    case ValueEncoding::kBFloat16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+std::size_t value_bytes(ValueEncoding encoding) {
+  return encoding == ValueEncoding::kFloat32 ? 4 : 2;
+}
+
+std::uint16_t float_to_fp16(float value) {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((bits & kSignMask) >> 16);
+  const std::uint32_t abs = bits & kAbsMask;
+  if (abs > kFloatInf) {  // NaN: keep the top payload bits, make sure it stays a NaN
+    auto payload = static_cast<std::uint16_t>((abs >> 13) & 0x3FFu);
+    if (payload == 0) payload = 0x200;
+    return static_cast<std::uint16_t>(sign | 0x7C00u | payload);
+  }
+  if (abs == kFloatInf) return static_cast<std::uint16_t>(sign | 0x7C00u);
+  if (abs >= kFp16Overflow) return static_cast<std::uint16_t>(sign | kFp16Max);
+  if (abs >= kFp16MinNormal) {
+    // Rebias the exponent, keep 10 mantissa bits, round the 13 dropped ones
+    // to nearest even (a carry into the exponent is the right result).
+    std::uint32_t half = ((abs >> 23) - 127 + 15) << 10 | ((abs >> 13) & 0x3FFu);
+    const std::uint32_t rest = abs & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u) != 0)) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  if (abs <= kFp16HalfMinSubnormal) return sign;  // rounds to (signed) zero
+  // Subnormal fp16: the value in units of 2^-24, rounded to nearest even.
+  const std::uint32_t exponent = abs >> 23;  // 102..112 here
+  const std::uint32_t mantissa = (abs & 0x7FFFFFu) | 0x800000u;
+  const std::uint32_t shift = 126 - exponent;  // 14..24
+  std::uint32_t half = mantissa >> shift;
+  const std::uint32_t rest = mantissa & ((1u << shift) - 1);
+  const std::uint32_t midpoint = 1u << (shift - 1);
+  if (rest > midpoint || (rest == midpoint && (half & 1u) != 0)) ++half;
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+float fp16_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1Fu;
+  const std::uint32_t mantissa = bits & 0x3FFu;
+  if (exponent == 0x1F) return std::bit_cast<float>(sign | kFloatInf | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
+  // Zero or subnormal: mantissa * 2^-24, exact in float.
+  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+  return std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(magnitude));
+}
+
+std::uint16_t float_to_bf16(float value) {
+  const auto bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t abs = bits & kAbsMask;
+  const auto sign = static_cast<std::uint16_t>((bits & kSignMask) >> 16);
+  if (abs > kFloatInf) {
+    auto top = static_cast<std::uint16_t>(bits >> 16);
+    if ((top & 0x7Fu) == 0) top = static_cast<std::uint16_t>(top | 0x40u);
+    return top;
+  }
+  if (abs == kFloatInf) return static_cast<std::uint16_t>(bits >> 16);
+  if (abs >= kBf16Overflow) return static_cast<std::uint16_t>(sign | kBf16Max);
+  // Round to nearest even on the 16 dropped bits (carries propagate into the
+  // exponent, subnormals included).
+  const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(rounded >> 16);
+}
+
+float bf16_to_float(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+void encode_values(std::span<float> values, ValueEncoding encoding, std::span<std::byte> out) {
+  if (out.size() != values.size() * value_bytes(encoding)) {
+    throw InvalidArgument(fmt::format("[codec] encode_values: {} values need {} bytes, got {}",
+                                      values.size(), values.size() * value_bytes(encoding),
+                                      out.size()));
+  }
+  switch (encoding) {
+    case ValueEncoding::kFloat32:
+      if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+      return;
+    case ValueEncoding::kFloat16:
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const float a = values[i];
+        std::uint16_t bits = float_to_fp16(a);
+        if ((bits & 0x7FFFu) == kFp16Max && std::isfinite(a) && std::fabs(a) > 65504.0f) {
+          // Saturated: send a value whose difference to a is exact, so the
+          // residual a - decoded keeps exactly what was not sent.
+          bits = float_to_fp16(
+              std::copysign(exact_fp16_saturation(std::bit_cast<std::uint32_t>(a) & kAbsMask), a));
+        }
+        store16(out.data() + 2 * i, bits);
+        values[i] = fp16_to_float(bits);
+      }
+      return;
+    case ValueEncoding::kBFloat16:
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::uint16_t bits = float_to_bf16(values[i]);
+        store16(out.data() + 2 * i, bits);
+        values[i] = bf16_to_float(bits);
+      }
+      return;
+  }
+}
+
+void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::span<float> out) {
+  if (in.size() != out.size() * value_bytes(encoding)) {
+    throw CommError(fmt::format("[codec] decode_values: {} values need {} bytes, got {}",
+                                out.size(), out.size() * value_bytes(encoding), in.size()));
+  }
+  switch (encoding) {
+    case ValueEncoding::kFloat32:
+      if (!out.empty()) std::memcpy(out.data(), in.data(), in.size());
+      return;
+    case ValueEncoding::kFloat16:
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = fp16_to_float(load16(in.data() + 2 * i));
+      return;
+    case ValueEncoding::kBFloat16:
+      for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = bf16_to_float(load16(in.data() + 2 * i));
+      return;
+  }
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,69 @@
+#pragma once
+// Sparse (index, value) lists and the uninitialized growable vectors behind
+// them (no value-initialization on resize, so a buffer kept across steps is
+// never cleared element by element: the hot path does not allocate or touch
+// memory it does not write).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sparsecomm {
+
+// Index into the flat gradient vector. Models have at most 2^32 - 1 elements.
+using Index = std::uint32_t;
+
+// An allocator whose value-less construct() default-initializes, so
+// std::vector<T, DefaultInitAllocator<T>>::resize() leaves trivial T
+// uninitialized.
+template <class T, class Base = std::allocator<T>>
+class DefaultInitAllocator : public Base {
+ public:
+  using Base::Base;
+  template <class U>
+  struct rebind {
+    using other =
+        DefaultInitAllocator<U, typename std::allocator_traits<Base>::template rebind_alloc<U>>;
+  };
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    std::allocator_traits<Base>::construct(static_cast<Base&>(*this), p,
+                                           std::forward<Args>(args)...);
+  }
+};
+
+template <class T>
+using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
+
+// One rank's selection: indices strictly ascending, values[i] the selected
+// vector's value at indices[i]. Reused across steps (clear() keeps capacity).
+struct SparseSelection {
+  UninitVector<Index> indices;
+  UninitVector<float> values;
+
+  std::size_t size() const { return indices.size(); }
+  bool empty() const { return indices.empty(); }
+  void clear() {
+    indices.clear();
+    values.clear();
+  }
+};
+
+// One tensor's place in the flat vector.
+struct LayerSpan {
+  std::string name;
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
+// Target global count k = max(1, floor(c * d)) for d >= 1, 0 for d = 0.
+std::size_t target_count(double density, std::size_t numel);
+
+}  // namespace sparsecomm

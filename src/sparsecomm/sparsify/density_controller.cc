@@ -1,0 +1,243 @@
+#include "sparsecomm/sparsify/density_controller.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm {
+namespace {
+
+// Smallest threshold ever used: zeros are never selected.
+constexpr float kMinThreshold = std::numeric_limits<float>::min();
+
+class HistogramController final : public DensityController {
+ public:
+  explicit HistogramController(const HistogramControllerOptions& options) : options_(options) {
+    if (options.mantissa_bits < 0 || options.mantissa_bits > 10 || options.window_binades < 2 ||
+        !(options.floor_factor > 0 && options.floor_factor <= 1) || !(options.gain >= 0 && options.gain <= 1) ||
+        !(options.smoothing > 0 && options.smoothing <= 1)) {
+      throw InvalidArgument(fmt::format(
+          "[density] histogram controller: mantissa_bits {} (0..10), window_binades {} (>= 2), "
+          "floor_factor {} ((0, 1]), gain {} ([0, 1]), smoothing {} ((0, 1]) out of range",
+          options.mantissa_bits, options.window_binades, options.floor_factor, options.gain,
+          options.smoothing));
+    }
+    shift_ = 23 - options.mantissa_bits;
+    window_ = static_cast<std::size_t>(options.window_binades) << options.mantissa_bits;
+    floor_factor_ = options.floor_factor;
+  }
+
+  std::string_view name() const override { return "histogram"; }
+  bool started() const override { return started_; }
+
+  // Step 0: every bin of the float range (8 exponent bits + mantissa bits).
+  std::size_t initial_counts() const override { return std::size_t{256} << options_.mantissa_bits; }
+  void contribute_initial(std::span<const float> own, std::span<std::int64_t> counts) const override {
+    for (float v : own) {
+      const std::uint32_t bin = magnitude_bits(v) >> shift_;
+      if (bin < counts.size()) ++counts[bin];  // NaN/inf bins are past the end of finite ones
+    }
+  }
+  void start(std::span<const std::int64_t> global_counts, std::size_t k) override {
+    threshold_ = std::max(kMinThreshold, crossing(global_counts, 0, k, /*clamped_top=*/false));
+    log_ideal_ = std::log(static_cast<double>(threshold_));
+    started_ = true;
+  }
+
+  float threshold() const override { return threshold_; }
+  float candidate_floor() const override {
+    return std::max(kMinThreshold, static_cast<float>(threshold_ * floor_factor_));
+  }
+
+  // [histogram of the window | count selected with the current threshold]
+  std::size_t step_counts() const override { return window_ + 1; }
+  void contribute(std::span<const float> candidates, std::span<std::int64_t> counts) const override {
+    const std::uint32_t base = floor_bin();
+    const std::size_t last = window_ - 1;
+    const std::uint32_t threshold_bits = magnitude_bits(threshold_);
+    for (float v : candidates) {
+      const std::uint32_t bits = magnitude_bits(v);
+      const std::uint32_t bin = bits >> shift_;
+      const std::size_t slot = bin < base ? 0 : std::min<std::size_t>(bin - base, last);
+      ++counts[slot];
+      if (bits >= threshold_bits) ++counts[window_];
+    }
+  }
+
+  void update(std::span<const std::int64_t> all_counts, std::size_t k) override {
+    if (k == 0) return;
+    const auto histogram = all_counts.first(window_);
+    const std::int64_t selected = all_counts[window_];
+    std::int64_t total = 0;
+    for (std::int64_t c : histogram) total += c;
+    const std::uint32_t base = floor_bin();
+    const auto want = static_cast<std::int64_t>(k);
+    double ideal;  // the threshold that would have selected exactly k this step
+    if (total < want) {
+      // The crossing lies below the candidate floor: all we know is that it
+      // is below; look lower next time.
+      ideal = std::max(kMinThreshold, candidate_floor() * 0.5f);
+      floor_factor_ = std::max(floor_factor_ * 0.5, 1.0 / 1024);
+    } else {
+      ideal = std::max(kMinThreshold, crossing(histogram, base, k, /*clamped_top=*/true));
+      // Keep the candidate set a few times k: cheap to histogram, wide enough
+      // to see the crossing next step.
+      if (total > 64 * want) floor_factor_ = std::min(floor_factor_ * 2, 0.5);
+      if (total < 4 * want) floor_factor_ = std::max(floor_factor_ * 0.5, 1.0 / 1024);
+    }
+    log_ideal_ += options_.smoothing * (std::log(ideal) - log_ideal_);
+    // Feedback on the count achieved with the threshold in use.
+    const double achieved = static_cast<double>(std::max<std::int64_t>(selected, 1)) / static_cast<double>(want);
+    log_correction_ += options_.gain * std::log(achieved) / slope(histogram, base, ideal);
+    log_correction_ = std::clamp(log_correction_, -3.0, 3.0);
+    threshold_ = std::max(kMinThreshold, static_cast<float>(std::exp(log_ideal_ + log_correction_)));
+  }
+
+  void observe(std::size_t, std::size_t) override {}
+
+  void save(StateWriter& writer) const override {
+    writer.tag("histogram-controller");
+    writer.value(started_);
+    writer.value(threshold_);
+    writer.value(floor_factor_);
+    writer.value(log_ideal_);
+    writer.value(log_correction_);
+  }
+  void load(StateReader& reader) override {
+    reader.expect_tag("histogram-controller");
+    started_ = reader.value<bool>();
+    threshold_ = reader.value<float>();
+    floor_factor_ = reader.value<double>();
+    log_ideal_ = reader.value<double>();
+    log_correction_ = reader.value<double>();
+  }
+
+ private:
+  static std::uint32_t magnitude_bits(float v) { return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu; }
+  std::uint32_t floor_bin() const { return magnitude_bits(candidate_floor()) >> shift_; }
+
+  // Lower edge and upper edge of histogram bin `bin` (absolute bin number).
+  float bin_low(std::uint32_t bin) const { return std::bit_cast<float>(bin << shift_); }
+  float bin_high(std::uint32_t bin) const { return std::bit_cast<float>((bin + 1) << shift_); }
+
+  // The magnitude where the cumulative count from the top reaches k, linear
+  // inside the bin. Bins are absolute bin numbers base + slot. With
+  // clamped_top the last slot holds everything above the window: its
+  // elements are taken to lie at its lower edge.
+  float crossing(std::span<const std::int64_t> counts, std::uint32_t base, std::size_t k,
+                 bool clamped_top) const {
+    std::int64_t above = 0;
+    const auto want = static_cast<std::int64_t>(k);
+    for (std::size_t slot = counts.size(); slot-- > 0;) {
+      const std::int64_t here = counts[slot];
+      if (here == 0) continue;
+      const auto bin = static_cast<std::uint32_t>(base + slot);
+      if (above + here >= want) {
+        if (clamped_top && slot + 1 == counts.size()) return bin_low(bin);
+        const double fraction = static_cast<double>(want - above) / static_cast<double>(here);
+        const double high = bin_high(bin);
+        const double low = bin_low(bin);
+        if (!(low > 0)) return static_cast<float>(high - fraction * (high - low));
+        return static_cast<float>(high * std::pow(low / high, fraction));  // log-linear
+      }
+      above += here;
+    }
+    return bin_low(base);  // fewer than k elements in all: select all of them
+  }
+
+  // -d log(count above v) / d log v around `at`, from the counts at bin
+  // edges a factor of 2 apart, clamped to [0.5, 50]: turns a count error
+  // into a threshold error.
+  double slope(std::span<const std::int64_t> counts, std::uint32_t base, double at) const {
+    const auto above = [&](double v) {
+      const std::uint32_t bin = magnitude_bits(static_cast<float>(v)) >> shift_;
+      std::int64_t n = 0;
+      for (std::size_t slot = counts.size(); slot-- > 0;) {
+        if (base + slot < bin) break;
+        n += counts[slot];
+      }
+      return static_cast<double>(std::max<std::int64_t>(n, 1));
+    };
+    const double low = std::max(at / std::sqrt(2.0), static_cast<double>(bin_low(base)));
+    const double high = std::max(low * 1.01, at * std::sqrt(2.0));
+    const double s = std::log(above(low) / above(high)) / std::log(high / low);
+    return std::clamp(std::isfinite(s) ? s : 1.0, 0.5, 50.0);
+  }
+
+  HistogramControllerOptions options_;
+  int shift_ = 16;
+  std::size_t window_ = 1536;
+  bool started_ = false;
+  float threshold_ = kMinThreshold;
+  double floor_factor_ = 0.25;
+  double log_ideal_ = 0.0;
+  double log_correction_ = 0.0;
+};
+
+class TableController final : public DensityController {
+ public:
+  explicit TableController(const TableControllerOptions& options) : options_(options) {
+    if (!(options.initial >= 0) || !(options.up_fast > 0) || !(options.up_slow > 0) ||
+        !(options.down > 0) || !(options.low < options.high)) {
+      throw InvalidArgument("[density] table controller: factors must be > 0, initial >= 0, low < high");
+    }
+  }
+  std::string_view name() const override { return "table"; }
+  bool started() const override { return started_; }
+  std::size_t initial_counts() const override { return 0; }
+  void contribute_initial(std::span<const float>, std::span<std::int64_t>) const override {}
+  void start(std::span<const std::int64_t>, std::size_t k) override {
+    threshold_ = options_.initial > 0
+                     ? static_cast<float>(options_.initial)
+                     : static_cast<float>(1.0 / (2.0 * std::sqrt(static_cast<double>(std::max<std::size_t>(k, 1)))));
+    started_ = true;
+  }
+  float threshold() const override { return threshold_; }
+  float candidate_floor() const override { return threshold_; }
+  std::size_t step_counts() const override { return 0; }
+  void contribute(std::span<const float>, std::span<std::int64_t>) const override {}
+  void update(std::span<const std::int64_t>, std::size_t) override {}
+  void observe(std::size_t union_size, std::size_t k) override {
+    if (k == 0) return;
+    const double e = static_cast<double>(union_size) / static_cast<double>(k);
+    double factor = options_.down;
+    if (e > options_.high) {
+      factor = options_.up_fast;
+    } else if (e > options_.low) {
+      factor = options_.up_slow;  // the reference's middle band: always up
+    }
+    threshold_ = std::max(kMinThreshold, static_cast<float>(threshold_ * factor));
+  }
+  void save(StateWriter& writer) const override {
+    writer.tag("table-controller");
+    writer.value(started_);
+    writer.value(threshold_);
+  }
+  void load(StateReader& reader) override {
+    reader.expect_tag("table-controller");
+    started_ = reader.value<bool>();
+    threshold_ = reader.value<float>();
+  }
+
+ private:
+  TableControllerOptions options_;
+  bool started_ = false;
+  float threshold_ = kMinThreshold;
+};
+
+}  // namespace
+
+std::unique_ptr<DensityController> make_histogram_controller(const HistogramControllerOptions& options) {
+  return std::make_unique<HistogramController>(options);
+}
+std::unique_ptr<DensityController> make_table_controller(const TableControllerOptions& options) {
+  return std::make_unique<TableController>(options);
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,86 @@
+#pragma once
+// Density control for threshold-selected partition schemes (MiCRO, ExDyna):
+// one global threshold, identical on all ranks because it is derived only
+// from data every rank shares (all-reduced counts, the global count K).
+//
+// Per step the scheme:
+//   1. on the first step, sums initial_counts() from every rank
+//      (contribute_initial over the rank's own partition) and calls start();
+//   2. selects |a| >= threshold() in its partition, collecting every element
+//      >= candidate_floor() (<= threshold) as a candidate;
+//   3. sums step_counts() from every rank (contribute over its candidates) and
+//      calls update();
+//   4. after the exchange, calls observe(K, k).
+// Counts are int64 and summed element-wise (one all-reduce, which the scheme
+// may merge with its own shared counts).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "sparsecomm/core/state_io.h"
+
+namespace sparsecomm {
+
+class DensityController {
+ public:
+  virtual ~DensityController() = default;
+  virtual std::string_view name() const = 0;
+
+  virtual bool started() const = 0;
+  virtual std::size_t initial_counts() const = 0;
+  virtual void contribute_initial(std::span<const float> own, std::span<std::int64_t> counts) const = 0;
+  virtual void start(std::span<const std::int64_t> global_counts, std::size_t k) = 0;
+
+  virtual float threshold() const = 0;
+  virtual float candidate_floor() const = 0;
+
+  virtual std::size_t step_counts() const = 0;
+  virtual void contribute(std::span<const float> candidates, std::span<std::int64_t> counts) const = 0;
+  virtual void update(std::span<const std::int64_t> global_counts, std::size_t k) = 0;
+
+  virtual void observe(std::size_t union_size, std::size_t k) = 0;
+
+  virtual void save(StateWriter& writer) const = 0;
+  virtual void load(StateReader& reader) = 0;
+};
+
+// The default: a histogram of candidate magnitudes by float exponent and
+// top mantissa bits (2^mantissa_bits bins per binade), summed over ranks,
+// plus the global count K selected with the threshold in use. Next
+// threshold = exp(m + c) where
+//  - m is an exponential average (weight `smoothing`) of log(ideal), the
+//    magnitude where the cumulative count from the top crosses k
+//    (log-interpolated inside the bin): the feed-forward part;
+//  - c integrates log(K/k) / slope (slope = the local log-log slope of the
+//    count above a magnitude, read off the same histogram) with gain `gain`:
+//    the feedback part, driven by the count actually achieved, so neither
+//    the bin interpolation nor drift nor error-feedback growth can leave a
+//    bias.
+struct HistogramControllerOptions {
+  int mantissa_bits = 7;         // 128 bins per binade (0.54% wide)
+  int window_binades = 12;       // candidate window above the floor
+  double floor_factor = 0.25;    // candidate floor = threshold * floor_factor (initial)
+  double gain = 0.1;             // integral gain on log(K/k) / slope
+  double smoothing = 0.3;        // weight of the newest ideal threshold in m
+};
+std::unique_ptr<DensityController> make_histogram_controller(const HistogramControllerOptions& options);
+
+// The reference table (faithful mode): initial threshold 1/(2*sqrt(k)) (or
+// `initial` when > 0), then with e = K_prev / k:
+//   thr *= up_fast if e > high; up_slow if low < e <= high; down otherwise.
+// (The middle band always raises the threshold: the known defect that makes
+// the density settle below target.)
+struct TableControllerOptions {
+  double initial = 0.0;
+  double up_fast = 1.005;
+  double up_slow = 1.00125;
+  double down = 0.995;
+  double high = 1.1;
+  double low = 0.909;
+};
+std::unique_ptr<DensityController> make_table_controller(const TableControllerOptions& options);
+
+}  // namespace sparsecomm

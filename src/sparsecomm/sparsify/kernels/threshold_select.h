@@ -1,0 +1,25 @@
+#pragma once
+// One-pass threshold selection: the kernel behind hard threshold, DGC,
+// Gaussian-k, MiCRO and ExDyna, and the filtering pass of exact top-k.
+
+#include <cstddef>
+#include <span>
+
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/sparsify/kernels/simd.h"
+
+namespace sparsecomm {
+
+// Appends (base + i, x[i]) to `out` for every i with |x[i]| >= threshold, in
+// ascending i; returns how many were appended. `threshold` must be >= 0 and
+// not NaN (InvalidArgument otherwise); +inf selects nothing finite. NaN
+// elements are never selected. Grows `out` as needed (amortized; no
+// allocation once its capacity suffices). base + x.size() must fit in Index.
+std::size_t threshold_select(std::span<const float> x, float threshold, Index base,
+                             SparseSelection& out, SimdLevel level = detected_simd_level());
+
+// Number of i with |x[i]| >= threshold (same rules, no output).
+std::size_t count_at_least(std::span<const float> x, float threshold,
+                           SimdLevel level = detected_simd_level());
+
+}  // namespace sparsecomm

@@ -1,0 +1,48 @@
+#pragma once
+// Gradient memories: what turns the local gradient g into the vector the
+// sparsifier looks at, and what is kept of the part that was not sent.
+//
+// Every memory owns one buffer, the "accumulated" vector. The exchange
+// (sparse_exchange.h) subtracts what was transmitted from it in place, so
+// after the exchange it already is the new residual; after_exchange() then
+// applies any extra rule of the memory (DGC's momentum masking, or dropping
+// the residual when error feedback is off).
+
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/state_io.h"
+
+namespace sparsecomm {
+
+class GradientMemory {
+ public:
+  virtual ~GradientMemory() = default;
+  virtual std::string_view name() const = 0;
+  // Folds g into the accumulated buffer (length g.size(); the size is fixed
+  // by the first call). g is finite: the sync checks that on all ranks first,
+  // so a skipped step leaves the memory untouched.
+  virtual void accumulate(std::span<const float> gradient) = 0;
+  virtual std::span<float> accumulated() = 0;
+  // `transmitted`: positions this rank transmitted (ascending).
+  virtual void after_exchange(std::span<const Index> transmitted) = 0;
+  // ||residual||_2 after the exchange.
+  virtual double residual_norm() const = 0;
+  virtual void save(StateWriter& writer) const = 0;
+  virtual void load(StateReader& reader) = 0;
+};
+
+// Error feedback (the default): e += g; the exchange leaves e = a - sent.
+std::unique_ptr<GradientMemory> make_error_feedback();
+// No memory: a = g each step; whatever was not sent is dropped.
+std::unique_ptr<GradientMemory> make_no_memory();
+// DGC momentum correction: u = m*u + g; v = v + u; select on v; after the
+// exchange u (and v, by the exchange) are zeroed at transmitted positions.
+// clip_norm > 0: DGC's local gradient clipping, g is scaled down to
+// ||g||_2 <= clip_norm before it enters u (0 = off).
+std::unique_ptr<GradientMemory> make_momentum_correction(double momentum, double clip_norm = 0.0);
+
+}  // namespace sparsecomm

@@ -1,0 +1,133 @@
+#include "sparsecomm/sparsify/partition.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm {
+
+int owned_partition(std::int64_t step, int rank, int parts) {
+  return static_cast<int>((step + rank) % parts);
+}
+
+std::vector<Range> equal_partitions(std::size_t numel, int parts) {
+  if (parts < 1) throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
+  std::vector<Range> ranges(static_cast<std::size_t>(parts));
+  const std::size_t base = numel / static_cast<std::size_t>(parts);
+  const std::size_t extra = numel % static_cast<std::size_t>(parts);
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const std::size_t size = base + (i < extra ? 1 : 0);
+    ranges[i] = {begin, begin + size};
+    begin += size;
+  }
+  return ranges;
+}
+
+Range BlockGrid::block(int b) const {
+  const std::size_t begin = static_cast<std::size_t>(b) * block_size;
+  const std::size_t end = b + 1 == blocks ? numel : begin + block_size;
+  return {std::min(begin, numel), end};
+}
+
+int BlockGrid::block_of(std::size_t i) const {
+  if (block_size == 0) return 0;
+  return static_cast<int>(std::min<std::size_t>(i / block_size, static_cast<std::size_t>(blocks - 1)));
+}
+
+BlockGrid make_block_grid(std::size_t numel, int requested_blocks, std::size_t alignment) {
+  if (requested_blocks < 1 || alignment < 1) {
+    throw InvalidArgument(fmt::format(
+        "[exdyna] blocks ({}) and alignment ({}) must be >= 1", requested_blocks, alignment));
+  }
+  BlockGrid grid;
+  grid.numel = numel;
+  const auto requested = static_cast<std::size_t>(requested_blocks);
+  if (numel >= alignment * requested) {
+    grid.blocks = requested_blocks;
+    grid.block_size = (numel / requested) / alignment * alignment;
+  } else {
+    grid.blocks = static_cast<int>(std::max<std::size_t>(1, numel / alignment));
+    grid.block_size = numel < alignment ? numel : alignment;
+  }
+  return grid;
+}
+
+Range BlockLayout::range(const BlockGrid& grid, int p) const {
+  if (blocks_in(p) == 0) {
+    const std::size_t at = first[p] < grid.blocks ? grid.block(first[p]).begin : grid.numel;
+    return {at, at};
+  }
+  return {grid.block(first[p]).begin, grid.block(first[p + 1] - 1).end};
+}
+
+BlockLayout initial_layout(int blocks, int parts) {
+  BlockLayout layout;
+  layout.first.resize(static_cast<std::size_t>(parts) + 1, 0);
+  for (int i = 0; i < parts; ++i) {
+    layout.first[i + 1] = layout.first[i] + blocks / parts + (i < blocks % parts ? 1 : 0);
+  }
+  return layout;
+}
+
+void faithful_sweep(BlockLayout& layout, std::span<const std::int64_t> partition_loads,
+                    std::int64_t previous_total, const BlockGrid& grid, const SweepOptions& options) {
+  const int n = layout.parts();
+  if (n < 2 || previous_total <= 0 || grid.numel == 0) return;  // kavg == 0: nothing to balance
+  const int min_blocks =
+      options.min_blocks > 0 ? options.min_blocks : std::max(1, grid.blocks / (4 * n));
+  std::vector<double> load(partition_loads.begin(), partition_loads.end());
+  const double kavg = static_cast<double>(previous_total) / n;
+  const double shift = static_cast<double>(grid.block_size) * static_cast<double>(previous_total) /
+                       static_cast<double>(grid.numel);
+  for (int i = 0; i + 1 < n; ++i) {
+    if (load[i] > options.band * kavg && load[i + 1] < kavg / options.band &&
+        layout.blocks_in(i) > min_blocks) {
+      --layout.first[i + 1];  // one block from i to i+1
+      load[i] -= shift;
+      load[i + 1] += shift;
+    } else if (load[i + 1] > options.band * kavg && load[i] < kavg / options.band &&
+               layout.blocks_in(i + 1) > min_blocks) {
+      ++layout.first[i + 1];  // one block from i+1 to i
+      load[i + 1] -= shift;
+      load[i] += shift;
+    }
+  }
+}
+
+void balance_from_block_counts(BlockLayout& layout, std::span<const double> block_counts,
+                               const BalanceOptions& options) {
+  const int n = layout.parts();
+  const int blocks = static_cast<int>(block_counts.size());
+  if (n < 2 || blocks != layout.first[n]) return;
+  double total = 0;
+  for (double c : block_counts) total += c;
+  if (!(total > 0)) return;
+  const int min_blocks = std::max(0, std::min(options.min_blocks, blocks / n));
+  // prefix[b] = selected count in blocks [0, b).
+  std::vector<double> prefix(static_cast<std::size_t>(blocks) + 1, 0.0);
+  for (int b = 0; b < blocks; ++b) prefix[b + 1] = prefix[b] + block_counts[b];
+  std::vector<int> next = layout.first;
+  for (int i = 1; i < n; ++i) {
+    // The block boundary whose prefix is closest to i * total / n.
+    const double goal = total * i / n;
+    auto it = std::lower_bound(prefix.begin(), prefix.end(), goal);
+    int cut = static_cast<int>(it - prefix.begin());
+    if (cut > 0 && (cut > blocks || std::fabs(prefix[cut - 1] - goal) <= std::fabs(prefix[cut] - goal))) {
+      --cut;
+    }
+    cut = std::min(cut, blocks);
+    if (options.max_move > 0) {
+      cut = std::clamp(cut, layout.first[i] - options.max_move, layout.first[i] + options.max_move);
+    }
+    // Keep min_blocks for every partition on both sides.
+    cut = std::clamp(cut, next[i - 1] + min_blocks, blocks - (n - i) * min_blocks);
+    next[i] = cut;
+  }
+  layout.first = std::move(next);
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,157 @@
+// The scheme registry: the common options, the fixed list of schemes, and
+// make_scheme(). Each scheme's own options and build live in its file under
+// schemes/; this file only parses what every scheme shares.
+
+#include "sparsecomm/sparsify/registry.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/sparsify/schemes/schemes.h"
+
+namespace sparsecomm {
+namespace {
+
+using schemes::SchemeDefinition;
+
+// The schemes, in the order --help and the tests list them. One line each.
+std::vector<SchemeDefinition> make_definitions() {
+  // clang-format off
+  return {
+      schemes::topk_definition(),
+      schemes::threshold_definition(),
+      schemes::randomk_definition(),
+      schemes::dgc_definition(),
+      schemes::gaussiank_definition(),
+      schemes::cltk_definition(),
+      schemes::micro_definition(),
+      schemes::exdyna_definition(),
+      schemes::exdyna_faithful_definition(),
+      schemes::deft_definition(),
+  };
+  // clang-format on
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+std::vector<std::string> exchange_choices(const SchemeDefinition& definition) {
+  std::vector<std::string> out = {"union", "allgather", "sparse-allreduce"};
+  if (definition.identical_selections) out.emplace_back("shared");
+  return out;
+}
+
+// The common specs with this scheme's defaults filled in.
+std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
+  std::vector<OptionSpec> specs = definition.options;
+  for (OptionSpec spec : common_option_specs()) {
+    if (spec.name == "exchange") {
+      spec.default_value = std::string(exchange_pattern_name(definition.default_exchange));
+      spec.help = "exchange pattern: " + join(exchange_choices(definition), "|");
+    } else if (spec.name == "memory") {
+      spec.default_value = definition.memories.front();
+      spec.help = "gradient memory: " + join(definition.memories, "|") +
+                  " (ef = error feedback, none = drop what is not sent" +
+                  (definition.name == "dgc" ? ", momentum = DGC's momentum correction)" : ")");
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& options) {
+  const std::string_view scheme = definition.name;
+  options.check_known(scheme, specs_for(definition));
+
+  schemes::CommonOptions common;
+  common.scheme = definition.name;
+  common.density = options.number(scheme, "density", 0.01, 0.0, 1.0, /*min_exclusive=*/true);
+  common.seed = static_cast<std::uint64_t>(
+      options.integer(scheme, "seed", 0, 0, std::numeric_limits<std::int64_t>::max()));
+  common.memory =
+      options.choice(scheme, "memory", definition.memories.front(), definition.memories);
+
+  SchemeParts parts;
+  const std::string default_exchange(exchange_pattern_name(definition.default_exchange));
+  if (!definition.identical_selections && options.has("exchange") &&
+      options.values().at("exchange") == "shared") {
+    throw InvalidArgument(fmt::format(
+        "[{}] option exchange=shared needs every rank to select the same indices, which {} does "
+        "not; use one of: {}",
+        scheme, scheme, join(exchange_choices(definition), ", ")));
+  }
+  parts.exchange = parse_exchange_pattern(
+      options.choice(scheme, "exchange", default_exchange, exchange_choices(definition)));
+  parts.exchange_options.values =
+      parse_value_encoding(options.choice(scheme, "values", "fp32", {"fp32", "fp16", "bf16"}));
+  parts.exchange_options.encode_indices = options.flag(scheme, "encode_indices", true);
+
+  if (common.memory == "ef") parts.memory = make_error_feedback();
+  if (common.memory == "none") parts.memory = make_no_memory();
+  definition.build(options, common, parts);
+  if (!parts.sparsifier || !parts.memory) {
+    throw Error(fmt::format("[{}] the scheme's build left no {} (a bug in the scheme)", scheme,
+                            parts.sparsifier ? "memory" : "sparsifier"));
+  }
+  return parts;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& common_option_specs() {
+  static const std::vector<OptionSpec> specs = {
+      {"density", "0.01", "target density c in (0, 1]: k = max(1, floor(c*d)) per step"},
+      {"exchange", "(the scheme's own)",
+       "exchange pattern: union|allgather|sparse-allreduce|shared"},
+      {"values", "fp32",
+       "value precision on the wire: fp32|fp16|bf16 (the residual keeps the "
+       "rounding error)"},
+      {"encode_indices", "true", "delta-varint indices on the wire"},
+      {"memory", "ef", "gradient memory: ef|none (dgc: momentum, its momentum correction)"},
+      {"seed", "0", "seed of the counter-based random draws (identical on all ranks)"},
+  };
+  return specs;
+}
+
+const std::vector<SchemeInfo>& scheme_registry() {
+  static const std::vector<SchemeInfo> registry = [] {
+    std::vector<SchemeInfo> out;
+    for (SchemeDefinition& definition : make_definitions()) {
+      SchemeInfo info;
+      info.name = definition.name;
+      info.summary = definition.summary;
+      info.options = specs_for(definition);
+      info.make = [definition](const SchemeOptions& options) { return build(definition, options); };
+      out.push_back(std::move(info));
+    }
+    return out;
+  }();
+  return registry;
+}
+
+std::string scheme_names() {
+  std::vector<std::string> names;
+  for (const auto& info : scheme_registry()) names.push_back(info.name);
+  return join(names, ", ");
+}
+
+SchemeParts make_scheme(std::string_view name, const SchemeOptions& options) {
+  for (const auto& info : scheme_registry()) {
+    if (info.name == name) return info.make(options);
+  }
+  throw InvalidArgument(
+      fmt::format("[registry] unknown scheme '{}'; valid schemes: {}", name, scheme_names()));
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,47 @@
+#pragma once
+// MiCRO and ExDyna: threshold selection inside exclusive partitions that
+// rotate every step, with a shared density controller and (ExDyna) dynamic
+// partition allocation. One implementation, configured by options:
+//
+//   scheme            layout            controller   empty selection
+//   micro             equal             histogram    count 0
+//   exdyna            blocks, balanced  histogram    count 0
+//   exdyna-faithful   blocks, sweep     table        count 0
+//   (micro with controller=table, padding=true is the MiCRO reference)
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "sparsecomm/sparsify/density_controller.h"
+#include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sparsify/partition.h"
+#include "sparsecomm/sparsify/sparsifier.h"
+
+namespace sparsecomm {
+
+struct PartitionedOptions {
+  enum class Layout { kEqual, kSweep, kBalanced };
+  enum class Controller { kHistogram, kTable };
+  std::string name = "micro";
+  double density = 0.01;
+  Layout layout = Layout::kEqual;
+  Controller controller = Controller::kHistogram;
+  HistogramControllerOptions histogram;
+  TableControllerOptions table;
+  int blocks = 1024;            // ExDyna block count B
+  int alignment = 32;           // block size multiple
+  SweepOptions sweep;           // faithful sweep band and min blocks
+  BalanceOptions balance;       // default balancer (min_blocks 0 -> 1)
+  double balance_smoothing = 0.1;  // weight of the newest block counts in their running average
+  bool padding = false;         // reference: one index when the selection is empty
+};
+
+std::unique_ptr<Sparsifier> make_partitioned_sparsifier(const PartitionedOptions& options);
+
+// The scheme-specific option specs and their parsing, for the registry.
+// `scheme` is one of micro, exdyna, exdyna-faithful (it sets the defaults).
+std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme);
+PartitionedOptions partitioned_options_from(std::string_view scheme, const SchemeOptions& options);
+
+}  // namespace sparsecomm

@@ -1,0 +1,110 @@
+#pragma once
+// Internal to the sparsify layer: what each scheme file gives the registry
+// (registry.cc), and the small base class the schemes share. Tests may look
+// in here (the threshold-search statistics, the inverse normal CDF); the
+// CLI and the trainer go through registry.h only.
+//
+// Adding a scheme: write schemes/<name>.cc with a `<name>_definition()`,
+// declare it below and add one line to the list in registry.cc.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/sparsify/memory.h"
+#include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sparsify/sparsifier.h"
+
+namespace sparsecomm::schemes {
+
+// The options every scheme accepts, parsed and validated by the registry
+// before the scheme's own build function runs.
+struct CommonOptions {
+  std::string scheme;  // the scheme's name, for messages
+  double density = 0.01;
+  std::uint64_t seed = 0;
+  std::string memory;  // "ef", "none", or a scheme's own kind ("momentum")
+};
+
+// Builds the scheme into `parts`. On entry parts.exchange and
+// parts.exchange_options are set from the common options, and parts.memory
+// is set for memory "ef" and "none" (null for a scheme's own kind, which
+// the build function must then create). It may replace the memory.
+using SchemeBuild = void (*)(const SchemeOptions& options, const CommonOptions& common,
+                             SchemeParts& parts);
+
+// One scheme's entry in the registry.
+struct SchemeDefinition {
+  std::string name;
+  std::string summary;
+  ExchangePattern default_exchange = ExchangePattern::kSparseAllgather;
+  // Every rank selects the same indices, so the "shared" exchange (an
+  // all-reduce of the values alone) is allowed.
+  bool identical_selections = false;
+  std::vector<std::string> memories = {"ef", "none"};  // allowed; the first is the default
+  std::vector<OptionSpec> options;                     // the scheme's own options
+  SchemeBuild build = nullptr;
+};
+
+SchemeDefinition topk_definition();
+SchemeDefinition threshold_definition();
+SchemeDefinition randomk_definition();
+SchemeDefinition dgc_definition();
+SchemeDefinition gaussiank_definition();
+SchemeDefinition cltk_definition();
+SchemeDefinition micro_definition();            // partitioned.cc
+SchemeDefinition exdyna_definition();           // partitioned.cc
+SchemeDefinition exdyna_faithful_definition();  // partitioned.cc
+SchemeDefinition deft_definition();             // deft.cc
+
+// What the last select() of a threshold-searching scheme (DGC, Gaussian-k)
+// did: the passes over the vector, the final threshold, and how many
+// elements that threshold selected (before any trimming to k).
+struct ThresholdSearch {
+  int rounds = 0;
+  float threshold = 0.0f;
+  std::size_t found = 0;
+};
+
+// Base of the schemes in this directory: k = target_count(density, d)
+// (DGC overrides it for its warm-up), a stateless save/load that only
+// checks the section tag, and the threshold-search statistics.
+class DensitySparsifier : public Sparsifier {
+ public:
+  explicit DensitySparsifier(double density) : density_(density) {}
+
+  std::size_t target(std::size_t numel, const StepContext&) const override {
+    return target_count(density_, numel);
+  }
+  void save(StateWriter& writer) const override { writer.tag(name()); }
+  void load(StateReader& reader) override { reader.expect_tag(name()); }
+
+  double density() const { return density_; }
+  // Rounds == 0 for the schemes that do not search a threshold.
+  const ThresholdSearch& last_search() const { return last_search_; }
+
+ protected:
+  double density_;
+  ThresholdSearch last_search_;
+};
+
+// No memory with Random-k's unbiased rescaling: a = (d/k) * g, with
+// k = target_count(density, d); whatever is not sent is dropped.
+std::unique_ptr<GradientMemory> make_rescaled_no_memory(double density);
+
+// Counter streams of Philox draws (the second counter word's upper half),
+// so schemes sharing a seed never draw the same numbers.
+inline constexpr std::uint64_t kRandomKStream = 1;
+inline constexpr std::uint64_t kDgcStartStream = 2;
+
+// Inverse of the standard normal CDF, Phi^-1(p) for p in (0, 1): Acklam's
+// rational approximation refined by one Halley step (relative error about
+// 1e-15). Returns -inf / +inf at p = 0 / 1, NaN outside [0, 1].
+double inverse_normal_cdf(double p);
+
+}  // namespace sparsecomm::schemes

@@ -1,0 +1,64 @@
+// Hard threshold: each rank selects |a_r| >= lambda for a constant lambda.
+// The reference default 1/(2*sqrt(k)) has no scale meaning (it ignores the
+// gradient's magnitude); option lambda sets it. Default exchange: sparse
+// allgather.
+
+#include <cmath>
+#include <limits>
+
+#include "sparsecomm/sparsify/kernels/threshold_select.h"
+#include "sparsecomm/sparsify/schemes/schemes.h"
+
+namespace sparsecomm::schemes {
+namespace {
+
+class HardThreshold final : public DensitySparsifier {
+ public:
+  // lambda < 0: the reference default 1/(2*sqrt(k)), from this step's k.
+  HardThreshold(double density, double lambda) : DensitySparsifier(density), lambda_(lambda) {}
+
+  std::string_view name() const override { return "threshold"; }
+  ExchangePattern default_exchange() const override { return ExchangePattern::kSparseAllgather; }
+
+  void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
+              SparseSelection& out) override {
+    out.clear();
+    const std::size_t k = target(accumulated.size(), ctx);
+    if (k == 0) return;
+    threshold_select(accumulated, threshold_for(k), 0, out);
+  }
+
+  float threshold_for(std::size_t k) const {
+    if (lambda_ >= 0.0) return static_cast<float>(lambda_);
+    return static_cast<float>(1.0 / (2.0 * std::sqrt(static_cast<double>(k))));
+  }
+
+ private:
+  double lambda_;
+};
+
+void build(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
+  const double lambda = options.has("lambda")
+                            ? options.number(common.scheme, "lambda", 0.0, 0.0,
+                                             std::numeric_limits<double>::infinity())
+                            : -1.0;
+  parts.sparsifier = std::make_unique<HardThreshold>(common.density, lambda);
+}
+
+}  // namespace
+
+SchemeDefinition threshold_definition() {
+  SchemeDefinition definition;
+  definition.name = "threshold";
+  definition.summary = "hard threshold: every rank selects |g + e| >= lambda";
+  definition.default_exchange = ExchangePattern::kSparseAllgather;
+  definition.options = {
+      {"lambda", "1/(2*sqrt(k))",
+       "the constant threshold (>= 0); the default is the reference's, "
+       "which ignores the gradient's scale"},
+  };
+  definition.build = build;
+  return definition;
+}
+
+}  // namespace sparsecomm::schemes

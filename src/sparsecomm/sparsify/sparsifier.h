@@ -1,0 +1,60 @@
+#pragma once
+// The Sparsifier: chooses which coordinates of this rank's accumulated
+// gradient to transmit. See ALGORITHMS.md for every scheme.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/state_io.h"
+
+namespace sparsecomm {
+
+struct StepContext {
+  std::int64_t step = 0;  // t = 0, 1, 2, ...
+  double epoch = 0.0;     // fractional epoch (DGC warm-up); step-based runs pass step/steps_per_epoch
+  int rank = 0;
+  int world = 1;
+  std::span<const LayerSpan> layers;  // name, offset, size of each tensor
+};
+
+// The exchange's shared outcome, identical on all ranks.
+struct ExchangeOutcome {
+  std::span<const std::size_t> counts;  // |I_r| per rank
+  std::size_t union_size = 0;           // K
+  std::size_t target = 0;               // k this step
+};
+
+class Sparsifier {
+ public:
+  virtual ~Sparsifier() = default;
+  virtual std::string_view name() const = 0;
+
+  // The exchange pattern the scheme was designed with (ALGORITHMS.md).
+  virtual ExchangePattern default_exchange() const = 0;
+
+  // This step's target count k for a vector of `numel` elements (DGC's
+  // warm-up changes it over time).
+  virtual std::size_t target(std::size_t numel, const StepContext& ctx) const = 0;
+
+  // Chooses this rank's indices (strictly ascending) and their values from
+  // the accumulated gradient, into `out` (cleared first). Gets the
+  // communicator because some schemes need small collectives of their own;
+  // whatever they derive must be identical on every rank. Every rank calls
+  // select() every step, in the same order as the other collectives.
+  virtual void select(std::span<const float> accumulated, const StepContext& ctx,
+                      Communicator& comm, SparseSelection& out) = 0;
+
+  // Sees the exchange's shared outcome, to adapt thresholds or partitions.
+  virtual void observe(const ExchangeOutcome&, const StepContext&) {}
+
+  // Everything needed to resume bit-exactly.
+  virtual void save(StateWriter& writer) const = 0;
+  virtual void load(StateReader& reader) = 0;
+};
+
+}  // namespace sparsecomm

@@ -1,0 +1,136 @@
+#include "sparsecomm/sync/sparse_sync.h"
+
+#include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/sparsify/kernels/estimate.h"
+
+namespace sparsecomm {
+namespace {
+
+// "2" or "0, 3".
+std::string rank_list(const std::vector<std::uint8_t>& finite_flags) {
+  std::string out;
+  for (std::size_t r = 0; r < finite_flags.size(); ++r) {
+    if (finite_flags[r] != 0) continue;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(r);
+  }
+  return out;
+}
+
+double imbalance_of(std::span<const std::size_t> counts) {
+  std::size_t max = 0;
+  std::size_t sum = 0;
+  for (const std::size_t c : counts) {
+    max = std::max(max, c);
+    sum += c;
+  }
+  if (sum == 0) return 0.0;
+  return static_cast<double>(counts.size()) * static_cast<double>(max) / static_cast<double>(sum) -
+         1.0;
+}
+
+}  // namespace
+
+NonFinitePolicy parse_nonfinite_policy(std::string_view name) {
+  if (name == "skip") return NonFinitePolicy::kSkip;
+  if (name == "stop") return NonFinitePolicy::kStop;
+  throw InvalidArgument(
+      fmt::format("[sync] unknown non-finite policy '{}'; valid policies: skip, stop", name));
+}
+
+SparseSync::SparseSync(SchemeParts parts, NonFinitePolicy policy)
+    : parts_(std::move(parts)),
+      policy_(policy),
+      exchanger_(parts_.exchange, parts_.exchange_options) {
+  if (!parts_.sparsifier || !parts_.memory) {
+    throw InvalidArgument(
+        fmt::format("[sync] SparseSync needs a sparsifier and a memory (got {}{})",
+                    parts_.sparsifier ? "a sparsifier" : "no sparsifier",
+                    parts_.memory ? " and a memory" : " and no memory"));
+  }
+}
+
+StepMetrics SparseSync::synchronize(std::span<float> gradient, const StepContext& ctx,
+                                    Communicator& comm) {
+  StepMetrics metrics;
+  metrics.step = ctx.step;
+  metrics.numel = gradient.size();
+  metrics.target = parts_.sparsifier->target(gradient.size(), ctx);
+
+  // Every rank learns which ranks had a non-finite gradient, so all take the
+  // same branch below (one all-gather of one byte per rank).
+  const std::uint8_t finite = all_finite(gradient) ? 1 : 0;
+  finite_flags_.resize(static_cast<std::size_t>(comm.size()));
+  comm.allgather(std::as_bytes(std::span<const std::uint8_t>(&finite, 1)),
+                 std::as_writable_bytes(std::span<std::uint8_t>(finite_flags_)));
+  if (std::find(finite_flags_.begin(), finite_flags_.end(), std::uint8_t{0}) !=
+      finite_flags_.end()) {
+    if (policy_ == NonFinitePolicy::kStop) {
+      throw NonFiniteGradient(fmt::format(
+          "[sync] rank {}: step {}: non-finite gradient (NaN or inf) on rank(s) {}; policy 'stop'",
+          comm.rank(), ctx.step, rank_list(finite_flags_)));
+    }
+    std::fill(gradient.begin(), gradient.end(), 0.0f);
+    metrics.skipped_nonfinite = true;
+    metrics.residual_norm = parts_.memory->residual_norm();
+    return metrics;
+  }
+
+  Stopwatch watch;
+  parts_.memory->accumulate(gradient);
+  const std::span<float> accumulated = parts_.memory->accumulated();
+  metrics.accumulate_s = watch.seconds();
+
+  watch.restart();
+  parts_.sparsifier->select(accumulated, ctx, comm, selection_);
+  metrics.selection_s = watch.seconds();
+
+  // The gradient is in the memory now: the average goes straight into it.
+  watch.restart();
+  exchanger_.exchange(comm, selection_, accumulated, gradient, result_);
+  metrics.exchange_s = watch.seconds();
+
+  parts_.memory->after_exchange(result_.transmitted);
+  const ExchangeOutcome outcome{result_.counts, result_.union_size, metrics.target};
+  parts_.sparsifier->observe(outcome, ctx);
+
+  metrics.selected = selection_.size();
+  metrics.union_size = result_.union_size;
+  metrics.density_ratio = metrics.target == 0 ? 0.0
+                                              : static_cast<double>(result_.union_size) /
+                                                    static_cast<double>(metrics.target);
+  metrics.imbalance = imbalance_of(result_.counts);
+  metrics.residual_norm = parts_.memory->residual_norm();
+  metrics.bytes_sent = result_.bytes_sent;
+  metrics.bytes_received = result_.bytes_received;
+  metrics.index_bytes_raw = result_.index_bytes_raw;
+  metrics.index_bytes_encoded = result_.index_bytes_encoded;
+  return metrics;
+}
+
+// Layout: tag, scheme name, memory, sparsifier.
+void SparseSync::save(StateWriter& writer) const {
+  writer.tag("sparse_sync");
+  writer.string(parts_.sparsifier->name());
+  parts_.memory->save(writer);
+  parts_.sparsifier->save(writer);
+}
+
+void SparseSync::load(StateReader& reader) {
+  reader.expect_tag("sparse_sync");
+  const std::string scheme = reader.string();
+  if (scheme != parts_.sparsifier->name()) {
+    throw Error(fmt::format("[sync] the saved state is of scheme '{}', this run uses '{}'", scheme,
+                            parts_.sparsifier->name()));
+  }
+  parts_.memory->load(reader);
+  parts_.sparsifier->load(reader);
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,72 @@
+#pragma once
+// Sparse gradient synchronization: memory (error feedback) + sparsifier +
+// exchange, with the per-step metrics. What a trainer calls once per step.
+//
+//   check g is finite; agree on it (one tiny all-gather) -> skip or stop
+//   a = memory.accumulate(g)
+//   sparsifier.select(a) -> exchanger.exchange(a -> residual, out = g)
+//   memory.after_exchange(transmitted); sparsifier.observe(outcome)
+//
+// The exchange writes the average straight into the caller's gradient
+// buffer (g is no longer needed once accumulated), so a step costs no copy.
+//
+// Not thread-safe; one per rank. Every rank calls synchronize() each step.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/state_io.h"
+#include "sparsecomm/sparsify/memory.h"
+#include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sparsify/sparsifier.h"
+#include "sparsecomm/sync/step_metrics.h"
+
+namespace sparsecomm {
+
+enum class NonFinitePolicy {
+  kSkip,  // every rank skips the step: gradient zeroed, memories untouched
+  kStop,  // every rank throws NonFiniteGradient naming the ranks
+};
+// "skip" or "stop"; InvalidArgument otherwise.
+NonFinitePolicy parse_nonfinite_policy(std::string_view name);
+
+// Thrown on every rank (policy kStop) when some rank's gradient had NaN/inf.
+class NonFiniteGradient : public Error {
+ public:
+  using Error::Error;
+};
+
+class SparseSync {
+ public:
+  SparseSync(SchemeParts parts, NonFinitePolicy policy = NonFinitePolicy::kStop);
+
+  // In: this rank's local gradient (length d, the same d every step and on
+  // every rank). Out: `gradient` replaced by the averaged sparse gradient.
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx, Communicator& comm);
+
+  const Sparsifier& sparsifier() const { return *parts_.sparsifier; }
+  const GradientMemory& memory() const { return *parts_.memory; }
+  ExchangePattern exchange_pattern() const { return exchanger_.pattern(); }
+  // This rank's selection and the exchange's result of the last step that
+  // was not skipped (for tests and diagnostics; valid until the next step).
+  const SparseSelection& last_selection() const { return selection_; }
+  const ExchangeResult& last_exchange() const { return result_; }
+
+  void save(StateWriter& writer) const;
+  void load(StateReader& reader);
+
+ private:
+  SchemeParts parts_;
+  NonFinitePolicy policy_;
+  SparseExchanger exchanger_;
+  SparseSelection selection_;
+  ExchangeResult result_;
+  std::vector<std::uint8_t> finite_flags_;  // per rank: 1 when its gradient was finite
+};
+
+}  // namespace sparsecomm

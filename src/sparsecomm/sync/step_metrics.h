@@ -1,0 +1,33 @@
+#pragma once
+// The per-step metrics record of ALGORITHMS.md ("Metrics every sparse scheme
+// reports each step"), as every synchronization strategy fills it.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace sparsecomm {
+
+struct StepMetrics {
+  std::int64_t step = 0;
+  std::size_t numel = 0;           // d
+  std::size_t target = 0;          // k
+  std::size_t selected = 0;        // |I_r| on this rank
+  std::size_t union_size = 0;      // K
+  double density_ratio = 0.0;      // K / k (0 when k == 0)
+  double imbalance = 0.0;          // n * max|I_r| / sum|I_r| - 1 (0 when nothing selected)
+  double residual_norm = 0.0;      // ||e_r||_2
+  double accumulate_s = 0.0;       // forming a = g + e (reported apart from selection)
+  double selection_s = 0.0;        // the sparsifier's select()
+  double exchange_s = 0.0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t index_bytes_raw = 0;
+  std::uint64_t index_bytes_encoded = 0;
+  bool skipped_nonfinite = false;  // the step was skipped: some rank had NaN/inf
+};
+
+// One JSON object (single line) with every field.
+std::string to_json_line(const StepMetrics& metrics);
+
+}  // namespace sparsecomm

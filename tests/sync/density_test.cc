@@ -1,0 +1,151 @@
+// Density control and partition balance of MiCRO and ExDyna on the skewed,
+// drifting synthetic stream (ALGORITHMS.md "Density control"): d = 10^6,
+// 1,000 steps while the gradient scale falls 10x, error feedback, union
+// all-reduce, on the thread backend. Asserts the default schemes' figures
+// and prints the faithful ones beside them.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/comm/thread/thread_world.h"
+#include "sparsecomm/sparsify/memory.h"
+#include "sparsecomm/sparsify/schemes/partitioned.h"
+#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/traces/gradient_stream.h"
+
+namespace sparsecomm {
+namespace {
+
+constexpr std::size_t kNumel = 1000000;
+constexpr int kSteps = 1000;
+constexpr int kWarmup = 100;  // statistics over steps 100 and later
+
+struct RunFigures {
+  double bias = 0;        // |mean(K/k) - 1|
+  double p95_error = 0;   // p95 of |K/k - 1|
+  double imbalance = 0;   // mean load imbalance
+};
+
+RunFigures run_scheme(const char* scheme, int n, double density, const GradientStream& stream,
+                      const std::vector<std::string>& extra = {}) {
+  std::vector<double> ratios;
+  std::vector<double> imbalances;
+  run_thread_world(n, [&](Communicator& comm) {
+    SchemeOptions options;
+    options.set("density", std::to_string(density));
+    for (const std::string& option : extra) options.set(option);
+    SchemeParts parts;
+    parts.sparsifier = make_partitioned_sparsifier(partitioned_options_from(scheme, options));
+    parts.memory = make_error_feedback();
+    parts.exchange = ExchangePattern::kUnionAllreduce;
+    SparseSync sync(std::move(parts));
+    std::vector<float> gradient(kNumel);
+    for (int step = 0; step < kSteps; ++step) {
+      stream.fill(comm.rank(), step, gradient);
+      StepContext ctx{step, 0.0, comm.rank(), n, stream.layers()};
+      const StepMetrics metrics = sync.synchronize(gradient, ctx, comm);
+      if (comm.rank() == 0 && step >= kWarmup) {
+        ratios.push_back(metrics.density_ratio);
+        imbalances.push_back(metrics.imbalance);
+      }
+    }
+  });
+  RunFigures figures;
+  double sum = 0;
+  std::vector<double> errors;
+  for (double r : ratios) {
+    sum += r;
+    errors.push_back(std::fabs(r - 1.0));
+  }
+  figures.bias = std::fabs(sum / static_cast<double>(ratios.size()) - 1.0);
+  std::sort(errors.begin(), errors.end());
+  figures.p95_error = errors[static_cast<std::size_t>(0.95 * static_cast<double>(errors.size() - 1))];
+  double imbalance = 0;
+  for (double v : imbalances) imbalance += v;
+  figures.imbalance = imbalance / static_cast<double>(imbalances.size());
+  std::string label = scheme;
+  for (const std::string& option : extra) label += " " + option;
+  std::printf("[density] %-38s n=%d c=%.1f%%: bias %.4f, p95 |K/k-1| %.4f, imbalance %.4f\n",
+              label.c_str(), n, density * 100, figures.bias, figures.p95_error, figures.imbalance);
+  return figures;
+}
+
+const GradientStream& stream() {
+  static const std::unique_ptr<GradientStream> instance = [] {
+    SyntheticStreamOptions options;
+    options.numel = kNumel;
+    options.drift_factor = 10.0;
+    options.drift_steps = kSteps;
+    return make_synthetic_stream(options);
+  }();
+  return *instance;
+}
+
+struct DensityCase {
+  int n;
+  double density;
+};
+
+class DensityControl : public ::testing::TestWithParam<DensityCase> {};
+
+// The threshold that selects the k-th largest |g| of rank 0's first gradient:
+// the faithful table's starting point here, because its reference initial
+// value 1/(2 sqrt k) has no relation to this stream's scale (it would start
+// orders of magnitude off and never converge within the run).
+double first_step_threshold(const GradientStream& source, double density) {
+  std::vector<float> g(source.numel());
+  source.fill(0, 0, g);
+  for (float& v : g) v = std::fabs(v);
+  const std::size_t k = target_count(density, g.size());
+  std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(k - 1), g.end(), std::greater<>());
+  return g[k - 1];
+}
+
+// The default MiCRO and ExDyna hold the density on target; ExDyna's counts
+// balancer keeps the load balanced, below MiCRO's equal partitions and below
+// the reference sweep at the same density control. The faithful reference
+// (sweep + table) is printed beside them.
+TEST_P(DensityControl, DefaultSchemesHoldTheTargetAndExDynaBalances) {
+  const auto [n, density] = GetParam();
+  const RunFigures micro = run_scheme("micro", n, density, stream());
+  const RunFigures exdyna = run_scheme("exdyna", n, density, stream());
+  const RunFigures sweep = run_scheme("exdyna", n, density, stream(), {"balancer=sweep"});
+  run_scheme("exdyna-faithful", n, density, stream(),
+             {fmt::format("initial_threshold={}", first_step_threshold(stream(), density))});
+  for (const RunFigures& f : {micro, exdyna}) {
+    EXPECT_LE(f.bias, 0.02);
+    EXPECT_LE(f.p95_error, 0.10);
+  }
+  EXPECT_LT(exdyna.imbalance, micro.imbalance);
+  EXPECT_LT(exdyna.imbalance, sweep.imbalance);
+  // Selections per partition are counts of rare events: with K/n selected
+  // per partition, Poisson noise alone gives an expected imbalance of about
+  // 1.4 / sqrt(K/n) for n = 8 (E[max of 8 normals] = 1.42). The 0.10 target
+  // is asserted where that floor is well below it (K/n >= 250).
+  const double per_partition = density * kNumel / n;
+  if (per_partition >= 250) {
+    EXPECT_LE(exdyna.imbalance, 0.10);
+  } else {
+    EXPECT_LE(exdyna.imbalance, 0.10 + 1.5 / std::sqrt(per_partition));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stream, DensityControl,
+                         ::testing::Values(DensityCase{4, 0.001}, DensityCase{4, 0.01},
+                                           DensityCase{8, 0.001}, DensityCase{8, 0.01}),
+                         [](const ::testing::TestParamInfo<DensityCase>& param) {
+                           return fmt::format("n{}_c{}permille", param.param.n,
+                                              static_cast<int>(param.param.density * 1000));
+                         });
+
+}  // namespace
+}  // namespace sparsecomm

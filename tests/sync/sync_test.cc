@@ -1,0 +1,296 @@
+// SparseSync end to end on the thread backend: error-feedback conservation
+// for every scheme, exchange pattern and value encoding on worlds of 1 to 8
+// ranks; non-finite gradients handled alike on every rank; the metrics;
+// Random-k's unbiased rescaling; resuming from saved state.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "sparsecomm/comm/thread/thread_world.h"
+#include "sync/sync_checks.h"
+
+namespace sparsecomm::testing {
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{20000};
+const int kWorlds[] = {1, 2, 3, 4, 7, 8};
+
+std::vector<SyncCase> all_cases() {
+  std::vector<SyncCase> cases;
+  struct Scheme {
+    const char* name;
+    bool shared;
+    std::vector<std::string> extra;
+  };
+  const Scheme schemes[] = {
+      {"topk", false, {}},      {"threshold", false, {"lambda=0.8"}},
+      {"randomk", true, {}},    {"dgc", false, {}},
+      {"gaussiank", false, {}}, {"cltk", true, {}},
+  };
+  for (const Scheme& s : schemes) {
+    std::vector<std::string> patterns = {"union", "allgather", "sparse-allreduce"};
+    if (s.shared) patterns.emplace_back("shared");
+    for (const auto& pattern : patterns) {
+      for (const char* values : {"fp32", "fp16"})
+        cases.push_back({s.name, pattern, values, s.extra});
+    }
+  }
+  // Other memories and options through the same checks.
+  cases.push_back({"topk", "allgather", "bf16", {}});
+  cases.push_back({"randomk", "shared", "bf16", {}});
+  cases.push_back({"topk", "union", "fp32", {"memory=none"}});
+  cases.push_back({"randomk", "shared", "fp16", {"memory=none", "rescale=true"}});
+  cases.push_back({"dgc", "allgather", "fp32", {"memory=ef"}});
+  cases.push_back({"dgc", "union", "bf16", {"warmup_epochs=2", "momentum=0.5"}});
+  cases.push_back({"gaussiank", "allgather", "fp32", {"memory=none"}});
+  return cases;
+}
+
+class Conservation : public ::testing::TestWithParam<SyncCase> {};
+
+TEST_P(Conservation, HoldsExactlyOnEveryRankAndElement) {
+  const SyncCase c = GetParam();
+  for (const int n : kWorlds) {
+    run_thread_world(
+        n,
+        [&](Communicator& comm) {
+          for (const std::size_t d : {std::size_t{0}, std::size_t{1}, std::size_t{37},
+                                      std::size_t{1000}, std::size_t{20011}}) {
+            check_conservation(comm, c, d, 3);
+          }
+        },
+        kTimeout);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchemes, Conservation, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<SyncCase>& param_info) {
+                           return case_name(param_info.param);
+                         });
+
+TEST(NonFinite, SkipIsAgreedByAllRanks) {
+  for (const int n : kWorlds) {
+    run_thread_world(
+        n,
+        [n](Communicator& comm) {
+          check_nonfinite(comm, NonFinitePolicy::kSkip, {n - 1}, std::nanf(""));
+          check_nonfinite(comm, NonFinitePolicy::kSkip, {0, 2}, INFINITY);
+        },
+        kTimeout);
+  }
+}
+
+TEST(NonFinite, StopThrowsOnEveryRankNamingTheRanks) {
+  for (const int n : kWorlds) {
+    run_thread_world(
+        n,
+        [n](Communicator& comm) {
+          check_nonfinite(comm, NonFinitePolicy::kStop, {n > 1 ? 1 : 0}, std::nanf(""));
+          check_nonfinite(comm, NonFinitePolicy::kStop, {0, 3, 6}, -INFINITY);
+        },
+        kTimeout);
+  }
+}
+
+TEST(NonFinite, ParsesThePolicy) {
+  EXPECT_EQ(parse_nonfinite_policy("skip"), NonFinitePolicy::kSkip);
+  EXPECT_EQ(parse_nonfinite_policy("stop"), NonFinitePolicy::kStop);
+  try {
+    parse_nonfinite_policy("ignore");
+    ADD_FAILURE() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[sync] unknown non-finite policy 'ignore'; valid policies: skip, stop");
+  }
+}
+
+TEST(Metrics, DensityRatioAndImbalanceOnACraftedCase) {
+  for (const int n : kWorlds) {
+    for (const char* exchange : {"allgather", "union", "sparse-allreduce"}) {
+      run_thread_world(
+          n, [&](Communicator& comm) { check_metrics_formulas(comm, exchange); }, kTimeout);
+    }
+  }
+}
+
+TEST(Metrics, JsonLineHasEveryField) {
+  StepMetrics m;
+  m.step = 12;
+  m.numel = 1000;
+  m.target = 10;
+  m.selected = 11;
+  m.union_size = 40;
+  m.density_ratio = 4.0;
+  m.imbalance = 0.25;
+  m.residual_norm = 1.5e-3;
+  m.accumulate_s = 0.001;
+  m.selection_s = 2e-05;
+  m.exchange_s = 0.5;
+  m.bytes_sent = 123;
+  m.bytes_received = 456;
+  m.index_bytes_raw = 44;
+  m.index_bytes_encoded = 20;
+  m.skipped_nonfinite = false;
+  EXPECT_EQ(to_json_line(m),
+            R"({"step":12,"numel":1000,"target":10,"selected":11,"union_size":40,)"
+            R"("density_ratio":4,"imbalance":0.25,"residual_norm":0.0015,"accumulate_s":0.001,)"
+            R"("selection_s":2e-05,"exchange_s":0.5,"bytes_sent":123,"bytes_received":456,)"
+            R"("index_bytes_raw":44,"index_bytes_encoded":20,"skipped_nonfinite":false})");
+  m.residual_norm = std::nan("");
+  m.skipped_nonfinite = true;
+  const std::string line = to_json_line(m);
+  EXPECT_NE(line.find(R"("residual_norm":null)"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("skipped_nonfinite":true})"), std::string::npos) << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+}
+
+// Random-k with rescale and no memory: over many seeds the estimate of
+// sum_i gbar_i, (d/k) * sum over the sample of gbar, is unbiased. Its
+// variance for sampling without replacement is d^2 s^2 / k * (d-k)/(d-1),
+// s^2 the population variance of gbar; the mean over S seeds must be within
+// 5 standard errors of the truth (a false failure has probability < 1e-6),
+// and the sample variance within 30% of the formula.
+TEST(RandomK, RescaledEstimateIsUnbiased) {
+  const std::size_t d = 200;
+  const int seeds = 1500;
+  run_thread_world(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> local(d);
+        for (std::size_t i = 0; i < d; ++i) {
+          local[i] = sync_input(comm.rank(), 0, i) + (comm.rank() == 0 ? 0.3f : 0.0f);
+        }
+        // gbar as the exchange computes it is (g0 + g1)/2 per element.
+        const auto all = gather_all<float>(comm, local);
+        double truth = 0.0;
+        std::vector<double> gbar(d);
+        for (std::size_t i = 0; i < d; ++i) {
+          gbar[i] = (static_cast<double>(all[0][i]) + all[1][i]) / 2.0;
+          truth += gbar[i];
+        }
+        double mean = truth / static_cast<double>(d);
+        double var = 0.0;
+        for (const double v : gbar) var += (v - mean) * (v - mean);
+        var /= static_cast<double>(d);
+        const double k = 10.0;
+        const double dd = static_cast<double>(d);
+        const double estimate_var = dd * dd * var / k * (dd - k) / (dd - 1.0);
+
+        double sum = 0.0;
+        double sum_sq = 0.0;
+        for (int seed = 0; seed < seeds; ++seed) {
+          SchemeOptions options;
+          options.set("density=0.05");
+          options.set("memory=none");
+          options.set("rescale=true");
+          options.set("seed=" + std::to_string(seed));
+          SparseSync sync(make_scheme("randomk", options));
+          std::vector<float> gradient = local;
+          StepContext ctx;
+          ctx.step = seed % 3;
+          sync.synchronize(gradient, ctx, comm);
+          double estimate = 0.0;
+          for (const float v : gradient) estimate += v;
+          sum += estimate;
+          sum_sq += estimate * estimate;
+        }
+        const double s = static_cast<double>(seeds);
+        const double avg = sum / s;
+        const double sample_var = (sum_sq - s * avg * avg) / (s - 1.0);
+        EXPECT_NEAR(avg, truth, 5.0 * std::sqrt(estimate_var / s))
+            << "truth " << truth << " sd of one estimate " << std::sqrt(estimate_var);
+        EXPECT_NEAR(sample_var / estimate_var, 1.0, 0.3);
+      },
+      kTimeout);
+}
+
+// DGC's memory by hand: u = m*u + g, v = v + u, both zero where transmitted
+// (fp32), with a non-default momentum.
+TEST(DgcMemory, FollowsTheUpdateRuleThroughTheSync) {
+  run_thread_world(
+      3,
+      [](Communicator& comm) {
+        SchemeOptions options;
+        options.set("density=0.05");
+        options.set("momentum=0.5");
+        SparseSync sync(make_scheme("dgc", options));
+        const std::size_t d = 300;
+        std::vector<float> u(d, 0.0f);
+        std::vector<float> v(d, 0.0f);
+        for (int step = 0; step < 4; ++step) {
+          std::vector<float> g(d);
+          for (std::size_t i = 0; i < d; ++i) g[i] = sync_input(comm.rank(), step, i);
+          for (std::size_t i = 0; i < d; ++i) {
+            u[i] = 0.5f * u[i] + g[i];
+            v[i] += u[i];
+          }
+          StepContext ctx;
+          ctx.step = step;
+          sync.synchronize(g, ctx, comm);
+          for (const Index i : sync.last_exchange().transmitted) {
+            u[i] = 0.0f;
+            v[i] = 0.0f;
+          }
+          EXPECT_EQ(accumulated_copy(sync), v) << "step " << step;
+          EXPECT_EQ(momentum_of(sync.memory()), u) << "step " << step;
+        }
+      },
+      kTimeout);
+}
+
+// Saving after some steps and loading into a fresh SparseSync resumes
+// bit-exactly.
+TEST(SparseSyncState, ResumesBitExactly) {
+  for (const char* scheme : {"topk", "dgc", "randomk", "gaussiank", "cltk", "threshold"}) {
+    run_thread_world(
+        3,
+        [&](Communicator& comm) {
+          SchemeOptions options;
+          options.set("density=0.03");
+          const std::size_t d = 777;
+          SparseSync first(make_scheme(scheme, options));
+          auto input = [&](int step) {
+            std::vector<float> g(d);
+            for (std::size_t i = 0; i < d; ++i) g[i] = sync_input(comm.rank(), step, i);
+            return g;
+          };
+          for (int step = 0; step < 3; ++step) {
+            auto g = input(step);
+            StepContext ctx;
+            ctx.step = step;
+            first.synchronize(g, ctx, comm);
+          }
+          StateWriter writer;
+          first.save(writer);
+          SparseSync second(make_scheme(scheme, options));
+          StateReader reader(writer.bytes());
+          second.load(reader);
+          EXPECT_TRUE(reader.at_end());
+          for (int step = 3; step < 6; ++step) {
+            auto g1 = input(step);
+            auto g2 = g1;
+            StepContext ctx;
+            ctx.step = step;
+            first.synchronize(g1, ctx, comm);
+            second.synchronize(g2, ctx, comm);
+            EXPECT_EQ(g1, g2) << scheme << " step " << step;
+            EXPECT_EQ(accumulated_copy(first), accumulated_copy(second)) << scheme;
+          }
+          // A different scheme's state is refused.
+          SparseSync other(make_scheme(std::string(scheme) == "topk" ? "dgc" : "topk", options));
+          StateReader wrong(writer.bytes());
+          EXPECT_THROW(other.load(wrong), Error);
+        },
+        kTimeout);
+  }
+}
+
+TEST(SparseSync, RejectsMissingParts) { EXPECT_THROW(SparseSync(SchemeParts{}), InvalidArgument); }
+
+}  // namespace
+}  // namespace sparsecomm::testing

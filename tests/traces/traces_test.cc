@@ -1,0 +1,174 @@
+#include "sparsecomm/traces/gradient_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+double rms(const std::vector<float>& v) {
+  double sum = 0;
+  for (float x : v) sum += static_cast<double>(x) * x;
+  return std::sqrt(sum / static_cast<double>(v.size()));
+}
+
+SyntheticStreamOptions small_options() {
+  SyntheticStreamOptions options;
+  options.numel = 200000;
+  options.drift_steps = 100;
+  return options;
+}
+
+TEST(SyntheticStream, IsDeterministicPerRankAndStep) {
+  const auto a = make_synthetic_stream(small_options());
+  const auto b = make_synthetic_stream(small_options());
+  std::vector<float> x(a->numel()), y(a->numel()), z(a->numel());
+  a->fill(1, 5, x);
+  b->fill(1, 5, y);
+  EXPECT_EQ(x, y);
+  a->fill(2, 5, z);
+  EXPECT_NE(x, z) << "ranks must differ";
+  a->fill(1, 6, z);
+  EXPECT_NE(x, z) << "steps must differ";
+}
+
+TEST(SyntheticStream, LayersTileTheVector) {
+  const auto stream = make_synthetic_stream(small_options());
+  std::size_t next = 0;
+  for (const LayerSpan& layer : stream->layers()) {
+    EXPECT_EQ(layer.offset, next);
+    EXPECT_GT(layer.size, 0u);
+    next += layer.size;
+  }
+  EXPECT_EQ(next, stream->numel());
+}
+
+TEST(SyntheticStream, ScaleDriftsByTheRequestedFactor) {
+  const auto stream = make_synthetic_stream(small_options());
+  std::vector<float> start(stream->numel()), end(stream->numel()), later(stream->numel());
+  stream->fill(0, 0, start);
+  stream->fill(0, 100, end);
+  stream->fill(0, 150, later);
+  // RMS over 200k heavy-tailed elements fluctuates by a few percent.
+  EXPECT_NEAR(rms(start) / rms(end), 10.0, 1.5);
+  EXPECT_NEAR(rms(end) / rms(later), 1.0, 0.15) << "the drift stops after drift_steps";
+}
+
+TEST(SyntheticStream, EqualPartitionsCarryUnequalShares) {
+  // The regional skew must make equal contiguous quarters unbalanced in the
+  // number of large elements (what ExDyna's balancer exists for).
+  auto options = small_options();
+  const auto stream = make_synthetic_stream(options);
+  std::vector<float> g(stream->numel());
+  stream->fill(0, 0, g);
+  std::vector<float> magnitudes(g.size());
+  std::transform(g.begin(), g.end(), magnitudes.begin(), [](float x) { return std::fabs(x); });
+  std::vector<float> sorted = magnitudes;
+  const std::size_t k = g.size() / 100;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end(),
+                   std::greater<>());
+  const float threshold = sorted[k];
+  std::vector<int> per_quarter(4, 0);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (magnitudes[i] > threshold) ++per_quarter[i * 4 / g.size()];
+  }
+  const int max = *std::max_element(per_quarter.begin(), per_quarter.end());
+  const int sum = std::accumulate(per_quarter.begin(), per_quarter.end(), 0);
+  EXPECT_GT(4.0 * max / sum - 1.0, 0.2) << "imbalance of equal partitions";
+}
+
+TEST(SyntheticStream, RejectsBadOptions) {
+  auto options = small_options();
+  options.shared_fraction = 1.5;
+  EXPECT_THROW(make_synthetic_stream(options), InvalidArgument);
+  options = small_options();
+  options.layers = 0;
+  EXPECT_THROW(make_synthetic_stream(options), InvalidArgument);
+  const auto stream = make_synthetic_stream(small_options());
+  std::vector<float> wrong(10);
+  EXPECT_THROW(stream->fill(0, 0, wrong), InvalidArgument);
+}
+
+class TraceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("sparsecomm_trace_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  // Records 3 steps of 2 ranks from the synthetic stream.
+  void record() {
+    auto options = small_options();
+    options.numel = 1000;
+    source_ = make_synthetic_stream(options);
+    std::vector<LayerSpan> layers(source_->layers().begin(), source_->layers().end());
+    TraceWriter writer(directory_.string(), source_->numel(), 2, 3, layers, "test");
+    std::vector<float> g(source_->numel());
+    for (int step = 0; step < 3; ++step) {
+      for (int rank = 0; rank < 2; ++rank) {
+        source_->fill(rank, step, g);
+        writer.append(rank, g);
+      }
+    }
+    EXPECT_THROW(writer.append(0, g), InvalidArgument) << "all steps written";
+  }
+
+  fs::path directory_;
+  std::unique_ptr<GradientStream> source_;
+};
+
+TEST_F(TraceTest, RoundTripsExactly) {
+  record();
+  const auto trace = open_trace(directory_.string());
+  EXPECT_EQ(trace->numel(), 1000u);
+  EXPECT_EQ(trace->world(), 2);
+  EXPECT_EQ(trace->steps(), 3);
+  ASSERT_EQ(trace->layers().size(), source_->layers().size());
+  std::vector<float> expected(1000), got(1000);
+  for (int step = 0; step < 3; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      source_->fill(rank, step, expected);
+      trace->fill(rank, step, got);
+      EXPECT_EQ(got, expected) << "rank " << rank << " step " << step;
+    }
+  }
+  EXPECT_THROW(trace->fill(2, 0, got), InvalidArgument);
+  EXPECT_THROW(trace->fill(0, 3, got), InvalidArgument);
+}
+
+TEST_F(TraceTest, ATruncatedRankFileIsRefusedWithItsPath) {
+  record();
+  fs::resize_file(directory_ / "rank1.f32", 1000 * sizeof(float) * 2 + 7);
+  try {
+    open_trace(directory_.string());
+    FAIL() << "expected an error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank1.f32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TraceTest, MissingOrCorruptMetaIsRefused) {
+  EXPECT_THROW(open_trace(directory_.string()), InvalidArgument);
+  record();
+  std::ofstream(directory_ / "meta.json") << "{\"numel\": 1000, \"world\": ";
+  EXPECT_THROW(open_trace(directory_.string()), InvalidArgument);
+  std::ofstream(directory_ / "meta.json") << R"({"numel": 1000, "world": 3, "steps": 3})";
+  EXPECT_THROW(open_trace(directory_.string()), InvalidArgument) << "rank2.f32 is missing";
+}
+
+}  // namespace
+}  // namespace sparsecomm

@@ -1,0 +1,15 @@
+#pragma once
+// `sparsecomm bench sparsifiers`: per sparsification scheme, the selection
+// time against the memory-bandwidth floor, std::nth_element and torch::topk,
+// and the density-control, load-balance and traffic metrics of every step
+// (ALGORITHMS.md "Metrics every sparse scheme reports each step"), on a
+// synthetic gradient stream of n ranks simulated in one process.
+
+#include <CLI/CLI.hpp>
+
+namespace sparsecomm::cli {
+
+// Adds the `sparsifiers` subcommand to `bench`.
+void add_bench_sparsifiers_command(CLI::App& bench);
+
+}  // namespace sparsecomm::cli
