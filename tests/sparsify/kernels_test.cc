@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,9 +30,9 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-const std::vector<std::size_t> kSizes = {0,  1,  2,  7,    8,    15,   16,   17,   31,     32,
-                                         33, 63, 64, 65,   127,  1000, 4095, 4096, 4097, 4113,
-                                         9000, 1000000};
+const std::vector<std::size_t> kSizes = {0,    1,    2,    7,    8,    15,     16,  17,
+                                         31,   32,   33,   63,   64,   65,     127, 1000,
+                                         4095, 4096, 4097, 4113, 9000, 1000000};
 
 std::vector<float> normal_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);
@@ -153,6 +155,23 @@ TEST_P(KernelTest, ThresholdSelectEveryDensity) {
     threshold_select(x, threshold, 0, got, level());
     expect_same(got, want, "rank " + std::to_string(rank));
     EXPECT_GE(got.size(), rank);
+  }
+}
+
+TEST_P(KernelTest, ThresholdSelectDensityChangesAlongTheVector) {
+  // Segments alternate between dense (half selected) and sparse (almost
+  // nothing), with lengths that do not align with the kernel's blocks, so
+  // the dense and sparse loops take turns within one call.
+  std::vector<float> x = normal_vector(300000, 21, 0.1f);
+  for (std::size_t seg = 0; seg * 7001 < x.size(); seg += 2) {
+    for (std::size_t i = seg * 7001; i < std::min(x.size(), (seg + 1) * 7001); ++i) x[i] *= 100.0f;
+  }
+  for (float threshold : {0.3f, 5.0f}) {
+    SparseSelection want;
+    reference_threshold(x, threshold, 9, want);
+    SparseSelection got;
+    threshold_select(x, threshold, 9, got, level());
+    expect_same(got, want, "alternating density, thr=" + std::to_string(threshold));
   }
 }
 
@@ -309,7 +328,8 @@ float direct_sampled_threshold(const std::vector<float>& x, double density, std:
   const std::size_t size = std::max(d / 100, std::min<std::size_t>(d, 1000));
   const std::size_t stride = d / size;
   std::vector<float> sample;
-  for (std::size_t j = 0; j < size; ++j) sample.push_back(std::fabs(x[start % stride + j * stride]));
+  for (std::size_t j = 0; j < size; ++j)
+    sample.push_back(std::fabs(x[start % stride + j * stride]));
   std::sort(sample.begin(), sample.end(), std::greater<float>());
   const auto rank = static_cast<std::size_t>(std::ceil(density * static_cast<double>(size)));
   return sample[std::clamp<std::size_t>(rank, 1, size) - 1];
@@ -376,8 +396,9 @@ TEST_P(KernelTest, TopKMatchesReference) {
                                    : kind == 1 ? heavy_tailed_vector(n, n + 2)
                                                : tied_vector(n, n + 3);
       for (std::size_t k : k_values(n, n + 4)) {
-        check_topk(selector, x, k, 3, "n=" + std::to_string(n) + " kind=" + std::to_string(kind) +
-                                          " k=" + std::to_string(k));
+        check_topk(
+            selector, x, k, 3,
+            "n=" + std::to_string(n) + " kind=" + std::to_string(kind) + " k=" + std::to_string(k));
       }
     }
   }
@@ -490,7 +511,7 @@ Timing time_against_floor(std::span<const float> x, int rounds, Fn&& fn) {
 TEST(KernelTiming, DISABLED_Print) {
   const std::size_t n = 25'000'000;
   const std::vector<float> x = heavy_tailed_vector(n, 2026);
-  const int rounds = 15;
+  const int rounds = 21;
   std::printf("n = %zu floats (Student-t 3 x 1e-3), %d rounds, medians\n", n, rounds);
   auto print = [](SimdLevel level, const std::string& what, const Timing& t) {
     std::printf("%-7s %-34s %7.2f ms  floor %5.2f ms (%4.1f GB/s)  ratio %.2fx\n",
@@ -514,16 +535,16 @@ TEST(KernelTiming, DISABLED_Print) {
         out.clear();
         selector.select(x, k, 0, out);
       });
-      print(level, "TopKSelector k=" + std::to_string(density).substr(0, 5) + "n passes=" +
-                       std::to_string(selector.last_passes()),
+      print(level,
+            "TopKSelector k=" + std::to_string(density).substr(0, 5) +
+                "n passes=" + std::to_string(selector.last_passes()),
             t);
     }
     volatile double sink = 0.0;
     print(level, "moments",
           time_against_floor(x, rounds, [&] { sink = sink + moments(x, level).mean; }));
-    print(level, "all_finite", time_against_floor(x, rounds, [&] {
-            sink = sink + (all_finite(x, level) ? 1.0 : 0.0);
-          }));
+    print(level, "all_finite",
+          time_against_floor(x, rounds, [&] { sink = sink + (all_finite(x, level) ? 1.0 : 0.0); }));
     print(level, "count_at_least", time_against_floor(x, rounds, [&] {
             sink = sink + static_cast<double>(count_at_least(x, 0.01f, level));
           }));

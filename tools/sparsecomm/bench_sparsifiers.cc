@@ -1,37 +1,58 @@
 // `sparsecomm bench sparsifiers` (see bench_sparsifiers.h).
 //
 // How it measures (../shared/BENCHMARKS.md):
+//  - The gradients come from a sparsecomm::GradientStream: by default the
+//    project's synthetic stream (make_synthetic_stream: skewed, heavy-tailed,
+//    its scale falling --drift x over the run), or a recorded trace (--trace
+//    DIR, open_trace: its numel, world, steps and layers). The synthetic
+//    values are O(1), with no physical scale: schemes with absolute
+//    thresholds (the reference hard threshold 1/(2 sqrt(k)), ...) select what
+//    they select on it, reported as measured (pass --opt to change them).
 //  - The n ranks are threads of this process (run_thread_world). Each drives
-//    its own SparseSync, built by make_scheme, over the same deterministic
-//    synthetic gradient stream, so K/k, imbalance and bytes come from the
-//    library's own synchronization step.
+//    its own SparseSync, built by make_scheme, over its own gradients of the
+//    stream, so K/k, imbalance and bytes come from the library's own
+//    synchronization step.
 //  - Selection is timed apart from that concurrent step, each rank alone, one
 //    after another: the sparsifier handed to SparseSync is a probe wrapping
 //    the scheme's. Inside select() the probe saves the scheme's state, runs
 //    the real selection (recording whatever the scheme communicates while
-//    selecting), verifies it, and then the ranks take turns: rank 0 re-runs
-//    the selection on its accumulated vector while every other rank waits in
-//    a barrier, then rank 1, and so on. The re-run is a second instance of
-//    the scheme loaded with the saved state and talking to a replay of the
-//    recorded communication, so it makes exactly the same choice (checked)
-//    with the machine to itself. What it receives (CLT-k's broadcast, the
-//    partition schemes' counts) arrives at once from the recording, so the
-//    time is the selection's own work, not waiting for other ranks. The
-//    floor read pass is timed in the same turn, on the same vector, over the
-//    elements the scheme reads.
+//    selecting), verifies it, and then, on a timed step, the ranks take
+//    turns: rank 0 re-runs the selection on its accumulated vector while
+//    every other rank waits in a barrier, then rank 1, and so on. The re-run
+//    is a second instance of the scheme loaded with the saved state and
+//    talking to a replay of the recorded communication, so it makes exactly
+//    the same choice (checked) with the machine to itself. What it receives
+//    (CLT-k's broadcast, the partition schemes' counts) arrives at once from
+//    the recording, so the time is the selection's own work, not waiting for
+//    other ranks.
+//  - The floor of each (rank, timed step) is a read pass over exactly the
+//    elements that rank's select() read (its partition for MiCRO/ExDyna,
+//    its bin's pieces for DEFT; see "Which elements one rank's select()
+//    reads"), timed in the same turn on the same vector. Before the floor
+//    and before the selection a pass over an eviction buffer (4x the LLC)
+//    empties the caches, so a partition smaller than the LLC is read from
+//    memory by both.
+//  - Steps: the first --warmup-steps (default 20%, at least 10 when
+//    steps >= 50) are left out of K/k, imbalance and bytes, which describe
+//    the steady state. Selection is timed on every --time-every-th step from
+//    the end of the warm-up (never step 0, the schemes' set-up); every step
+//    runs and is verified.
+//  - select_ms: per timed step the slowest rank (the step waits for it; for
+//    CLT-k that is the leader, the only rank that runs a top-k), then the
+//    median over timed steps. floor_ratio: the median over (rank, timed
+//    step) of that rank's select time / its own floor. Each figure for a
+//    rank and step is the fastest of --reps runs (on this shared machine
+//    noise only ever adds time); the floor likewise.
 //  - Memory: per rank its gradient, the memory's buffer(s) and SparseSync's
-//    output (d floats each), plus one shared d-float buffer; the stream is
-//    generated on the fly each step. 8 ranks x d = 25M: about 3 GB.
-//  - select_ms: per step the slowest rank (the step waits for it; for CLT-k
-//    that is the leader, the only rank that runs a top-k), then the median
-//    over steps 1 and later (step 0, the schemes' set-up, is not timed).
-//    Each rank's figure for a step is the fastest of --reps runs (on this
-//    shared machine noise only ever adds time); the floor likewise.
+//    output (d floats each), plus the synthetic stream's d-float profile and
+//    the eviction buffer; the stream is generated (or read) on the fly each
+//    step. 8 ranks x d = 25M: about 3.5 GB.
 //  - Verified before anything is reported: every selection (indices strictly
 //    ascending, inside [0, d), values equal to the accumulated vector), the
-//    positions each rank transmitted (ascending, covering its selection), and
-//    conservation on a sample of positions every step (the averaged gradient
-//    equals the mean over ranks of what each rank's memory gave up).
+//    positions each rank transmitted (ascending, covering its selection), the
+//    read model (every selected index inside the elements the floor reads),
+//    and conservation on a sample of positions every step (the averaged
+//    gradient equals the mean over ranks of what each rank's memory gave up).
 
 #include "bench_sparsifiers.h"
 
@@ -56,6 +77,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
@@ -71,10 +94,14 @@
 #include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sparsify/partition.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sparsify/schemes/deft.h"
+#include "sparsecomm/sparsify/schemes/partitioned.h"
 #include "sparsecomm/sparsify/sparsifier.h"
 #include "sparsecomm/sync/sparse_sync.h"
 #include "sparsecomm/sync/step_metrics.h"
+#include "sparsecomm/traces/gradient_stream.h"
 #include "torch_topk.h"
 
 namespace sparsecomm::cli {
@@ -84,26 +111,50 @@ struct Options {
   std::size_t numel = 25'000'000;
   double density = 0.001;
   int workers = 8;
-  int steps = 20;
+  int steps = 100;
+  int warmup_steps = -1;  // -1: 20% of the steps, at least 10 when steps >= 50
+  int time_every = 10;    // timing on every time_every-th step after the warm-up
   int reps = 5;
   std::string schemes;            // empty: every registered scheme
   std::vector<std::string> opts;  // key=value, passed to every scheme
-  std::string trace;
-  bool trace_given = false;
+  std::string trace;              // empty: the synthetic stream
   std::uint64_t seed = 1;
+  double drift = 10.0;  // synthetic stream: overall scale falls drift x over the run
+  double skew = 1.5;    // synthetic stream: regional skew
+  double tail = 1.0;    // synthetic stream: heavy-tail strength
   double epoch = 100.0;
   std::string format = "table";
   bool no_torch = false;
+  // Which options were given on the command line (a trace supplies the rest).
+  bool numel_given = false, workers_given = false, steps_given = false;
+  bool synthetic_given = false;  // any of --drift, --skew, --tail
+  std::string source;            // the stream's describe(), once resolved
 };
 
+// The default warm-up: 20% of the steps, at least 10 when steps >= 50.
+int default_warmup(int steps) {
+  const int fifth = steps / 5;
+  return steps >= 50 ? std::max(fifth, 10) : fifth;
+}
+
+// The first step whose selection is timed: step 0 is the schemes' set-up
+// (first use of their scratch, initial thresholds from an all-reduced
+// histogram) and is never timed, even without a warm-up.
+int first_timed_step(const Options& options) { return std::max(options.warmup_steps, 1); }
+
+// Selection is timed on every time_every-th step from first_timed_step (the
+// other steps run, and are verified and counted, but are not re-run alone).
+bool timed_step(const Options& options, std::int64_t step) {
+  const std::int64_t first = first_timed_step(options);
+  return step >= first && (step - first) % options.time_every == 0;
+}
+
 // ---------------------------------------------------------------------------
-// Synthetic gradient stream. Self-contained so it can move to the reusable
-// generator that comes with the next issue; gradient traces (issue 4) will
-// replace it for real gradients.
+// Hashing for the conservation sample (every rank draws the same positions).
 // ---------------------------------------------------------------------------
 
 // A 64-bit mixing function (xor-shift / multiply finalizer): a cheap, good
-// hash of a counter, so every element is a pure function of (key, index).
+// hash of a counter.
 constexpr std::uint64_t mix64(std::uint64_t x) {
   x ^= x >> 31;
   x *= 0x7fb5d329728ea185ull;
@@ -116,168 +167,6 @@ constexpr std::uint64_t mix64(std::uint64_t x) {
 constexpr std::uint64_t combine(std::uint64_t a, std::uint64_t b) {
   return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ull));
 }
-
-// Standard normal quantile by bisection on the CDF (256 table entries, once).
-double normal_quantile(double p) {
-  double lo = -40.0, hi = 40.0;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    if (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return 0.5 * (lo + hi);
-}
-
-// Synthetic per-rank gradients g_r(t), deterministic per (seed, rank, step):
-//  - heavy-tailed magnitudes: each element is an approximately normal value
-//    (a sum of four 12-bit uniforms) times a lognormal scale (sigma 1, 256
-//    quantiles), so |g| has a long tail;
-//  - 10 pseudo-layers of unequal size whose scales span 100x (in shuffled
-//    order along the vector);
-//  - regional skew: 64 regions with fixed factors in [0.5, 2] plus a hot
-//    window of 8 regions (x3) that moves one region every 2 steps, so the
-//    load of any fixed partition of the vector changes over time;
-//  - correlation: half of each rank's variance is shared by all ranks, and
-//    part of the shared half persists across steps (as real gradients do),
-//    so Top-k unions land between k and n*k and error feedback builds up.
-// The scale (RMS of g between 4e-5 and 8e-5, as the hot window moves) puts
-// the reference hard threshold 1/(2 sqrt(k)) within an order of magnitude of
-// the target: over 20 steps at d = 25M one rank selects 0.05k to 0.3k at
-// c = 0.1% and 0.1k to 0.25k at c = 1%. Every other scheme is scale-free.
-class SyntheticGradientStream {
- public:
-  static constexpr int kLayers = 10;
-  static constexpr std::size_t kRegions = 64;
-  static constexpr std::size_t kHotRegions = 8;
-  static constexpr float kHotFactor = 3.0f;
-  static constexpr std::int64_t kStepsPerHotMove = 2;
-  static constexpr double kSharedVariance = 0.5;       // of each rank's gradient
-  static constexpr double kPersistentVariance = 0.36;  // of the shared part
-  static constexpr double kScale = 1e-4;
-
-  SyntheticGradientStream(std::size_t numel, std::uint64_t seed) : numel_(numel), seed_(seed) {
-    build_table();
-    build_layers();
-    build_segments();
-  }
-
-  std::size_t numel() const { return numel_; }
-  const std::vector<LayerSpan>& layers() const { return layers_; }
-
-  // The part shared by every rank at `step`, for elements [begin, end) of
-  // `shared` (length numel). Disjoint ranges may be filled concurrently.
-  void fill_shared(std::int64_t step, std::size_t begin, std::size_t end,
-                   std::span<float> shared) const {
-    const std::uint64_t persistent_key = combine(seed_, 0x5045525349535431ull);
-    const std::uint64_t fresh_key =
-        combine(combine(seed_, 0x4652455348535450ull), static_cast<std::uint64_t>(step));
-    const double shared_sd = std::sqrt(kSharedVariance);
-    for (const Segment& s : segments_) {
-      const std::size_t lo = std::max(begin, s.begin), hi = std::min(end, s.end);
-      if (lo >= hi) continue;
-      const double f = kScale * s.factor * hot_factor(s.region, step) * shared_sd;
-      const auto fp = static_cast<float>(f * std::sqrt(kPersistentVariance));
-      const auto ff = static_cast<float>(f * std::sqrt(1.0 - kPersistentVariance));
-      for (std::size_t i = lo; i < hi; ++i) {
-        shared[i] = fp * heavy_tailed(persistent_key, i) + ff * heavy_tailed(fresh_key, i);
-      }
-    }
-  }
-
-  // Rank `rank`'s gradient at `step`: the shared part plus its own.
-  void fill_rank(int rank, std::int64_t step, std::span<const float> shared,
-                 std::span<float> out) const {
-    const std::uint64_t key =
-        combine(combine(combine(seed_, 0x52414e4b00000000ull), static_cast<std::uint64_t>(rank)),
-                static_cast<std::uint64_t>(step));
-    const double own_sd = std::sqrt(1.0 - kSharedVariance);
-    for (const Segment& s : segments_) {
-      const auto fo = static_cast<float>(kScale * s.factor * hot_factor(s.region, step) * own_sd);
-      for (std::size_t i = s.begin; i < s.end; ++i) out[i] = shared[i] + fo * heavy_tailed(key, i);
-    }
-  }
-
- private:
-  struct Segment {
-    std::size_t begin = 0, end = 0;
-    std::size_t region = 0;
-    double factor = 1.0;  // layer scale x region scale
-  };
-
-  // Approximately normal (Irwin-Hall of four 12-bit uniforms) times a
-  // lognormal scale; unit variance.
-  float heavy_tailed(std::uint64_t key, std::size_t i) const {
-    const std::uint64_t h = mix64(key + static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull);
-    const auto sum = static_cast<std::uint32_t>((h & 0xfff) + ((h >> 12) & 0xfff) +
-                                                ((h >> 24) & 0xfff) + ((h >> 36) & 0xfff));
-    // Mean 4 * 4095/2, standard deviation sqrt(4 * (4096^2 - 1) / 12).
-    constexpr float kCenter = 8190.0f;
-    constexpr float kInvSd = 1.0f / 2364.8f;
-    return (static_cast<float>(sum) - kCenter) * kInvSd * table_[h >> 56];
-  }
-
-  float hot_factor(std::size_t region, std::int64_t step) const {
-    const auto start = static_cast<std::size_t>(step / kStepsPerHotMove) % kRegions;
-    return (region + kRegions - start) % kRegions < kHotRegions ? kHotFactor : 1.0f;
-  }
-
-  void build_table() {
-    constexpr double kSigma = 1.0;
-    for (std::size_t j = 0; j < table_.size(); ++j) {
-      const double q = normal_quantile((static_cast<double>(j) + 0.5) / 256.0);
-      // Divided by sqrt(E[scale^2]) = exp(sigma^2) so the product has unit variance.
-      table_[j] = static_cast<float>(std::exp(kSigma * q - kSigma * kSigma));
-    }
-  }
-
-  void build_layers() {
-    const int count = static_cast<int>(std::min<std::size_t>(kLayers, numel_));
-    // Unequal sizes (weights 1..5) and scales 10^0 .. 10^-2 in shuffled order.
-    std::vector<std::size_t> weight(static_cast<std::size_t>(count));
-    std::size_t total_weight = 0;
-    for (int l = 0; l < count; ++l) {
-      weight[static_cast<std::size_t>(l)] = 1 + static_cast<std::size_t>((l * 7) % 5);
-      total_weight += weight[static_cast<std::size_t>(l)];
-    }
-    std::size_t offset = 0, cumulative = 0;
-    for (int l = 0; l < count; ++l) {
-      cumulative += weight[static_cast<std::size_t>(l)];
-      std::size_t end = l + 1 == count ? numel_ : numel_ * cumulative / total_weight;
-      end = std::max(end, offset + 1);  // every layer has at least one element
-      layers_.push_back({fmt::format("layer{}", l), offset, end - offset});
-      const int rank_in_scale = (l * 3) % kLayers;  // 0, 3, 6, 9, 2, 5, 8, 1, 4, 7
-      layer_scale_.push_back(std::pow(10.0, -2.0 * rank_in_scale / (kLayers - 1)));
-      offset = end;
-    }
-  }
-
-  void build_segments() {
-    std::vector<double> region_scale(kRegions);
-    for (std::size_t g = 0; g < kRegions; ++g) {
-      const std::uint64_t h = combine(combine(seed_, 0x524547494f4e0000ull), g);
-      const double u = static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
-      region_scale[g] = std::exp2(2.0 * u - 1.0);                 // [0.5, 2)
-    }
-    const auto region_begin = [&](std::size_t g) { return numel_ * g / kRegions; };
-    for (std::size_t l = 0; l < layers_.size(); ++l) {
-      const std::size_t lo = layers_[l].offset, hi = lo + layers_[l].size;
-      for (std::size_t g = 0; g < kRegions; ++g) {
-        const std::size_t b = std::max(lo, region_begin(g)), e = std::min(hi, region_begin(g + 1));
-        if (b < e) segments_.push_back({b, e, g, layer_scale_[l] * region_scale[g]});
-      }
-    }
-  }
-
-  std::size_t numel_;
-  std::uint64_t seed_;
-  std::array<float, 256> table_{};
-  std::vector<LayerSpan> layers_;
-  std::vector<double> layer_scale_;
-  std::vector<Segment> segments_;
-};
 
 // ---------------------------------------------------------------------------
 // Recording and replaying what a sparsifier communicates inside select().
@@ -513,42 +402,191 @@ class ReplayCommunicator final : public Communicator {
 // Probes: wrap a scheme's sparsifier and memory inside SparseSync.
 // ---------------------------------------------------------------------------
 
-// Step 0 is verified but not timed: it is the schemes' set-up step (first
-// use of their scratch, initial thresholds from an all-reduced histogram),
-// not the steady state a training run spends its time in.
-constexpr std::int64_t kFirstTimedStep = 1;
-
 // Everything one scheme's run records, indexed [step * workers + rank].
+// Timing fields are NaN on the steps (and, for the floor, the ranks) that
+// have none.
 struct SchemeRun {
   std::string scheme;
   std::string exchange;
   int workers = 0;
   int steps = 0;
   std::vector<double> select_ms;
-  std::vector<double> floor_ms;  // read pass over all d elements
+  std::vector<double> floor_ms;         // read pass over the elements this rank's select() read
+  std::vector<std::size_t> elements;    // ... and how many those were (0: no floor)
   std::vector<StepMetrics> metrics;
-  std::optional<std::size_t> floor_elements;  // none: no floor (Random-k)
   std::size_t numel = 0;
 };
 
-// Elements one rank's select() reads, for its floor: the whole vector for the
-// classic schemes (DEFT included), d/n for the partition schemes (MiCRO and
-// ExDyna: their mean partition; ExDyna's vary in size). Random-k reads only
-// the k values at its random indices: no streaming read pass bounds that, so
-// it has no floor.
+// ---------------------------------------------------------------------------
+// Which elements one rank's select() reads, for its floor (BENCHMARKS.md: a
+// read pass "over exactly the elements the kernel reads").
 //
-// The pass is always timed over all d elements and scaled to the elements
-// read: the floor is defined on data larger than the last-level cache, which
-// a d/n partition need not be (12.5 MB at d = 25M, n = 8 against a 32 MB L3).
-// The full pass before every re-run also evicts what the previous run read,
-// so no timed selection starts from a warm cache.
-std::optional<std::size_t> elements_read(std::string_view scheme, std::size_t numel, int workers) {
-  if (scheme == "randomk") return std::nullopt;
-  if (scheme == "micro" || scheme.starts_with("exdyna")) {
-    const auto n = static_cast<std::size_t>(workers);
-    return (numel + n - 1) / n;
+//  - topk, threshold, gaussiank, dgc: the whole vector (DGC may read it more
+//    than once when its sampled threshold undershoots; the floor is one pass,
+//    the extra rounds are the scheme's own cost).
+//  - cltk: the leader (t mod n) the whole vector; the other ranks only gather
+//    the k broadcast positions: no streaming pass bounds that, no floor.
+//  - randomk: k scattered values, no floor.
+//  - micro (equal layout): the rank's partition equal_partitions(d, n)
+//    [owned_partition(t, r, n)], the library's own pure functions.
+//  - exdyna, exdyna-faithful (block layouts): the partition of the block
+//    layout the selection used. The layout is the scheme's state, which the
+//    probe saves before every selection anyway; it is read back from that
+//    saved state (its leading fields: tag, name, numel, world, layout).
+//  - deft: the pieces of the rank's bin, from the plan the leader broadcast
+//    during this very selection (recorded by the probe), plus, for the
+//    leader, the whole vector (its norm pass) and the whole-piece copies.
+// Every timed step checks that the rank's selected indices lie inside the
+// ranges computed here, so a scheme that changes what it reads fails loudly
+// instead of being measured against the wrong floor.
+// ---------------------------------------------------------------------------
+
+struct ReadModel {
+  enum class Kind { kWhole, kNone, kLeaderWhole, kEqualPartition, kBlockPartition, kDeft };
+  Kind kind = Kind::kWhole;
+  int blocks = 0;             // kBlockPartition: the block grid's parameters
+  std::size_t alignment = 0;
+};
+
+ReadModel read_model(std::string_view scheme, const SchemeOptions& scheme_opts) {
+  ReadModel model;
+  if (scheme == "randomk") {
+    model.kind = ReadModel::Kind::kNone;
+  } else if (scheme == "cltk") {
+    model.kind = ReadModel::Kind::kLeaderWhole;
+  } else if (scheme == "deft") {
+    model.kind = ReadModel::Kind::kDeft;
+  } else if (scheme == "micro" || scheme == "exdyna" || scheme == "exdyna-faithful") {
+    const PartitionedOptions p = partitioned_options_from(scheme, scheme_opts);
+    if (p.layout == PartitionedOptions::Layout::kEqual) {
+      model.kind = ReadModel::Kind::kEqualPartition;
+    } else {
+      model.kind = ReadModel::Kind::kBlockPartition;
+      model.blocks = p.blocks;
+      model.alignment = static_cast<std::size_t>(p.alignment);
+    }
   }
-  return numel;
+  return model;
+}
+
+bool is_partition_scheme(const ReadModel& model) {
+  return model.kind == ReadModel::Kind::kEqualPartition ||
+         model.kind == ReadModel::Kind::kBlockPartition || model.kind == ReadModel::Kind::kDeft;
+}
+
+// Sorted, with overlapping or touching ranges merged (for the coverage check
+// and so contiguous pieces are read in one pass).
+std::vector<Range> merged(std::vector<Range> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& x, const Range& y) { return x.begin < y.begin; });
+  std::vector<Range> out;
+  for (const Range& r : ranges) {
+    if (r.empty()) continue;
+    if (!out.empty() && r.begin <= out.back().end) {
+      out.back().end = std::max(out.back().end, r.end);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+struct ReadRanges {
+  std::vector<Range> passes;  // what the floor reads, in order (may overlap: DEFT's leader)
+  std::vector<Range> cover;   // their union, sorted and merged
+  std::size_t elements = 0;   // sum of the passes' sizes
+};
+
+// The block layout the partition scheme selected with, from its saved state.
+BlockLayout saved_layout(std::span<const std::byte> state, std::string_view scheme, int workers,
+                         const BlockGrid& grid) {
+  StateReader reader(state);
+  reader.expect_tag("partitioned");
+  reader.string();  // scheme name
+  const auto numel = reader.value<std::uint64_t>();
+  const auto world = reader.value<std::int32_t>();
+  BlockLayout layout;
+  layout.first = reader.array<int>();
+  if (numel != grid.numel || world != workers || layout.parts() != workers ||
+      layout.first.front() != 0 || layout.first.back() != grid.blocks ||
+      !std::is_sorted(layout.first.begin(), layout.first.end())) {
+    throw Error(fmt::format(
+        "[bench] {}: the partition layout read back from the scheme's saved state is not a "
+        "layout of {} blocks over {} ranks (numel {}, world {}, {} boundaries): the state "
+        "format changed; update the bench's read model",
+        scheme, grid.blocks, workers, numel, world, layout.first.size()));
+  }
+  return layout;
+}
+
+// DEFT's per-piece bins, from the second broadcast of the recorded selection.
+std::vector<std::int32_t> deft_bins(const CommLog& log, std::size_t pieces) {
+  std::vector<const CommRecord*> broadcasts;
+  for (const CommRecord& record : log) {
+    if (record.op == CommOp::kBroadcast) broadcasts.push_back(&record);
+  }
+  if (broadcasts.size() != 2 || broadcasts[0]->bytes != pieces * sizeof(std::int64_t) ||
+      broadcasts[1]->bytes != pieces * sizeof(std::int32_t)) {
+    throw Error(fmt::format(
+        "[bench] deft: expected its selection to broadcast {} budgets then {} bins, it made {} "
+        "broadcasts: the plan's wire form changed; update the bench's read model",
+        pieces, pieces, broadcasts.size()));
+  }
+  std::vector<std::int32_t> bins(pieces);
+  copy_bytes(writable_bytes_of(std::span<std::int32_t>(bins)), broadcasts[1]->data);
+  return bins;
+}
+
+// The elements rank `rank` read in its selection at ctx.step; none: the
+// scheme has no streaming floor on this rank.
+std::optional<ReadRanges> ranges_read(const ReadModel& model, std::string_view scheme,
+                                      std::size_t numel, int rank, int workers,
+                                      const StepContext& ctx, std::span<const std::byte> state,
+                                      const CommLog& log) {
+  using Kind = ReadModel::Kind;
+  const Range whole{0, numel};
+  const int leader = static_cast<int>(static_cast<std::uint64_t>(ctx.step) %
+                                      static_cast<std::uint64_t>(workers));
+  ReadRanges read;
+  switch (model.kind) {
+    case Kind::kNone:
+      return std::nullopt;
+    case Kind::kWhole:
+      read.passes = {whole};
+      break;
+    case Kind::kLeaderWhole:
+      if (rank != leader) return std::nullopt;
+      read.passes = {whole};
+      break;
+    case Kind::kEqualPartition:
+      read.passes = {equal_partitions(numel, workers)[static_cast<std::size_t>(
+          owned_partition(ctx.step, rank, workers))]};
+      break;
+    case Kind::kBlockPartition: {
+      const BlockGrid grid = make_block_grid(numel, model.blocks, model.alignment);
+      const BlockLayout layout = saved_layout(state, scheme, workers, grid);
+      read.passes = {layout.range(grid, owned_partition(ctx.step, rank, workers))};
+      break;
+    }
+    case Kind::kDeft: {
+      const std::vector<Range> pieces = deft_pieces(ctx.layers, numel, workers);
+      const std::vector<std::int32_t> bins = deft_bins(log, pieces.size());
+      constexpr std::int32_t kWholePiece = -2;  // deft.h: "-2: whole piece"
+      const auto my_bin = static_cast<std::int32_t>((leader + rank) % workers);
+      std::vector<Range> mine;
+      for (std::size_t l = 0; l < pieces.size(); ++l) {
+        if (bins[l] == my_bin || (bins[l] == kWholePiece && rank == leader)) {
+          mine.push_back(pieces[l]);
+        }
+      }
+      if (rank == leader) read.passes.push_back(whole);  // the norm pass
+      for (const Range& r : merged(mine)) read.passes.push_back(r);
+      break;
+    }
+  }
+  read.cover = merged(read.passes);
+  for (const Range& r : read.passes) read.elements += r.size();
+  return read;
 }
 
 bool same_bits(float a, float b) {
@@ -655,8 +693,15 @@ class ProbeMemory final : public GradientMemory {
 class ProbeSparsifier final : public Sparsifier {
  public:
   ProbeSparsifier(std::unique_ptr<Sparsifier> inner, std::unique_ptr<Sparsifier> twin,
-                  RankProbe& probe, SchemeRun& run, int reps)
-      : inner_(std::move(inner)), twin_(std::move(twin)), probe_(probe), run_(run), reps_(reps) {}
+                  RankProbe& probe, SchemeRun& run, const Options& options,
+                  const ReadModel& model, std::span<const float> evict)
+      : inner_(std::move(inner)),
+        twin_(std::move(twin)),
+        probe_(probe),
+        run_(run),
+        options_(options),
+        model_(model),
+        evict_(evict) {}
 
   std::string_view name() const override { return inner_->name(); }
   ExchangePattern default_exchange() const override { return inner_->default_exchange(); }
@@ -689,7 +734,7 @@ class ProbeSparsifier final : public Sparsifier {
     take_sample(comm, accumulated, out);
     // 3. Each rank alone: rank q re-runs its selection while all others wait
     //    in the barrier that ends its turn.
-    if (ctx.step < kFirstTimedStep) return;
+    if (!timed_step(options_, ctx.step)) return;
     for (int q = 0; q < comm.size(); ++q) {
       comm.barrier();
       if (q == comm.rank()) time_alone(accumulated, ctx, comm, out);
@@ -726,15 +771,30 @@ class ProbeSparsifier final : public Sparsifier {
     for (std::size_t j = 0; j < sample.size(); ++j) probe_.before[j] = accumulated[sample[j]];
   }
 
+  // One rep: evict the caches (a pass over a buffer several times the
+  // last-level cache), time the floor pass over exactly the elements this
+  // rank's selection reads, evict again, time the selection. So neither the
+  // floor nor the selection starts from data the other just pulled into the
+  // cache: both read from memory, as at full scale.
   void time_alone(std::span<const float> accumulated, const StepContext& ctx, Communicator& comm,
                   const SparseSelection& out) {
+    const std::optional<ReadRanges> read =
+        ranges_read(model_, probe_.scheme, accumulated.size(), comm.rank(), comm.size(), ctx,
+                    state_, log_);
+    if (read) check_inside(*read, out);
     ReplayCommunicator replay(comm.rank(), comm.size(), comm.has_native_allreduce(), log_,
                               probe_.scheme);
     std::vector<double> select_ms, floor_ms;
-    for (int rep = 0; rep < reps_; ++rep) {
-      Stopwatch floor_clock;
-      sink_ += read_pass(accumulated);
-      floor_ms.push_back(floor_clock.seconds() * 1e3);
+    for (int rep = 0; rep < options_.reps; ++rep) {
+      if (read) {
+        sink_ += read_pass(evict_);
+        Stopwatch floor_clock;
+        for (const Range& r : read->passes) {
+          sink_ += read_pass(accumulated.subspan(r.begin, r.size()));
+        }
+        floor_ms.push_back(floor_clock.seconds() * 1e3);
+      }
+      sink_ += read_pass(evict_);
 
       StateReader reader(state_);
       twin_->load(reader);
@@ -751,7 +811,25 @@ class ProbeSparsifier final : public Sparsifier {
         static_cast<std::size_t>(comm.rank());
     // The fastest run: on this shared machine noise only ever adds time.
     run_.select_ms[slot] = *std::min_element(select_ms.begin(), select_ms.end());
-    run_.floor_ms[slot] = *std::min_element(floor_ms.begin(), floor_ms.end());
+    if (read) {
+      run_.floor_ms[slot] = *std::min_element(floor_ms.begin(), floor_ms.end());
+      run_.elements[slot] = read->elements;
+    }
+  }
+
+  // The read model is right about this step: every selected index lies in
+  // the elements it says the selection read.
+  void check_inside(const ReadRanges& read, const SparseSelection& out) const {
+    std::size_t r = 0;
+    for (const Index i : out.indices) {
+      while (r < read.cover.size() && read.cover[r].end <= i) ++r;
+      if (r == read.cover.size() || i < read.cover[r].begin) {
+        throw probe_.failure(fmt::format(
+            "selected index {} lies outside the {} elements the bench computed this rank's "
+            "selection reads (its floor would be wrong): update the bench's read model",
+            i, read.elements));
+      }
+    }
   }
 
   void check_same(const SparseSelection& out) const {
@@ -771,7 +849,9 @@ class ProbeSparsifier final : public Sparsifier {
   std::unique_ptr<Sparsifier> twin_;  // a second instance, for the re-runs
   RankProbe& probe_;
   SchemeRun& run_;
-  int reps_;
+  const Options& options_;
+  const ReadModel& model_;
+  std::span<const float> evict_;  // eviction buffer, read-only, shared by the ranks
   std::vector<std::byte> state_;
   CommLog log_;
   SparseSelection scratch_;
@@ -833,8 +913,10 @@ struct Row {
   std::string exchange;
   double select_ms = 0.0;
   std::optional<double> floor_ms;  // none: the scheme has no streaming floor
-  std::optional<std::size_t> floor_elements;
   std::optional<double> floor_ratio;
+  std::optional<double> read_fraction;  // median elements read per (rank, step) / d
+  bool partitioned = false;             // per-rank reads differ (partition schemes)
+  bool leader_only = false;             // only the leader has a floor (CLT-k)
   double nth_element_speedup = 0.0;
   std::optional<double> torch_topk_speedup;
   double density_ratio_mean = 0.0;
@@ -894,13 +976,11 @@ double percentile(std::vector<double> values, double p) {
 // The reference points, once per run, on rank 0's first gradient (its first
 // accumulated vector: error feedback starts at zero): the floor over all of
 // it, std::nth_element and torch::topk on |a| for the same k.
-Baselines measure_baselines(const SyntheticGradientStream& stream, std::span<float> shared,
-                            const Options& options) {
+Baselines measure_baselines(const GradientStream& stream, const Options& options) {
   const std::size_t d = stream.numel();
   const std::size_t k = target_count(options.density, d);
-  stream.fill_shared(0, 0, d, shared);
   UninitVector<float> a(d);
-  stream.fill_rank(0, 0, shared, a);
+  stream.fill(0, 0, a);
   Baselines b;
 
   std::vector<double> floor_ms;
@@ -989,7 +1069,7 @@ std::vector<std::string> resolve_schemes(const Options& options) {
 }
 
 SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
-                     const SyntheticGradientStream& stream, std::span<float> shared,
+                     const GradientStream& stream, std::span<const float> evict,
                      const Options& options) {
   const std::size_t d = stream.numel();
   const int n = options.workers;
@@ -998,11 +1078,13 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
   run.workers = n;
   run.steps = options.steps;
   const std::size_t slots = static_cast<std::size_t>(n) * static_cast<std::size_t>(options.steps);
-  run.select_ms.assign(slots, 0.0);
-  run.floor_ms.assign(slots, 0.0);
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  run.select_ms.assign(slots, none);
+  run.floor_ms.assign(slots, none);
+  run.elements.assign(slots, 0);
   run.metrics.assign(slots, StepMetrics{});
-  run.floor_elements = elements_read(name, d, n);
   run.numel = d;
+  const ReadModel model = read_model(name, scheme_opts);
 
   run_thread_world(n, [&](Communicator& comm) {
     const int r = comm.rank();
@@ -1016,19 +1098,14 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
     const double tolerance = conservation_tolerance(parts.exchange_options.values, n);
     parts.sparsifier = std::make_unique<ProbeSparsifier>(std::move(parts.sparsifier),
                                                          make_scheme(name, scheme_opts).sparsifier,
-                                                         probe, run, options.reps);
+                                                         probe, run, options, model, evict);
     parts.memory = std::make_unique<ProbeMemory>(std::move(parts.memory), probe);
     SparseSync sync(std::move(parts));
     if (r == 0) run.exchange = std::string(exchange_pattern_name(sync.exchange_pattern()));
 
     UninitVector<float> gradient(d);
-    const std::size_t lo = d * static_cast<std::size_t>(r) / static_cast<std::size_t>(n);
-    const std::size_t hi = d * static_cast<std::size_t>(r + 1) / static_cast<std::size_t>(n);
     for (std::int64_t t = 0; t < options.steps; ++t) {
-      comm.barrier();  // everyone is done with the previous step's shared part
-      stream.fill_shared(t, lo, hi, shared);
-      comm.barrier();
-      stream.fill_rank(r, t, shared, gradient);
+      stream.fill(r, t, gradient);
       StepContext ctx;
       ctx.step = t;
       ctx.epoch = options.epoch;
@@ -1050,22 +1127,33 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
   return run;
 }
 
-Row summarize(const SchemeRun& run, const Baselines& baselines) {
+Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& options) {
   const auto n = static_cast<std::size_t>(run.workers);
+  const ReadModel model = read_model(run.scheme, scheme_options(options));
   Row row;
   row.scheme = run.scheme;
   row.exchange = run.exchange;
-  row.floor_elements = run.floor_elements;
-  std::vector<double> slowest, ratio, error, imbalance;
+  row.partitioned = is_partition_scheme(model);
+  row.leader_only = model.kind == ReadModel::Kind::kLeaderWhole;
+  std::vector<double> slowest, ratio, error, imbalance, floors, floor_ratios, fractions;
   double bytes = 0.0, raw = 0.0, encoded = 0.0;
-  std::vector<double> floors;
+  std::size_t steady = 0;
   for (std::size_t t = 0; t < static_cast<std::size_t>(run.steps); ++t) {
-    if (t >= static_cast<std::size_t>(kFirstTimedStep)) {
-      const auto first = run.select_ms.begin() + static_cast<std::ptrdiff_t>(t * n);
-      slowest.push_back(*std::max_element(first, first + static_cast<std::ptrdiff_t>(n)));
-      floors.insert(floors.end(), run.floor_ms.begin() + static_cast<std::ptrdiff_t>(t * n),
-                    run.floor_ms.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
+    if (timed_step(options, static_cast<std::int64_t>(t))) {
+      double slow = 0.0;
+      for (std::size_t r = 0; r < n; ++r) {
+        const std::size_t slot = t * n + r;
+        slow = std::max(slow, run.select_ms[slot]);
+        if (run.elements[slot] == 0) continue;  // no floor on this rank
+        floors.push_back(run.floor_ms[slot]);
+        floor_ratios.push_back(run.select_ms[slot] / run.floor_ms[slot]);
+        fractions.push_back(static_cast<double>(run.elements[slot]) /
+                            static_cast<double>(run.numel));
+      }
+      slowest.push_back(slow);
     }
+    if (t < static_cast<std::size_t>(options.warmup_steps)) continue;  // steady state only
+    ++steady;
     const StepMetrics& m = run.metrics[t * n];  // K/k and imbalance are the same on every rank
     ratio.push_back(m.density_ratio);
     error.push_back(std::abs(m.density_ratio - 1.0));
@@ -1083,17 +1171,17 @@ Row summarize(const SchemeRun& run, const Baselines& baselines) {
     return sum / static_cast<double>(v.size());
   };
   row.select_ms = median(slowest);
-  if (run.floor_elements) {
-    row.floor_ms =
-        median(floors) * static_cast<double>(*run.floor_elements) / static_cast<double>(run.numel);
-    row.floor_ratio = row.select_ms / *row.floor_ms;
+  if (!floors.empty()) {
+    row.floor_ms = median(floors);
+    row.floor_ratio = median(floor_ratios);
+    row.read_fraction = median(fractions);
   }
   row.nth_element_speedup = baselines.nth_element_ms / row.select_ms;
   if (baselines.torch_topk_ms) row.torch_topk_speedup = *baselines.torch_topk_ms / row.select_ms;
   row.density_ratio_mean = mean(ratio);
   row.density_error_p95 = percentile(error, 0.95);
   row.imbalance_mean = mean(imbalance);
-  row.bytes_per_rank = bytes / static_cast<double>(n * static_cast<std::size_t>(run.steps));
+  row.bytes_per_rank = bytes / static_cast<double>(n * steady);
   if (raw > 0.0) row.index_bytes_saved = 1.0 - encoded / raw;
   return row;
 }
@@ -1119,6 +1207,7 @@ nlohmann::ordered_json to_json(const Row& row, const Options& options) {
   j["imbalance_mean"] = row.imbalance_mean;
   j["bytes_per_rank"] = row.bytes_per_rank;
   j["index_bytes_saved"] = optional(row.index_bytes_saved);
+  j["source"] = options.source;
   return j;
 }
 
@@ -1127,9 +1216,10 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
   const std::size_t k = target_count(options.density, options.numel);
   fmt::print(
       "sparsifier selection: d = {}, c = {} (k = {}), {} rank{} simulated in one process, "
-      "{} steps, seed {}\n",
+      "{} steps ({} warm-up), seed {}\n",
       options.numel, options.density, k, options.workers, options.workers == 1 ? "" : "s",
-      options.steps, options.seed);
+      options.steps, options.warmup_steps, options.seed);
+  fmt::print("source: {}\n", options.source);
   fmt::print("machine: {}, {} cores, {:.1f} GiB memory, load average {} at start; {}\n",
              machine.cpu, machine.cores, machine.memory_gib, machine.load, machine.date);
   fmt::print(
@@ -1140,88 +1230,179 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
   const auto optional = [](const std::optional<double>& v, std::string_view suffix, int digits) {
     return v ? fmt::format("{:.{}f}{}", *v, digits, suffix) : std::string("-");
   };
-  fmt::print("{:<16} {:<16} {:>9} {:>9} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>11} {:>9}\n",
-             "scheme", "exchange", "select ms", "floor ms", "x floor", "vs nth", "vs torch",
-             "K/k mean", "|K/k-1|95", "imbal", "bytes/rank", "idx saved");
+  fmt::print(
+      "{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>11} {:>9}\n",
+      "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth", "vs torch",
+      "K/k mean", "|K/k-1|95", "imbal", "bytes/rank", "idx saved");
   for (const Row& row : rows) {
     fmt::print(
-        "{:<16} {:<16} {:>9.3f} {:>9} {:>7} {:>7.1f}x {:>8} {:>8.3f} {:>9.3f} {:>7.3f} "
+        "{:<16} {:<16} {:>9.3f} {:>9} {:>7} {:>6} {:>7.1f}x {:>8} {:>8.3f} {:>9.3f} {:>7.3f} "
         "{:>11} {:>9}\n",
         row.scheme, row.exchange, row.select_ms, optional(row.floor_ms, "", 3),
-        optional(row.floor_ratio, "", 2), row.nth_element_speedup,
-        optional(row.torch_topk_speedup, "x", 1), row.density_ratio_mean, row.density_error_p95,
-        row.imbalance_mean, format_bytes(row.bytes_per_rank),
+        optional(row.floor_ratio, "", 2), optional(row.read_fraction, "", 3),
+        row.nth_element_speedup, optional(row.torch_topk_speedup, "x", 1),
+        row.density_ratio_mean, row.density_error_p95, row.imbalance_mean,
+        format_bytes(row.bytes_per_rank),
         row.index_bytes_saved ? fmt::format("{:.1f}%", 100.0 * *row.index_bytes_saved)
                               : std::string("-"));
   }
+  std::vector<std::string> timed;
+  for (std::int64_t t = 0; t < options.steps; ++t) {
+    if (timed_step(options, t)) timed.push_back(fmt::format("{}", t));
+  }
   fmt::print(
-      "select ms: each rank's select() timed alone (fastest of {} runs; what it receives "
-      "from other ranks is replayed), the slowest rank per step, median over steps 1..{}.\n",
-      options.reps, options.steps - 1);
-  std::string floor_note = "floor ms: read pass over the elements the scheme reads (d";
-  std::string partitioned, unbounded;
-  std::size_t partition = 0;
+      "select ms: each rank's select() re-run alone from its saved state (fastest of {} runs; "
+      "what it receives from other ranks is replayed), caches evicted first; the slowest rank "
+      "per step, median over the timed steps {} (every {}{} step from {}; every step runs, is "
+      "verified and counted).\n",
+      options.reps, fmt::join(timed, ", "), options.time_every,
+      options.time_every == 1 ? "st" : options.time_every == 2 ? "nd"
+                                   : options.time_every == 3   ? "rd"
+                                                               : "th",
+      first_timed_step(options));
+  std::string partitioned, leader, unbounded;
   for (const Row& row : rows) {
-    std::string& list = !row.floor_elements                    ? unbounded
-                        : *row.floor_elements != options.numel ? partitioned
-                                                               : floor_note;
-    if (&list == &floor_note) continue;
-    if (row.floor_elements) partition = *row.floor_elements;
-    list += fmt::format("{}{}", list.empty() ? "" : ", ", row.scheme);
+    std::string* list = !row.floor_ms     ? &unbounded
+                        : row.leader_only ? &leader
+                        : row.partitioned ? &partitioned
+                                          : nullptr;  // the whole vector
+    if (list != nullptr) *list += fmt::format("{}{}", list->empty() ? "" : ", ", row.scheme);
   }
+  std::string floor_note =
+      "floor ms: a read pass over exactly the elements that rank's select() read, timed in the "
+      "same turn on the same vector (caches evicted first), median over (rank, timed step); "
+      "x floor: median over (rank, timed step) of that rank's select ms / its own floor; "
+      "read/d: median elements read per (rank, step) / d. Whole vector: the other schemes";
   if (!partitioned.empty()) {
-    floor_note += fmt::format("; {}: d/n = {}, the d pass scaled by 1/n", partitioned, partition);
+    floor_note += fmt::format(
+        "; {}: the rank's own partition (ExDyna's sizes follow the selected load) or DEFT "
+        "bin's pieces (+ the whole vector on the leader)",
+        partitioned);
   }
-  if (!unbounded.empty())
-    floor_note += fmt::format("; {}: none, it reads k scattered values", unbounded);
+  if (!leader.empty()) floor_note += fmt::format("; {}: the leader only (the others gather k values)", leader);
+  if (!unbounded.empty()) floor_note += fmt::format("; {}: none, k scattered values", unbounded);
+  fmt::print("{}.\n", floor_note);
   fmt::print(
-      "{}), fastest of the runs in each rank's turn (same data as its select), median "
-      "over turns.\n",
-      floor_note);
-  fmt::print(
-      "vs nth / vs torch: baseline time / select ms, for the same k on |a| of rank 0's "
-      "first gradient. bytes/rank: sent per rank per step. idx saved: 1 - encoded / raw "
-      "index bytes.\n");
+      "K/k, |K/k-1|95, imbal, bytes/rank, idx saved: steady state, steps {}..{} (the first {} "
+      "are warm-up). vs nth / vs torch: baseline time / select ms, for the same k on |a| of rank "
+      "0's first gradient. bytes/rank: sent per rank per step. idx saved: 1 - encoded / raw "
+      "index bytes.\n",
+      options.warmup_steps, options.steps - 1, options.warmup_steps);
 }
 
-void run(const Options& options) {
-  if (options.trace_given) {
-    throw NotSupported(fmt::format(
-        "--trace {}: not yet supported: gradient traces arrive with issue 4 (omit --trace to use "
-        "the synthetic gradient stream)",
-        options.trace));
-  }
-  if (options.format != "table" && options.format != "json") {
-    throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
+// Checks the options against each other and the stream, and fills in what
+// the stream supplies (a trace's numel, world and steps).
+std::unique_ptr<GradientStream> open_stream(Options& options) {
+  std::unique_ptr<GradientStream> stream;
+  if (!options.trace.empty()) {
+    if (options.synthetic_given) {
+      throw InvalidArgument(
+          "--drift, --skew and --tail shape the synthetic stream; they do not apply to --trace");
+    }
+    stream = open_trace(options.trace);
+    const std::size_t numel = stream->numel();
+    const int world = stream->world();
+    const std::int64_t steps = stream->steps();
+    if (options.numel_given && options.numel != numel) {
+      throw InvalidArgument(fmt::format(
+          "--numel {} does not match the trace {}, which has numel {} (leave --numel out to take "
+          "the trace's)",
+          options.numel, options.trace, numel));
+    }
+    if (options.workers_given && options.workers != world) {
+      throw InvalidArgument(fmt::format(
+          "--workers {} does not match the trace {}, recorded on {} ranks: each simulated rank "
+          "replays its own recorded gradients (leave --workers out to take the trace's)",
+          options.workers, options.trace, world));
+    }
+    if (options.steps_given && options.steps > steps) {
+      throw InvalidArgument(fmt::format("--steps {} exceeds the {} steps recorded in the trace {}",
+                                        options.steps, steps, options.trace));
+    }
+    options.numel = numel;
+    options.workers = world;
+    if (!options.steps_given) {
+      if (steps > std::numeric_limits<int>::max()) {
+        throw InvalidArgument(fmt::format("the trace {} has {} steps: pass --steps", options.trace,
+                                          steps));
+      }
+      options.steps = static_cast<int>(steps);
+    }
   }
   if (options.numel < 1 || options.numel > std::numeric_limits<Index>::max()) {
     throw InvalidArgument(fmt::format("--numel must be in [1, {}], got {}",
                                       std::numeric_limits<Index>::max(), options.numel));
   }
-  if (!(options.density > 0.0 && options.density <= 1.0)) {
-    throw InvalidArgument(fmt::format("--density must be in (0, 1], got {}", options.density));
-  }
   if (options.workers < 1)
     throw InvalidArgument(fmt::format("--workers must be >= 1, got {}", options.workers));
-  if (options.steps < kFirstTimedStep + 1) {
-    throw InvalidArgument(
-        fmt::format("--steps must be >= {} (step 0 is verified but not timed), got {}",
-                    kFirstTimedStep + 1, options.steps));
+  if (options.steps < 1)
+    throw InvalidArgument(fmt::format("--steps must be >= 1, got {}", options.steps));
+  if (options.warmup_steps < 0) options.warmup_steps = default_warmup(options.steps);
+  if (options.time_every < 1)
+    throw InvalidArgument(fmt::format("--time-every must be >= 1, got {}", options.time_every));
+  if (first_timed_step(options) >= options.steps) {
+    throw InvalidArgument(fmt::format(
+        "--steps {} leaves no step to time: timing starts after the {} warm-up step{} and never "
+        "on step 0 (the schemes' set-up); raise --steps or lower --warmup-steps",
+        options.steps, options.warmup_steps, options.warmup_steps == 1 ? "" : "s"));
+  }
+  if (!stream) {
+    SyntheticStreamOptions synthetic;
+    synthetic.numel = options.numel;
+    synthetic.drift_factor = options.drift;
+    synthetic.drift_steps = options.steps;  // the drift spans the run
+    synthetic.skew = options.skew;
+    synthetic.tail = options.tail;
+    synthetic.seed = options.seed;
+    stream = make_synthetic_stream(synthetic);  // validates drift, skew, tail
+  }
+  options.source = stream->describe();
+  return stream;
+}
+
+// The eviction buffer: several times the last-level cache (at least 64 MiB).
+std::size_t eviction_floats() {
+  long llc = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  const std::size_t bytes = std::max<std::size_t>(std::size_t{64} << 20,
+                                                  4 * static_cast<std::size_t>(std::max(llc, 0L)));
+  return bytes / sizeof(float);
+}
+
+void run(Options options) {
+  if (options.format != "table" && options.format != "json") {
+    throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
+  }
+  if (!(options.density > 0.0 && options.density <= 1.0)) {
+    throw InvalidArgument(fmt::format("--density must be in (0, 1], got {}", options.density));
   }
   if (options.reps < 1)
     throw InvalidArgument(fmt::format("--reps must be >= 1, got {}", options.reps));
   if (!(options.epoch >= 0.0))
     throw InvalidArgument(fmt::format("--epoch must be >= 0, got {}", options.epoch));
+  if (options.warmup_steps < -1) {
+    throw InvalidArgument(fmt::format("--warmup-steps must be >= 0, got {}", options.warmup_steps));
+  }
+  const std::unique_ptr<GradientStream> stream = open_stream(options);
 
   const std::vector<std::string> names = resolve_schemes(options);
   const SchemeOptions scheme_opts = scheme_options(options);
-  for (const std::string& name : names) make_scheme(name, scheme_opts);  // options errors first
+  for (const std::string& name : names) {  // options errors first
+    make_scheme(name, scheme_opts);
+    read_model(name, scheme_opts);
+  }
 
   // Per rank: its gradient, the memory's accumulated buffer (DGC: two) and
-  // SparseSync's output; plus the shared part of the stream.
+  // SparseSync's output; plus the baselines' and the synthetic stream's own
+  // d-float buffers and the eviction buffer.
   const Machine machine = describe_machine();
-  const double needed_gib = static_cast<double>(options.numel) * sizeof(float) *
-                            (4.0 * options.workers + 3.0) / (1024.0 * 1024.0 * 1024.0);
+  const std::size_t evict_floats = eviction_floats();
+  const double needed_gib =
+      (static_cast<double>(options.numel) * (4.0 * options.workers + 3.0) +
+       static_cast<double>(evict_floats)) *
+      sizeof(float) / (1024.0 * 1024.0 * 1024.0);
   if (machine.available_gib > 0.0 && needed_gib > 0.8 * machine.available_gib) {
     throw InvalidArgument(fmt::format(
         "{} ranks x d = {} need about {:.1f} GiB (4 buffers of d floats per rank) but only {:.1f} "
@@ -1229,12 +1410,12 @@ void run(const Options& options) {
         options.workers, options.numel, needed_gib, machine.available_gib));
   }
 
-  const SyntheticGradientStream stream(options.numel, options.seed);
-  UninitVector<float> shared(options.numel);
-  const Baselines baselines = measure_baselines(stream, shared, options);
+  std::vector<float> evict(evict_floats, 1.0f);  // touched: real pages, not the zero page
+  const Baselines baselines = measure_baselines(*stream, options);
   std::vector<Row> rows;
   for (const std::string& name : names) {
-    rows.push_back(summarize(run_scheme(name, scheme_opts, stream, shared, options), baselines));
+    rows.push_back(
+        summarize(run_scheme(name, scheme_opts, *stream, evict, options), baselines, options));
   }
 
   if (options.format == "json") {
@@ -1253,34 +1434,64 @@ void add_bench_sparsifiers_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "sparsifiers",
       "Selection time vs the bandwidth floor, std::nth_element and torch::topk; density, "
-      "imbalance and bytes per scheme");
-  cmd->add_option("--numel,-d", options->numel, "gradient length d")->capture_default_str();
+      "imbalance and bytes per scheme, on the synthetic gradient stream or a recorded trace");
+  CLI::Option* numel =
+      cmd->add_option("--numel,-d", options->numel, "gradient length d (a trace: its own)")
+          ->capture_default_str();
   cmd->add_option("--density,-c", options->density, "target density c in (0, 1]")
       ->capture_default_str();
-  cmd->add_option("--workers,-n", options->workers, "ranks, simulated as threads of one process")
+  CLI::Option* workers =
+      cmd->add_option("--workers,-n", options->workers,
+                      "ranks, simulated as threads of one process (a trace: its world; if given "
+                      "it must match)")
+          ->capture_default_str();
+  CLI::Option* steps =
+      cmd->add_option("--steps", options->steps,
+                      "steps of the gradient stream (a trace: all its steps unless given)")
+          ->capture_default_str();
+  cmd->add_option("--warmup-steps", options->warmup_steps,
+                  "leading steps left out of the density, imbalance and bytes statistics and "
+                  "of timing (default: 20% of the steps, at least 10 when steps >= 50)");
+  cmd->add_option("--time-every", options->time_every,
+                  "time the selection on every N-th step after the warm-up")
       ->capture_default_str();
-  cmd->add_option("--steps", options->steps, "steps of the gradient stream")->capture_default_str();
   cmd->add_option("--reps", options->reps,
-                  "timed runs of each rank's selection per step, and of each baseline (median)")
+                  "timed runs of each rank's selection per timed step (the fastest counts), and "
+                  "of each baseline (median)")
       ->capture_default_str();
   cmd->add_option("--schemes", options->schemes,
                   "comma-separated schemes (default: every registered one)");
   cmd->add_option("--opt", options->opts,
                   "key=value passed to every scheme (repeatable); density and seed have their "
                   "own flags");
-  CLI::Option* trace = cmd->add_option("--trace", options->trace,
-                                       "replay a gradient trace directory (not yet supported)");
-  cmd->add_option("--seed", options->seed, "seed of the gradient stream and the schemes")
+  cmd->add_option("--trace", options->trace,
+                  "replay a recorded gradient trace directory (meta.json + rank<r>.f32) instead "
+                  "of the synthetic stream");
+  cmd->add_option("--seed", options->seed, "seed of the synthetic stream and the schemes")
       ->capture_default_str();
+  CLI::Option* drift =
+      cmd->add_option("--drift", options->drift,
+                      "synthetic stream: the overall scale falls this factor over the run")
+          ->capture_default_str();
+  CLI::Option* skew = cmd->add_option("--skew", options->skew,
+                                      "synthetic stream: regional skew (0: none)")
+                          ->capture_default_str();
+  CLI::Option* tail = cmd->add_option("--tail", options->tail,
+                                      "synthetic stream: heavy-tail strength (0: normal)")
+                          ->capture_default_str();
   cmd->add_option("--epoch", options->epoch,
                   "fractional epoch passed to the schemes (DGC warm-up); the default is past any "
                   "warm-up")
       ->capture_default_str();
   cmd->add_option("--format", options->format, "table | json")->capture_default_str();
   cmd->add_flag("--no-torch", options->no_torch, "skip the torch::topk baseline");
-  cmd->callback([options, trace] {
-    options->trace_given = trace->count() > 0;
-    run(*options);
+  cmd->callback([options, numel, workers, steps, drift, skew, tail] {
+    Options resolved = *options;
+    resolved.numel_given = numel->count() > 0;
+    resolved.workers_given = workers->count() > 0;
+    resolved.steps_given = steps->count() > 0;
+    resolved.synthetic_given = drift->count() + skew->count() + tail->count() > 0;
+    run(std::move(resolved));
   });
 }
 

@@ -86,10 +86,11 @@ class HistogramController final : public DensityController {
       floor_factor_ = std::max(floor_factor_ * 0.5, 1.0 / 1024);
     } else {
       ideal = std::max(kMinThreshold, crossing(histogram, base, k, /*clamped_top=*/true));
-      // Keep the candidate set a few times k: cheap to histogram, wide enough
-      // to see the crossing next step.
-      if (total > 64 * want) floor_factor_ = std::min(floor_factor_ * 2, 0.5);
-      if (total < 4 * want) floor_factor_ = std::max(floor_factor_ * 0.5, 1.0 / 1024);
+      // Keep the candidates at 1.5-4 times k: few enough that counting them
+      // costs little next to the read pass, enough to see the crossing and
+      // the slope around it next step.
+      if (total > 4 * want) floor_factor_ = std::min(floor_factor_ * 1.25, 0.95);
+      if (2 * total < 3 * want) floor_factor_ = std::max(floor_factor_ * 0.8, 1.0 / 1024);
     }
     log_ideal_ += options_.smoothing * (std::log(ideal) - log_ideal_);
     // Feedback on the count achieved with the threshold in use.
@@ -175,7 +176,7 @@ class HistogramController final : public DensityController {
   std::size_t window_ = 1536;
   bool started_ = false;
   float threshold_ = kMinThreshold;
-  double floor_factor_ = 0.25;
+  double floor_factor_ = 0.7;
   double log_ideal_ = 0.0;
   double log_correction_ = 0.0;
 };

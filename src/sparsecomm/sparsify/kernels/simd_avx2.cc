@@ -75,8 +75,7 @@ __attribute__((always_inline)) inline void for_rounds(const float* x, std::size_
 // Packs the selected lanes of (v, idx) to the front with one table lookup and
 // two permutes, then writes full vectors (the slack absorbs the rest).
 __attribute__((always_inline)) inline void emit(unsigned mask, __m256 v, __m256i idx,
-                                                Index* indices, float* values,
-                                                std::size_t& count) {
+                                                Index* indices, float* values, std::size_t& count) {
   const __m256i perm =
       _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kCompact.lanes[mask])));
   _mm256_storeu_ps(values + count, _mm256_permutevar8x32_ps(v, perm));
@@ -95,8 +94,8 @@ struct SparseLoop {
 
 }  // namespace
 
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense,
-                   float threshold, Index base, Index* indices, float* values) {
+std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
+                   Index base, Index* indices, float* values) {
   const __m256 thr = _mm256_set1_ps(threshold);
   const __m256i step = _mm256_set1_epi32(static_cast<int>(kLanes));
   __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -184,9 +183,11 @@ float abs_sum(const float* x, std::size_t n) {
       acc[j % 4] = _mm256_add_ps(acc[j % 4], abs_ps(_mm256_loadu_ps(x + at + j * kLanes)));
     }
   });
-  for (; i + kLanes <= n; i += kLanes) acc[0] = _mm256_add_ps(acc[0], abs_ps(_mm256_loadu_ps(x + i)));
+  for (; i + kLanes <= n; i += kLanes)
+    acc[0] = _mm256_add_ps(acc[0], abs_ps(_mm256_loadu_ps(x + i)));
   alignas(32) float lanes[kLanes];
-  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  _mm256_store_ps(lanes,
+                  _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   float total = 0.0f;
   for (std::size_t l = 0; l < kLanes; ++l) total += lanes[l];
   for (; i < n; ++i) total += abs_scalar(x[i]);
@@ -235,7 +236,8 @@ MomentSums moment_sums(const float* x, std::size_t n, double shift) {
   });
   alignas(32) double sums[4];
   alignas(32) double sqs[4];
-  _mm256_store_pd(sums, _mm256_add_pd(_mm256_add_pd(sum[0], sum[1]), _mm256_add_pd(sum[2], sum[3])));
+  _mm256_store_pd(sums,
+                  _mm256_add_pd(_mm256_add_pd(sum[0], sum[1]), _mm256_add_pd(sum[2], sum[3])));
   _mm256_store_pd(sqs, _mm256_add_pd(_mm256_add_pd(sq[0], sq[1]), _mm256_add_pd(sq[2], sq[3])));
   MomentSums r;
   for (int l = 0; l < 4; ++l) {

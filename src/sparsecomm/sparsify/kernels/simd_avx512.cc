@@ -55,9 +55,8 @@ __attribute__((always_inline)) inline void for_rounds(const float* x, std::size_
 
 // Selected lanes of (v, idx) packed to the front of registers, then written
 // with full stores: Zen 4 runs vcompressps to memory very slowly.
-__attribute__((always_inline)) inline void emit(__mmask16 m, __m512 v, __m512i idx,
-                                                Index* indices, float* values,
-                                                std::size_t& count) {
+__attribute__((always_inline)) inline void emit(__mmask16 m, __m512 v, __m512i idx, Index* indices,
+                                                float* values, std::size_t& count) {
   _mm512_storeu_ps(values + count, _mm512_maskz_compress_ps(m, v));
   _mm512_storeu_si512(indices + count, _mm512_maskz_compress_epi32(m, idx));
   count += popcount16(m);
@@ -73,13 +72,13 @@ struct SparseLoop {
 
 }  // namespace
 
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense,
-                   float threshold, Index base, Index* indices, float* values) {
+std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
+                   Index base, Index* indices, float* values) {
   const __m512 thr = _mm512_set1_ps(threshold);
   const __m512i step = _mm512_set1_epi32(static_cast<int>(kLanes));
-  __m512i idx = _mm512_add_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(static_cast<int>(base)));
+  __m512i idx =
+      _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                       _mm512_set1_epi32(static_cast<int>(base)));
   std::size_t count = 0;
   std::size_t i = 0;
   // Sparse: a round without a hit (most rounds at low density) costs one
@@ -112,8 +111,7 @@ std::size_t select(const float* x, std::size_t n, std::size_t readable, bool den
   for (; i < n; i += kLanes) {
     const __mmask16 live = live_mask(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(live, x + i);
-    emit(_mm512_mask_cmp_ps_mask(live, abs_ps(v), thr, _CMP_GE_OQ), v, idx, indices, values,
-         count);
+    emit(_mm512_mask_cmp_ps_mask(live, abs_ps(v), thr, _CMP_GE_OQ), v, idx, indices, values, count);
     idx = _mm512_add_epi32(idx, step);
   }
   return count;
@@ -160,7 +158,8 @@ float abs_sum(const float* x, std::size_t n) {
     a2 = _mm512_add_ps(a2, abs_ps(_mm512_loadu_ps(x + at + 2 * kLanes)));
     a3 = _mm512_add_ps(a3, abs_ps(_mm512_loadu_ps(x + at + 3 * kLanes)));
   });
-  for (; i < n; i += kLanes) a0 = _mm512_add_ps(a0, abs_ps(_mm512_maskz_loadu_ps(live_mask(n - i), x + i)));
+  for (; i < n; i += kLanes)
+    a0 = _mm512_add_ps(a0, abs_ps(_mm512_maskz_loadu_ps(live_mask(n - i), x + i)));
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
@@ -174,8 +173,8 @@ bool all_finite(const float* x, std::size_t n) {
   for_rounds(x, i, n, n, [&](std::size_t at) {
     for (std::size_t j = 0; j < kRound; j += 2 * kLanes) {
       m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + at + j), abs_bits));
-      m1 = _mm512_max_epu32(m1,
-                            _mm512_and_si512(_mm512_loadu_si512(x + at + j + kLanes), abs_bits));
+      m1 =
+          _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + at + j + kLanes), abs_bits));
     }
   });
   for (; i < n; i += kLanes) {
@@ -214,8 +213,8 @@ MomentSums moment_sums(const float* x, std::size_t n, double shift) {
   MomentSums r;
   r.sum = _mm512_reduce_add_pd(
       _mm512_add_pd(_mm512_add_pd(sum[0], sum[1]), _mm512_add_pd(sum[2], sum[3])));
-  r.sum_sq = _mm512_reduce_add_pd(
-      _mm512_add_pd(_mm512_add_pd(sq[0], sq[1]), _mm512_add_pd(sq[2], sq[3])));
+  r.sum_sq =
+      _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(sq[0], sq[1]), _mm512_add_pd(sq[2], sq[3])));
   return r;
 }
 

@@ -40,8 +40,8 @@ void require_simd_level(SimdLevel level, const char* component);
 //   moment_sums: MomentSums of x around `shift`.
 // scalar:: lives in threshold_select.cc and estimate.cc.
 namespace scalar {
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense,
-                   float threshold, Index base, Index* indices, float* values);
+std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
+                   Index base, Index* indices, float* values);
 std::size_t count_at_least(const float* x, std::size_t n, float threshold);
 float abs_sum(const float* x, std::size_t n);
 bool all_finite(const float* x, std::size_t n);
@@ -49,8 +49,8 @@ MomentSums moment_sums(const float* x, std::size_t n, double shift);
 }  // namespace scalar
 
 namespace avx2 {
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense,
-                   float threshold, Index base, Index* indices, float* values);
+std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
+                   Index base, Index* indices, float* values);
 std::size_t count_at_least(const float* x, std::size_t n, float threshold);
 float abs_sum(const float* x, std::size_t n);
 bool all_finite(const float* x, std::size_t n);
@@ -58,8 +58,8 @@ MomentSums moment_sums(const float* x, std::size_t n, double shift);
 }  // namespace avx2
 
 namespace avx512 {
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense,
-                   float threshold, Index base, Index* indices, float* values);
+std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
+                   Index base, Index* indices, float* values);
 std::size_t count_at_least(const float* x, std::size_t n, float threshold);
 float abs_sum(const float* x, std::size_t n);
 bool all_finite(const float* x, std::size_t n);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/sparsify/kernels/threshold_select.h"
@@ -124,8 +125,8 @@ void TopKSelector::select(std::span<const float> x, std::size_t k, Index base,
       const float a = std::fabs(x[j * stride + stride / 2]);
       sample_[j] = std::isnan(a) ? 0.0f : a;
     }
-    const double r = static_cast<double>(k) * static_cast<double>(sample_size) /
-                     static_cast<double>(n);
+    const double r =
+        static_cast<double>(k) * static_cast<double>(sample_size) / static_cast<double>(n);
     const double margin = 3.0 * std::sqrt(r) + 3.0;
     rank = std::min(sample_size, static_cast<std::size_t>(std::ceil(r + margin)));
     threshold = std::bit_cast<float>(sample_bits_at_rank(sample_, rank, order_));
@@ -151,8 +152,8 @@ void TopKSelector::select(std::span<const float> x, std::size_t k, Index base,
       continue;
     }
     rank = std::min(sample_size, rank * 4);
-    threshold =
-        std::min(std::bit_cast<float>(sample_bits_at_rank(sample_, rank, order_)), threshold * 0.5f);
+    threshold = std::min(std::bit_cast<float>(sample_bits_at_rank(sample_, rank, order_)),
+                         threshold * 0.5f);
     if (!(threshold >= std::numeric_limits<float>::min())) threshold = 0.0f;
   }
   const std::size_t count = candidates_.size();

@@ -45,14 +45,19 @@ class PartitionedSparsifier final : public Sparsifier {
     // the (few) candidates >= the threshold are the selection.
     candidates_.clear();
     threshold_select(own, controller_->candidate_floor(), static_cast<Index>(range.begin), candidates_);
-    out.clear();
     const float threshold = controller_->threshold();
-    for (std::size_t i = 0; i < candidates_.size(); ++i) {
-      if (std::fabs(candidates_.values[i]) >= threshold) {
-        out.indices.push_back(candidates_.indices[i]);
-        out.values.push_back(candidates_.values[i]);
-      }
+    const std::size_t count = candidates_.size();
+    out.indices.resize(count);
+    out.values.resize(count);
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const float v = candidates_.values[i];
+      out.indices[kept] = candidates_.indices[i];
+      out.values[kept] = v;
+      kept += std::fabs(v) >= threshold ? 1 : 0;  // branch-free compaction
     }
+    out.indices.resize(kept);
+    out.values.resize(kept);
     if (options_.padding && out.empty() && !range.empty()) {
       const std::size_t i = range.begin + static_cast<std::size_t>(ctx.step) % range.size();
       out.indices.push_back(static_cast<Index>(i));
@@ -95,10 +100,12 @@ class PartitionedSparsifier final : public Sparsifier {
     layout_.first = reader.array<int>();
     block_average_ = reader.array<double>();
     controller_->load(reader);
-    if (numel != 0) {
-      world_ = 0;  // rebuild the grid, keep the loaded layout
-      prepare(static_cast<std::size_t>(numel), world, /*keep_layout=*/true);
-    }
+    // Forget the current geometry, then rebuild it for the saved one (a state
+    // saved before the first step has none: the next select() builds it).
+    numel_ = 0;
+    world_ = 0;
+    equal_.clear();
+    if (numel != 0) prepare(static_cast<std::size_t>(numel), world, /*keep_layout=*/true);
   }
 
  private:
@@ -195,7 +202,7 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
       {"gain", "0.1", "histogram controller: integral gain on log(K/k) / slope"},
       {"smoothing", "0.3", "histogram controller: weight of the newest ideal threshold"},
       {"mantissa_bits", "7", "histogram controller: bins per binade = 2^mantissa_bits"},
-      {"floor_factor", "0.25", "histogram controller: initial candidate floor / threshold"},
+      {"floor_factor", "0.7", "histogram controller: initial candidate floor / threshold"},
       {"initial_threshold", "0", "table controller: first threshold (0: 1/(2*sqrt(k)))"},
       {"up_fast", "1.005", "table: factor when K/k > high"},
       {"up_slow", "1.00125", "table: factor when low < K/k <= high"},
@@ -229,7 +236,7 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.histogram.gain = o.number(scheme, "gain", 0.1, 0.0, 1.0);
   p.histogram.smoothing = o.number(scheme, "smoothing", 0.3, 0.0, 1.0, true);
   p.histogram.mantissa_bits = static_cast<int>(o.integer(scheme, "mantissa_bits", 7, 0, 10));
-  p.histogram.floor_factor = o.number(scheme, "floor_factor", 0.25, 0.0, 1.0, true);
+  p.histogram.floor_factor = o.number(scheme, "floor_factor", 0.7, 0.0, 1.0, true);
   p.table.initial = o.number(scheme, "initial_threshold", 0.0, 0.0, 1e30);
   p.table.up_fast = o.number(scheme, "up_fast", 1.005, 0.0, 10.0, true);
   p.table.up_slow = o.number(scheme, "up_slow", 1.00125, 0.0, 10.0, true);
