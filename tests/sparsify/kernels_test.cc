@@ -1,5 +1,5 @@
 // The selection kernels against short reference implementations, on every
-// SIMD level this CPU runs. DISABLED_KernelTiming prints the throughput
+// SIMD level this CPU runs. tests/sparsify/kernel_timing.cc prints the throughput
 // figures of docs/algorithms.md ("Selection kernels").
 
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@
 #include "sparsecomm/sparsify/kernels/simd.h"
 #include "sparsecomm/sparsify/kernels/threshold_select.h"
 #include "sparsecomm/sparsify/kernels/topk.h"
+#include "sparsify/kernel_inputs.h"
 
 namespace sparsecomm {
 namespace {
@@ -42,14 +43,6 @@ std::vector<float> normal_vector(std::size_t n, std::uint64_t seed, float scale 
   return x;
 }
 
-// Student-t with 3 degrees of freedom: heavy tails, like accumulated gradients.
-std::vector<float> heavy_tailed_vector(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::student_t_distribution<float> dist(3.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = 1e-3f * dist(rng);
-  return x;
-}
 
 // Few distinct magnitudes: heavy ties, both signs, signed zeros.
 std::vector<float> tied_vector(std::size_t n, std::uint64_t seed) {
@@ -82,15 +75,6 @@ void expect_same(const SparseSelection& got, const SparseSelection& want, const 
   }
 }
 
-// The magnitude at descending rank `rank` (1-based) of x, NaN excluded.
-float magnitude_at_rank(const std::vector<float>& x, std::size_t rank) {
-  std::vector<float> a;
-  for (float v : x) {
-    if (!std::isnan(v)) a.push_back(std::fabs(v));
-  }
-  std::sort(a.begin(), a.end(), std::greater<float>());
-  return a[std::min(rank, a.size()) - 1];
-}
 
 class KernelTest : public ::testing::TestWithParam<SimdLevel> {
  protected:
@@ -473,82 +457,6 @@ TEST(TopKSelector, RejectsIndexOverflow) {
   const std::vector<float> x(10, 1.0f);
   SparseSelection out;
   EXPECT_THROW(selector.select(x, 3, std::numeric_limits<Index>::max() - 5, out), InvalidArgument);
-}
-
-// ---- timing (not a test: run with --gtest_also_run_disabled_tests) ----
-
-struct Timing {
-  double floor_ms = 0.0;  // read_pass, median
-  double ms = 0.0;        // the kernel, median
-  double ratio = 0.0;     // median of the per-round kernel / read_pass ratios
-};
-
-// Runs the floor (read_pass at the best level) and fn alternately `rounds`
-// times: the machine's bandwidth drifts, so each ratio compares runs taken
-// side by side.
-template <class Fn>
-Timing time_against_floor(std::span<const float> x, int rounds, Fn&& fn) {
-  std::vector<double> floor_ms;
-  std::vector<double> ms;
-  std::vector<double> ratio;
-  volatile float sink = 0.0f;
-  for (int r = 0; r < rounds; ++r) {
-    Stopwatch w;
-    sink = sink + read_pass(x, detected_simd_level());
-    floor_ms.push_back(w.seconds() * 1e3);
-    w.restart();
-    fn();
-    ms.push_back(w.seconds() * 1e3);
-    ratio.push_back(ms.back() / floor_ms.back());
-  }
-  auto median = [](std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  return {median(floor_ms), median(ms), median(ratio)};
-}
-
-TEST(KernelTiming, DISABLED_Print) {
-  const std::size_t n = 25'000'000;
-  const std::vector<float> x = heavy_tailed_vector(n, 2026);
-  const int rounds = 21;
-  std::printf("n = %zu floats (Student-t 3 x 1e-3), %d rounds, medians\n", n, rounds);
-  auto print = [](SimdLevel level, const std::string& what, const Timing& t) {
-    std::printf("%-7s %-34s %7.2f ms  floor %5.2f ms (%4.1f GB/s)  ratio %.2fx\n",
-                std::string(simd_level_name(level)).c_str(), what.c_str(), t.ms, t.floor_ms,
-                25e6 * 4 / t.floor_ms / 1e6, t.ratio);
-  };
-  for (SimdLevel level : supported_simd_levels()) {
-    SparseSelection out;
-    for (double density : {0.001, 0.01}) {
-      const float thr = magnitude_at_rank(x, static_cast<std::size_t>(density * n));
-      const Timing t = time_against_floor(x, rounds, [&] {
-        out.clear();
-        threshold_select(x, thr, 0, out, level);
-      });
-      print(level, "threshold_select c=" + std::to_string(density).substr(0, 5), t);
-    }
-    TopKSelector selector(level);
-    for (double density : {0.001, 0.01}) {
-      const auto k = static_cast<std::size_t>(density * n);
-      const Timing t = time_against_floor(x, rounds, [&] {
-        out.clear();
-        selector.select(x, k, 0, out);
-      });
-      print(level,
-            "TopKSelector k=" + std::to_string(density).substr(0, 5) +
-                "n passes=" + std::to_string(selector.last_passes()),
-            t);
-    }
-    volatile double sink = 0.0;
-    print(level, "moments",
-          time_against_floor(x, rounds, [&] { sink = sink + moments(x, level).mean; }));
-    print(level, "all_finite",
-          time_against_floor(x, rounds, [&] { sink = sink + (all_finite(x, level) ? 1.0 : 0.0); }));
-    print(level, "count_at_least", time_against_floor(x, rounds, [&] {
-            sink = sink + static_cast<double>(count_at_least(x, 0.01f, level));
-          }));
-  }
 }
 
 }  // namespace

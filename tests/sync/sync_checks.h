@@ -58,6 +58,32 @@ inline std::string case_name(const SyncCase& c) {
   return name;
 }
 
+// Every registered scheme with every exchange pattern it allows, fp32 and
+// fp16 values: the conservation sweep shared by the thread and MPI suites.
+inline std::vector<SyncCase> scheme_pattern_cases() {
+  struct Scheme {
+    const char* name;
+    bool shared;  // identical selections: the "shared" pattern is allowed
+    std::vector<std::string> extra;
+  };
+  const Scheme schemes[] = {
+      {"topk", false, {}},           {"threshold", false, {"lambda=0.8"}},
+      {"randomk", true, {}},         {"dgc", false, {}},
+      {"gaussiank", false, {}},      {"cltk", true, {}},
+      {"micro", false, {}},          {"exdyna", false, {}},
+      {"exdyna-faithful", false, {}}, {"deft", false, {}},
+  };
+  std::vector<SyncCase> cases;
+  for (const Scheme& s : schemes) {
+    std::vector<std::string> patterns = {"union", "allgather", "sparse-allreduce"};
+    if (s.shared) patterns.emplace_back("shared");
+    for (const auto& pattern : patterns) {
+      for (const char* values : {"fp32", "fp16"}) cases.push_back({s.name, pattern, values, s.extra});
+    }
+  }
+  return cases;
+}
+
 inline SchemeOptions case_options(const SyncCase& c, const char* density = "density=0.05") {
   SchemeOptions options;
   options.set(density);

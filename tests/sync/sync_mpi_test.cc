@@ -18,26 +18,9 @@ TEST(SyncMpi, RunsOnFourRanks) { EXPECT_EQ(mpi_world().size(), 4); }
 
 TEST(SyncMpi, ConservationForEverySchemeAndPattern) {
   run_on_mpi_world([](Communicator& comm) {
-    struct Scheme {
-      const char* name;
-      bool shared;
-      std::vector<std::string> extra;
-    };
-    const Scheme schemes[] = {
-        {"topk", false, {}},      {"threshold", false, {"lambda=0.8"}},
-        {"randomk", true, {}},    {"dgc", false, {}},
-        {"gaussiank", false, {}}, {"cltk", true, {}},
-    };
-    for (const Scheme& s : schemes) {
-      std::vector<std::string> patterns = {"union", "allgather", "sparse-allreduce"};
-      if (s.shared) patterns.emplace_back("shared");
-      for (const auto& pattern : patterns) {
-        for (const char* values : {"fp32", "fp16"}) {
-          const SyncCase c{s.name, pattern, values, s.extra};
-          for (const std::size_t d : {std::size_t{0}, std::size_t{1}, std::size_t{1000}}) {
-            check_conservation(comm, c, d, 3);
-          }
-        }
+    for (const SyncCase& c : scheme_pattern_cases()) {
+      for (const std::size_t d : {std::size_t{0}, std::size_t{1}, std::size_t{1000}}) {
+        check_conservation(comm, c, d, 3);
       }
     }
   });

@@ -21,25 +21,7 @@ constexpr std::chrono::milliseconds kTimeout{20000};
 const int kWorlds[] = {1, 2, 3, 4, 7, 8};
 
 std::vector<SyncCase> all_cases() {
-  std::vector<SyncCase> cases;
-  struct Scheme {
-    const char* name;
-    bool shared;
-    std::vector<std::string> extra;
-  };
-  const Scheme schemes[] = {
-      {"topk", false, {}},      {"threshold", false, {"lambda=0.8"}},
-      {"randomk", true, {}},    {"dgc", false, {}},
-      {"gaussiank", false, {}}, {"cltk", true, {}},
-  };
-  for (const Scheme& s : schemes) {
-    std::vector<std::string> patterns = {"union", "allgather", "sparse-allreduce"};
-    if (s.shared) patterns.emplace_back("shared");
-    for (const auto& pattern : patterns) {
-      for (const char* values : {"fp32", "fp16"})
-        cases.push_back({s.name, pattern, values, s.extra});
-    }
-  }
+  std::vector<SyncCase> cases = scheme_pattern_cases();
   // Other memories and options through the same checks.
   cases.push_back({"topk", "allgather", "bf16", {}});
   cases.push_back({"randomk", "shared", "bf16", {}});

@@ -57,7 +57,6 @@
 #include "bench_sparsifiers.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -78,7 +77,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
@@ -129,6 +127,7 @@ struct Options {
   bool numel_given = false, workers_given = false, steps_given = false;
   bool synthetic_given = false;  // any of --drift, --skew, --tail
   std::string source;            // the stream's describe(), once resolved
+  double exchange_budget_gib = 0.0;  // memory the exchange may use (0: unchecked)
 };
 
 // The default warm-up: 20% of the steps, at least 10 when steps >= 50.
@@ -415,7 +414,14 @@ struct SchemeRun {
   std::vector<std::size_t> elements;    // ... and how many those were (0: no floor)
   std::vector<StepMetrics> metrics;
   std::size_t numel = 0;
+  // Set (by rank 0) when the scheme's selections are too large for this
+  // machine's memory to exchange: the run stops and the row says why.
+  std::string skipped;
 };
+
+// Thrown on every rank, identically, to stop a scheme whose exchange would
+// not fit in memory.
+struct SkipScheme {};
 
 // ---------------------------------------------------------------------------
 // Which elements one rank's select() reads, for its floor (BENCHMARKS.md: a
@@ -731,6 +737,7 @@ class ProbeSparsifier final : public Sparsifier {
     }
     probe_.live = &out;
     verify_selection(probe_, out, accumulated);
+    check_exchange_fits(comm, out);
     take_sample(comm, accumulated, out);
     // 3. Each rank alone: rank q re-runs its selection while all others wait
     //    in the barrier that ends its turn.
@@ -743,6 +750,35 @@ class ProbeSparsifier final : public Sparsifier {
   }
 
  private:
+  // Every rank's selection travels to every rank (allgather: each receives
+  // all of them; the union patterns build index/value buffers of the same
+  // order), in raw and encoded form: about 3 x n x sum(|I_r|) x 8 bytes in
+  // this process. A scheme that selects most of the vector (an absolute
+  // threshold far below the stream's scale) would exhaust the machine; it is
+  // stopped here, on every rank alike, and reported as such.
+  void check_exchange_fits(Communicator& comm, const SparseSelection& out) {
+    if (options_.exchange_budget_gib <= 0.0) return;
+    const auto mine = static_cast<std::uint64_t>(out.size());
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
+    comm.allgather(bytes_of(std::span<const std::uint64_t>(&mine, 1)),
+                   writable_bytes_of(std::span<std::uint64_t>(all)));
+    double total = 0.0;
+    for (const std::uint64_t c : all) total += static_cast<double>(c);
+    const double needed_gib = 3.0 * comm.size() * total * (sizeof(Index) + sizeof(float)) /
+                              (1024.0 * 1024.0 * 1024.0);
+    if (needed_gib <= options_.exchange_budget_gib) return;
+    if (comm.rank() == 0) {
+      const double k = static_cast<double>(target(probe_.numel, StepContext{}));
+      run_.skipped = fmt::format(
+          "stopped at step {}: the ranks selected {:.0f} elements in all ({:.0f}% of n*d, "
+          "sum |I_r| / k = {:.0f}); exchanging that needs about {:.1f} GiB, over the {:.1f} GiB "
+          "available",
+          probe_.step, total, 100.0 * total / (static_cast<double>(probe_.numel) * comm.size()),
+          total / std::max(k, 1.0), needed_gib, options_.exchange_budget_gib);
+    }
+    throw SkipScheme{};
+  }
+
   // The positions of this step's conservation check: random ones plus a few
   // of every rank's selection, the same list on every rank.
   void take_sample(Communicator& comm, std::span<const float> accumulated,
@@ -917,6 +953,7 @@ struct Row {
   std::optional<double> read_fraction;  // median elements read per (rank, step) / d
   bool partitioned = false;             // per-rank reads differ (partition schemes)
   bool leader_only = false;             // only the leader has a floor (CLT-k)
+  std::string skipped;                  // why the scheme did not finish (empty: it did)
   double nth_element_speedup = 0.0;
   std::optional<double> torch_topk_speedup;
   double density_ratio_mean = 0.0;
@@ -1086,6 +1123,7 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
   run.numel = d;
   const ReadModel model = read_model(name, scheme_opts);
 
+  try {
   run_thread_world(n, [&](Communicator& comm) {
     const int r = comm.rank();
     RankProbe probe;
@@ -1124,6 +1162,11 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
                   static_cast<std::size_t>(r)] = metrics;
     }
   });
+  } catch (...) {
+    // SkipScheme on every rank (or, on a rank that lost the race, the world's
+    // PeerFailure naming it): the row reports why.
+    if (run.skipped.empty()) throw;
+  }
   return run;
 }
 
@@ -1135,6 +1178,8 @@ Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& o
   row.exchange = run.exchange;
   row.partitioned = is_partition_scheme(model);
   row.leader_only = model.kind == ReadModel::Kind::kLeaderWhole;
+  row.skipped = run.skipped;
+  if (!row.skipped.empty()) return row;
   std::vector<double> slowest, ratio, error, imbalance, floors, floor_ratios, fractions;
   double bytes = 0.0, raw = 0.0, encoded = 0.0;
   std::size_t steady = 0;
@@ -1193,6 +1238,7 @@ nlohmann::ordered_json to_json(const Row& row, const Options& options) {
   };
   nlohmann::ordered_json j;
   j["scheme"] = row.scheme;
+
   j["numel"] = options.numel;
   j["density"] = options.density;
   j["workers"] = options.workers;
@@ -1208,6 +1254,17 @@ nlohmann::ordered_json to_json(const Row& row, const Options& options) {
   j["bytes_per_rank"] = row.bytes_per_rank;
   j["index_bytes_saved"] = optional(row.index_bytes_saved);
   j["source"] = options.source;
+  if (!row.skipped.empty()) {  // not measured: every measurement is null
+    nlohmann::ordered_json skipped;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      skipped[it.key()] = it.value().is_number() && it.key() != "numel" && it.key() != "density" &&
+                                  it.key() != "workers" && it.key() != "steps"
+                              ? nlohmann::ordered_json(nullptr)
+                              : it.value();
+    }
+    skipped["skipped"] = row.skipped;
+    return skipped;
+  }
   return j;
 }
 
@@ -1235,6 +1292,10 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth", "vs torch",
       "K/k mean", "|K/k-1|95", "imbal", "bytes/rank", "idx saved");
   for (const Row& row : rows) {
+    if (!row.skipped.empty()) {
+      fmt::print("{:<16} {:<16} not measured: {}\n", row.scheme, row.exchange, row.skipped);
+      continue;
+    }
     fmt::print(
         "{:<16} {:<16} {:>9.3f} {:>9} {:>7} {:>6} {:>7.1f}x {:>8} {:>8.3f} {:>9.3f} {:>7.3f} "
         "{:>11} {:>9}\n",
@@ -1262,6 +1323,7 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       first_timed_step(options));
   std::string partitioned, leader, unbounded;
   for (const Row& row : rows) {
+    if (!row.skipped.empty()) continue;
     std::string* list = !row.floor_ms     ? &unbounded
                         : row.leader_only ? &leader
                         : row.partitioned ? &partitioned
@@ -1360,14 +1422,33 @@ std::unique_ptr<GradientStream> open_stream(Options& options) {
   return stream;
 }
 
-// The eviction buffer: several times the last-level cache (at least 64 MiB).
+// The size of one last-level cache instance, from sysfs (sysconf's figure
+// can be the whole package's: 384 MiB on a 32 MiB-per-CCD EPYC); 32 MiB if
+// unknown.
+std::size_t last_level_cache_bytes() {
+  std::size_t best_level = 0, bytes = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", index);
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    std::size_t level = 0, size = 0;
+    std::string unit;
+    if (!(level_file >> level) || !(size_file >> size)) continue;
+    size_file >> unit;
+    if (unit.starts_with("K")) size <<= 10;
+    if (unit.starts_with("M")) size <<= 20;
+    if (level >= best_level) {
+      best_level = level;
+      bytes = size;
+    }
+  }
+  return bytes > 0 ? bytes : std::size_t{32} << 20;
+}
+
+// The eviction buffer: 4x the last-level cache, in [64, 512] MiB.
 std::size_t eviction_floats() {
-  long llc = 0;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-  llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-  const std::size_t bytes = std::max<std::size_t>(std::size_t{64} << 20,
-                                                  4 * static_cast<std::size_t>(std::max(llc, 0L)));
+  const std::size_t bytes =
+      std::clamp<std::size_t>(4 * last_level_cache_bytes(), std::size_t{64} << 20,
+                              std::size_t{512} << 20);
   return bytes / sizeof(float);
 }
 
@@ -1410,6 +1491,9 @@ void run(Options options) {
         options.workers, options.numel, needed_gib, machine.available_gib));
   }
 
+  // What is left once every rank's buffers exist: the exchange's budget.
+  options.exchange_budget_gib =
+      machine.available_gib > 0.0 ? 0.8 * machine.available_gib - needed_gib : 0.0;
   std::vector<float> evict(evict_floats, 1.0f);  // touched: real pages, not the zero page
   const Baselines baselines = measure_baselines(*stream, options);
   std::vector<Row> rows;

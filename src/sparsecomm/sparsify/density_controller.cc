@@ -21,7 +21,8 @@ class HistogramController final : public DensityController {
   explicit HistogramController(const HistogramControllerOptions& options) : options_(options) {
     if (options.mantissa_bits < 0 || options.mantissa_bits > 10 || options.window_binades < 2 ||
         !(options.floor_factor > 0 && options.floor_factor <= 1) || !(options.gain >= 0 && options.gain <= 1) ||
-        !(options.smoothing > 0 && options.smoothing <= 1)) {
+        !(options.smoothing > 0 && options.smoothing <= 1) ||
+        !(options.trend_smoothing >= 0 && options.trend_smoothing <= 1)) {
       throw InvalidArgument(fmt::format(
           "[density] histogram controller: mantissa_bits {} (0..10), window_binades {} (>= 2), "
           "floor_factor {} ((0, 1]), gain {} ([0, 1]), smoothing {} ((0, 1]) out of range",
@@ -92,12 +93,20 @@ class HistogramController final : public DensityController {
       if (total > 4 * want) floor_factor_ = std::min(floor_factor_ * 1.25, 0.95);
       if (2 * total < 3 * want) floor_factor_ = std::max(floor_factor_ * 0.8, 1.0 / 1024);
     }
-    log_ideal_ += options_.smoothing * (std::log(ideal) - log_ideal_);
+    // Feed-forward: Holt's linear smoothing of log(ideal), a level and a
+    // per-step trend, so a steady drift (learning-rate decay, the residual
+    // building up after the start) is predicted rather than lagged.
+    const double previous_level = log_ideal_;
+    log_ideal_ = options_.smoothing * std::log(ideal) +
+                 (1.0 - options_.smoothing) * (log_ideal_ + log_trend_);
+    log_trend_ = options_.trend_smoothing * (log_ideal_ - previous_level) +
+                 (1.0 - options_.trend_smoothing) * log_trend_;
     // Feedback on the count achieved with the threshold in use.
     const double achieved = static_cast<double>(std::max<std::int64_t>(selected, 1)) / static_cast<double>(want);
     log_correction_ += options_.gain * std::log(achieved) / slope(histogram, base, ideal);
     log_correction_ = std::clamp(log_correction_, -3.0, 3.0);
-    threshold_ = std::max(kMinThreshold, static_cast<float>(std::exp(log_ideal_ + log_correction_)));
+    threshold_ = std::max(kMinThreshold,
+                          static_cast<float>(std::exp(log_ideal_ + log_trend_ + log_correction_)));
   }
 
   void observe(std::size_t, std::size_t) override {}
@@ -108,6 +117,7 @@ class HistogramController final : public DensityController {
     writer.value(threshold_);
     writer.value(floor_factor_);
     writer.value(log_ideal_);
+    writer.value(log_trend_);
     writer.value(log_correction_);
   }
   void load(StateReader& reader) override {
@@ -116,6 +126,7 @@ class HistogramController final : public DensityController {
     threshold_ = reader.value<float>();
     floor_factor_ = reader.value<double>();
     log_ideal_ = reader.value<double>();
+    log_trend_ = reader.value<double>();
     log_correction_ = reader.value<double>();
   }
 
@@ -178,6 +189,7 @@ class HistogramController final : public DensityController {
   float threshold_ = kMinThreshold;
   double floor_factor_ = 0.7;
   double log_ideal_ = 0.0;
+  double log_trend_ = 0.0;
   double log_correction_ = 0.0;
 };
 

@@ -50,10 +50,11 @@ class DensityController {
 // The default: a histogram of candidate magnitudes by float exponent and
 // top mantissa bits (2^mantissa_bits bins per binade), summed over ranks,
 // plus the global count K selected with the threshold in use. Next
-// threshold = exp(m + c) where
-//  - m is an exponential average (weight `smoothing`) of log(ideal), the
-//    magnitude where the cumulative count from the top crosses k
-//    (log-interpolated inside the bin): the feed-forward part;
+// threshold = exp(m + trend + c) where
+//  - m and trend are Holt's linear smoothing (weights `smoothing`,
+//    `trend_smoothing`) of log(ideal), the magnitude where the cumulative
+//    count from the top crosses k (log-interpolated inside the bin): the
+//    feed-forward part, which predicts a steady drift instead of lagging it;
 //  - c integrates log(K/k) / slope (slope = the local log-log slope of the
 //    count above a magnitude, read off the same histogram) with gain `gain`:
 //    the feedback part, driven by the count actually achieved, so neither
@@ -65,6 +66,7 @@ struct HistogramControllerOptions {
   double floor_factor = 0.7;     // candidate floor = threshold * floor_factor (initial)
   double gain = 0.1;             // integral gain on log(K/k) / slope
   double smoothing = 0.3;        // weight of the newest ideal threshold in m
+  double trend_smoothing = 0.1;  // weight of the newest step-to-step change in m's trend
 };
 std::unique_ptr<DensityController> make_histogram_controller(const HistogramControllerOptions& options);
 
