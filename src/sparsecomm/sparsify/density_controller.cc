@@ -22,7 +22,7 @@ class HistogramController final : public DensityController {
     if (options.mantissa_bits < 0 || options.mantissa_bits > 10 || options.window_binades < 2 ||
         !(options.floor_factor > 0 && options.floor_factor <= 1) || !(options.gain >= 0 && options.gain <= 1) ||
         !(options.smoothing > 0 && options.smoothing <= 1) ||
-        !(options.trend_smoothing >= 0 && options.trend_smoothing <= 1)) {
+        !(options.trend_smoothing >= 0 && options.trend_smoothing <= 1) || options.settle_steps < 0) {
       throw InvalidArgument(fmt::format(
           "[density] histogram controller: mantissa_bits {} (0..10), window_binades {} (>= 2), "
           "floor_factor {} ((0, 1]), gain {} ([0, 1]), smoothing {} ((0, 1]) out of range",
@@ -97,13 +97,23 @@ class HistogramController final : public DensityController {
     // per-step trend, so a steady drift (learning-rate decay, the residual
     // building up after the start) is predicted rather than lagged.
     const double previous_level = log_ideal_;
-    log_ideal_ = options_.smoothing * std::log(ideal) +
-                 (1.0 - options_.smoothing) * (log_ideal_ + log_trend_);
-    log_trend_ = options_.trend_smoothing * (log_ideal_ - previous_level) +
-                 (1.0 - options_.trend_smoothing) * log_trend_;
-    // Feedback on the count achieved with the threshold in use.
-    const double achieved = static_cast<double>(std::max<std::int64_t>(selected, 1)) / static_cast<double>(want);
-    log_correction_ += options_.gain * std::log(achieved) / slope(histogram, base, ideal);
+    ++updates_;
+    if (updates_ <= options_.settle_steps) {
+      // Settling: while error feedback builds the residual up after a cold
+      // start, the ideal threshold climbs fast and then levels off; follow
+      // it directly, so the trend and the integral do not wind up on it.
+      log_ideal_ = std::log(ideal);
+      log_trend_ = 0.0;
+    } else {
+      log_ideal_ = options_.smoothing * std::log(ideal) +
+                   (1.0 - options_.smoothing) * (log_ideal_ + log_trend_);
+      log_trend_ = options_.trend_smoothing * (log_ideal_ - previous_level) +
+                   (1.0 - options_.trend_smoothing) * log_trend_;
+      // Feedback on the count achieved with the threshold in use.
+      const double achieved =
+          static_cast<double>(std::max<std::int64_t>(selected, 1)) / static_cast<double>(want);
+      log_correction_ += options_.gain * std::log(achieved) / slope(histogram, base, ideal);
+    }
     log_correction_ = std::clamp(log_correction_, -3.0, 3.0);
     threshold_ = std::max(kMinThreshold,
                           static_cast<float>(std::exp(log_ideal_ + log_trend_ + log_correction_)));
@@ -119,6 +129,7 @@ class HistogramController final : public DensityController {
     writer.value(log_ideal_);
     writer.value(log_trend_);
     writer.value(log_correction_);
+    writer.value(updates_);
   }
   void load(StateReader& reader) override {
     reader.expect_tag("histogram-controller");
@@ -128,6 +139,7 @@ class HistogramController final : public DensityController {
     log_ideal_ = reader.value<double>();
     log_trend_ = reader.value<double>();
     log_correction_ = reader.value<double>();
+    updates_ = reader.value<std::int64_t>();
   }
 
  private:
@@ -191,6 +203,7 @@ class HistogramController final : public DensityController {
   double log_ideal_ = 0.0;
   double log_trend_ = 0.0;
   double log_correction_ = 0.0;
+  std::int64_t updates_ = 0;
 };
 
 class TableController final : public DensityController {

@@ -67,6 +67,9 @@ struct HistogramControllerOptions {
   double gain = 0.1;             // integral gain on log(K/k) / slope
   double smoothing = 0.3;        // weight of the newest ideal threshold in m
   double trend_smoothing = 0.1;  // weight of the newest step-to-step change in m's trend
+  // First updates that follow the newest ideal threshold directly (no trend,
+  // no feedback) while the residual builds up after a cold start.
+  std::int64_t settle_steps = 20;
 };
 std::unique_ptr<DensityController> make_histogram_controller(const HistogramControllerOptions& options);
 

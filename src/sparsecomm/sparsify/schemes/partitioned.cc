@@ -202,6 +202,7 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
       {"gain", "0.1", "histogram controller: integral gain on log(K/k) / slope"},
       {"smoothing", "0.3", "histogram controller: weight of the newest ideal threshold"},
       {"trend_smoothing", "0.1", "histogram controller: weight of the newest change in its trend"},
+      {"settle_steps", "20", "histogram controller: first steps that follow the ideal threshold directly"},
       {"mantissa_bits", "7", "histogram controller: bins per binade = 2^mantissa_bits"},
       {"floor_factor", "0.7", "histogram controller: initial candidate floor / threshold"},
       {"initial_threshold", "0", "table controller: first threshold (0: 1/(2*sqrt(k)))"},
@@ -237,6 +238,7 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.histogram.gain = o.number(scheme, "gain", 0.1, 0.0, 1.0);
   p.histogram.smoothing = o.number(scheme, "smoothing", 0.3, 0.0, 1.0, true);
   p.histogram.trend_smoothing = o.number(scheme, "trend_smoothing", 0.1, 0.0, 1.0);
+  p.histogram.settle_steps = o.integer(scheme, "settle_steps", 20, 0, 1000000);
   p.histogram.mantissa_bits = static_cast<int>(o.integer(scheme, "mantissa_bits", 7, 0, 10));
   p.histogram.floor_factor = o.number(scheme, "floor_factor", 0.7, 0.0, 1.0, true);
   p.table.initial = o.number(scheme, "initial_threshold", 0.0, 0.0, 1e30);
