@@ -196,7 +196,7 @@ class HistogramController final : public DensityController {
 
   HistogramControllerOptions options_;
   int shift_ = 16;
-  std::size_t window_ = 1536;
+  std::size_t window_ = 512;
   bool started_ = false;
   float threshold_ = kMinThreshold;
   double floor_factor_ = 0.7;

@@ -62,7 +62,7 @@ class DensityController {
 //    bias.
 struct HistogramControllerOptions {
   int mantissa_bits = 7;         // 128 bins per binade (0.54% wide)
-  int window_binades = 12;       // candidate window above the floor
+  int window_binades = 4;        // candidate window above the floor (the top bin takes the rest)
   double floor_factor = 0.7;     // candidate floor = threshold * floor_factor (initial)
   double gain = 0.1;             // integral gain on log(K/k) / slope
   double smoothing = 0.3;        // weight of the newest ideal threshold in m
