@@ -14,6 +14,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev                # command line, JSON output
   libspdlog-dev libfmt-dev                       # logging, formatting
   libgtest-dev libgmock-dev                      # tests
+  zlib1g-dev dataset-fashion-mnist               # gzip IDX reader, the training data
   libtorch-dev                                   # LibTorch (torch::topk baseline, training)
   libopenblas0-openmp                            # LibTorch's BLAS; else the reference BLAS (20x slower)
 )

@@ -1,0 +1,155 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/data/fashion_mnist.h"
+#include "sparsecomm/data/idx.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+class IdxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = fs::temp_directory_path() /
+                 ("sparsecomm_idx_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+  std::string path(const char* name) const { return (directory_ / name).string(); }
+
+  // A small Fashion-MNIST-shaped split: count images of 28x28 and labels.
+  void write_split(const char* images, const char* labels, std::uint32_t count) {
+    IdxArray x{{count, 28, 28}, std::vector<std::uint8_t>(count * 28 * 28)};
+    for (std::size_t i = 0; i < x.data.size(); ++i) x.data[i] = static_cast<std::uint8_t>(i * 7);
+    IdxArray y{{count}, std::vector<std::uint8_t>(count)};
+    for (std::uint32_t i = 0; i < count; ++i) y.data[i] = static_cast<std::uint8_t>(i % 10);
+    write_idx_gz(path(images), x);
+    write_idx_gz(path(labels), y);
+  }
+
+  std::string message_of_read(const std::string& file) {
+    try {
+      read_idx(file);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected an error for " << file;
+    return {};
+  }
+
+  fs::path directory_;
+};
+
+TEST_F(IdxTest, RoundTripsGzipAndPlainFiles) {
+  const IdxArray written{{3, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}};
+  write_idx_gz(path("a.gz"), written);
+  const IdxArray read = read_idx(path("a.gz"));
+  EXPECT_EQ(read.shape, written.shape);
+  EXPECT_EQ(read.data, written.data);
+  // The same bytes uncompressed (zlib reads plain files transparently).
+  std::ofstream plain(path("a.idx"), std::ios::binary);
+  const unsigned char header[] = {0, 0, 8, 1, 0, 0, 0, 3, 9, 8, 7};
+  plain.write(reinterpret_cast<const char*>(header), sizeof header);
+  plain.close();
+  EXPECT_EQ(read_idx(path("a.idx")).data, (std::vector<std::uint8_t>{9, 8, 7}));
+}
+
+TEST_F(IdxTest, CorruptFilesAreRefusedWithTheirPathAndReason) {
+  EXPECT_NE(message_of_read(path("missing.gz")).find("does not exist"), std::string::npos);
+  std::ofstream(path("text.idx")) << "hello, not an idx file";
+  EXPECT_NE(message_of_read(path("text.idx")).find("bad magic"), std::string::npos);
+  std::ofstream floats(path("floats.idx"), std::ios::binary);
+  const unsigned char float_header[] = {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0};
+  floats.write(reinterpret_cast<const char*>(float_header), sizeof float_header);
+  floats.close();
+  EXPECT_NE(message_of_read(path("floats.idx")).find("only unsigned bytes"), std::string::npos);
+  write_idx_gz(path("full.gz"), IdxArray{{100}, std::vector<std::uint8_t>(100, 1)});
+  // Truncate the data: rewrite with a header promising more than is there.
+  std::ofstream short_file(path("short.idx"), std::ios::binary);
+  const unsigned char short_header[] = {0, 0, 8, 1, 0, 0, 0, 9, 1, 2};
+  short_file.write(reinterpret_cast<const char*>(short_header), sizeof short_header);
+  short_file.close();
+  const std::string truncated = message_of_read(path("short.idx"));
+  EXPECT_NE(truncated.find("truncated"), std::string::npos) << truncated;
+  EXPECT_NE(truncated.find("short.idx"), std::string::npos) << truncated;
+  std::ofstream long_file(path("long.idx"), std::ios::binary);
+  const unsigned char long_bytes[] = {0, 0, 8, 1, 0, 0, 0, 1, 5, 6};
+  long_file.write(reinterpret_cast<const char*>(long_bytes), sizeof long_bytes);
+  long_file.close();
+  EXPECT_NE(message_of_read(path("long.idx")).find("data past"), std::string::npos);
+  // A gzip stream cut in the middle.
+  const auto size = fs::file_size(path("full.gz"));
+  fs::resize_file(path("full.gz"), size / 2);
+  EXPECT_THROW(read_idx(path("full.gz")), InvalidArgument);
+}
+
+TEST_F(IdxTest, FashionMnistLoaderChecksTheSplit) {
+  write_split("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 50);
+  const ImageDataset test = load_fashion_mnist(DatasetSplit::kTest, directory_.string());
+  EXPECT_EQ(test.count, 50u);
+  EXPECT_EQ(test.rows, 28u);
+  EXPECT_EQ(test.images.size(), 50u * 28 * 28);
+  EXPECT_EQ(test.labels[13], 3);
+  // Labels and images that disagree in count.
+  write_idx_gz(path("t10k-labels-idx1-ubyte.gz"), IdxArray{{49}, std::vector<std::uint8_t>(49)});
+  EXPECT_THROW(load_fashion_mnist(DatasetSplit::kTest, directory_.string()), InvalidArgument);
+  // A label that is not a class.
+  write_idx_gz(path("t10k-labels-idx1-ubyte.gz"), IdxArray{{50}, std::vector<std::uint8_t>(50, 10)});
+  EXPECT_THROW(load_fashion_mnist(DatasetSplit::kTest, directory_.string()), InvalidArgument);
+}
+
+TEST_F(IdxTest, AMissingDatasetNamesThePackageToInstall) {
+  try {
+    load_fashion_mnist(DatasetSplit::kTrain, directory_.string());
+    FAIL() << "expected an error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("apt-get install dataset-fashion-mnist"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The real data from the Debian package (scripts/setup.sh installs it).
+TEST(FashionMnist, TheDebianPackageLoads) {
+  const ImageDataset train = load_fashion_mnist(DatasetSplit::kTrain);
+  const ImageDataset test = load_fashion_mnist(DatasetSplit::kTest);
+  EXPECT_EQ(train.count, 60000u);
+  EXPECT_EQ(test.count, 10000u);
+  EXPECT_EQ(train.rows, 28u);
+  EXPECT_EQ(train.cols, 28u);
+  std::vector<int> per_class(10, 0);
+  for (std::uint8_t label : train.labels) ++per_class[label];
+  for (int count : per_class) EXPECT_EQ(count, 6000) << "Fashion-MNIST is balanced";
+}
+
+TEST(EpochShard, ShardsAreDisjointEqualAndReshuffledPerEpoch) {
+  const std::size_t count = 1003;
+  const int world = 4;
+  const std::size_t batch = 16;
+  std::set<std::uint32_t> seen;
+  for (int rank = 0; rank < world; ++rank) {
+    const auto shard = epoch_shard(count, rank, world, batch, 7, 0);
+    EXPECT_EQ(shard.size(), 240u) << "floor(1003 / 4 / 16) * 16";
+    for (auto i : shard) {
+      EXPECT_LT(i, count);
+      EXPECT_TRUE(seen.insert(i).second) << "sample " << i << " in two shards";
+    }
+  }
+  EXPECT_EQ(epoch_shard(count, 1, world, batch, 7, 0), epoch_shard(count, 1, world, batch, 7, 0));
+  EXPECT_NE(epoch_shard(count, 1, world, batch, 7, 0), epoch_shard(count, 1, world, batch, 7, 1));
+  EXPECT_NE(epoch_shard(count, 1, world, batch, 7, 0), epoch_shard(count, 1, world, batch, 8, 0));
+  EXPECT_THROW(epoch_shard(count, 4, world, batch, 7, 0), InvalidArgument);
+  EXPECT_THROW(epoch_shard(count, 0, world, 0, 7, 0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace sparsecomm
