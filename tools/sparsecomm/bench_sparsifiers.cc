@@ -83,6 +83,7 @@
 #include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
@@ -1453,6 +1454,12 @@ std::size_t eviction_floats() {
 }
 
 void run(Options options) {
+  if (launched_by_mpirun()) {
+    throw InvalidArgument(
+        "bench sparsifiers simulates its --workers ranks as threads of one process, so that each "
+        "rank's selection can be timed alone on the whole machine; run it without mpirun (under "
+        "mpirun every process would repeat the whole simulation)");
+  }
   if (options.format != "table" && options.format != "json") {
     throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
   }
