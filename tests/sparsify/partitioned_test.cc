@@ -218,6 +218,22 @@ void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps,
         }
         ASSERT_EQ(selection.values[i], a[selection.indices[i]]);
       }
+      // What the scheme says it read covers everything it selected.
+      const std::span<const Range> read = sparsifier->last_read();
+      for (std::size_t i = 0; i < selection.size(); ++i) {
+        const Index index = selection.indices[i];
+        ASSERT_TRUE(std::any_of(read.begin(), read.end(), [&](const Range& r) {
+          return r.begin <= index && index < r.end;
+        })) << "index " << index << " outside last_read() at step " << step;
+      }
+      if (scheme.name != "deft") {
+        // One exclusive partition per rank; together they tile [0, d).
+        ASSERT_EQ(read.size(), 1u);
+        const auto sizes = allgather_value<std::uint64_t>(comm, read[0].size());
+        std::uint64_t covered = 0;
+        for (auto size : sizes) covered += size;
+        EXPECT_EQ(covered, d) << "partitions must tile the vector at step " << step;
+      }
       if (zeros && scheme.name != "deft") {
         EXPECT_EQ(selection.size(), 0u) << "zeros are never selected by a threshold";
       }

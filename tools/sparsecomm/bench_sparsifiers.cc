@@ -93,10 +93,7 @@
 #include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/options.h"
-#include "sparsecomm/sparsify/partition.h"
 #include "sparsecomm/sparsify/registry.h"
-#include "sparsecomm/sparsify/schemes/deft.h"
-#include "sparsecomm/sparsify/schemes/partitioned.h"
 #include "sparsecomm/sparsify/sparsifier.h"
 #include "sparsecomm/sync/sparse_sync.h"
 #include "sparsecomm/sync/step_metrics.h"
@@ -425,61 +422,15 @@ struct SchemeRun {
 struct SkipScheme {};
 
 // ---------------------------------------------------------------------------
-// Which elements one rank's select() reads, for its floor (BENCHMARKS.md: a
-// read pass "over exactly the elements the kernel reads").
-//
-//  - topk, threshold, gaussiank, dgc: the whole vector (DGC may read it more
-//    than once when its sampled threshold undershoots; the floor is one pass,
-//    the extra rounds are the scheme's own cost).
-//  - cltk: the leader (t mod n) the whole vector; the other ranks only gather
-//    the k broadcast positions: no streaming pass bounds that, no floor.
-//  - randomk: k scattered values, no floor.
-//  - micro (equal layout): the rank's partition equal_partitions(d, n)
-//    [owned_partition(t, r, n)], the library's own pure functions.
-//  - exdyna, exdyna-faithful (block layouts): the partition of the block
-//    layout the selection used. The layout is the scheme's state, which the
-//    probe saves before every selection anyway; it is read back from that
-//    saved state (its leading fields: tag, name, numel, world, layout).
-//  - deft: the pieces of the rank's bin, from the plan the leader broadcast
-//    during this very selection (recorded by the probe), plus, for the
-//    leader, the whole vector (its norm pass) and the whole-piece copies.
-// Every timed step checks that the rank's selected indices lie inside the
-// ranges computed here, so a scheme that changes what it reads fails loudly
-// instead of being measured against the wrong floor.
+// Which elements one rank's select() read, for its floor (BENCHMARKS.md: a
+// read pass "over exactly the elements the kernel reads"): what the scheme
+// itself reports (Sparsifier::last_read()) for the selection just made. The
+// whole vector for topk, threshold, dgc, gaussiank and the CLT-k leader; the
+// rank's own partition for micro and exdyna (ExDyna's sizes follow the
+// selected load); DEFT's bin pieces (+ the whole vector on the leader);
+// nothing for Random-k and CLT-k followers (k scattered values). Every timed
+// step checks that the selected indices lie inside those ranges.
 // ---------------------------------------------------------------------------
-
-struct ReadModel {
-  enum class Kind { kWhole, kNone, kLeaderWhole, kEqualPartition, kBlockPartition, kDeft };
-  Kind kind = Kind::kWhole;
-  int blocks = 0;             // kBlockPartition: the block grid's parameters
-  std::size_t alignment = 0;
-};
-
-ReadModel read_model(std::string_view scheme, const SchemeOptions& scheme_opts) {
-  ReadModel model;
-  if (scheme == "randomk") {
-    model.kind = ReadModel::Kind::kNone;
-  } else if (scheme == "cltk") {
-    model.kind = ReadModel::Kind::kLeaderWhole;
-  } else if (scheme == "deft") {
-    model.kind = ReadModel::Kind::kDeft;
-  } else if (scheme == "micro" || scheme == "exdyna" || scheme == "exdyna-faithful") {
-    const PartitionedOptions p = partitioned_options_from(scheme, scheme_opts);
-    if (p.layout == PartitionedOptions::Layout::kEqual) {
-      model.kind = ReadModel::Kind::kEqualPartition;
-    } else {
-      model.kind = ReadModel::Kind::kBlockPartition;
-      model.blocks = p.blocks;
-      model.alignment = static_cast<std::size_t>(p.alignment);
-    }
-  }
-  return model;
-}
-
-bool is_partition_scheme(const ReadModel& model) {
-  return model.kind == ReadModel::Kind::kEqualPartition ||
-         model.kind == ReadModel::Kind::kBlockPartition || model.kind == ReadModel::Kind::kDeft;
-}
 
 // Sorted, with overlapping or touching ranges merged (for the coverage check
 // and so contiguous pieces are read in one pass).
@@ -504,93 +455,11 @@ struct ReadRanges {
   std::size_t elements = 0;   // sum of the passes' sizes
 };
 
-// The block layout the partition scheme selected with, from its saved state.
-BlockLayout saved_layout(std::span<const std::byte> state, std::string_view scheme, int workers,
-                         const BlockGrid& grid) {
-  StateReader reader(state);
-  reader.expect_tag("partitioned");
-  reader.string();  // scheme name
-  const auto numel = reader.value<std::uint64_t>();
-  const auto world = reader.value<std::int32_t>();
-  BlockLayout layout;
-  layout.first = reader.array<int>();
-  if (numel != grid.numel || world != workers || layout.parts() != workers ||
-      layout.first.front() != 0 || layout.first.back() != grid.blocks ||
-      !std::is_sorted(layout.first.begin(), layout.first.end())) {
-    throw Error(fmt::format(
-        "[bench] {}: the partition layout read back from the scheme's saved state is not a "
-        "layout of {} blocks over {} ranks (numel {}, world {}, {} boundaries): the state "
-        "format changed; update the bench's read model",
-        scheme, grid.blocks, workers, numel, world, layout.first.size()));
-  }
-  return layout;
-}
-
-// DEFT's per-piece bins, from the second broadcast of the recorded selection.
-std::vector<std::int32_t> deft_bins(const CommLog& log, std::size_t pieces) {
-  std::vector<const CommRecord*> broadcasts;
-  for (const CommRecord& record : log) {
-    if (record.op == CommOp::kBroadcast) broadcasts.push_back(&record);
-  }
-  if (broadcasts.size() != 2 || broadcasts[0]->bytes != pieces * sizeof(std::int64_t) ||
-      broadcasts[1]->bytes != pieces * sizeof(std::int32_t)) {
-    throw Error(fmt::format(
-        "[bench] deft: expected its selection to broadcast {} budgets then {} bins, it made {} "
-        "broadcasts: the plan's wire form changed; update the bench's read model",
-        pieces, pieces, broadcasts.size()));
-  }
-  std::vector<std::int32_t> bins(pieces);
-  copy_bytes(writable_bytes_of(std::span<std::int32_t>(bins)), broadcasts[1]->data);
-  return bins;
-}
-
-// The elements rank `rank` read in its selection at ctx.step; none: the
-// scheme has no streaming floor on this rank.
-std::optional<ReadRanges> ranges_read(const ReadModel& model, std::string_view scheme,
-                                      std::size_t numel, int rank, int workers,
-                                      const StepContext& ctx, std::span<const std::byte> state,
-                                      const CommLog& log) {
-  using Kind = ReadModel::Kind;
-  const Range whole{0, numel};
-  const int leader = static_cast<int>(static_cast<std::uint64_t>(ctx.step) %
-                                      static_cast<std::uint64_t>(workers));
+// The floor's passes for one selection; none when it streamed nothing.
+std::optional<ReadRanges> ranges_read(std::span<const Range> passes) {
+  if (passes.empty()) return std::nullopt;
   ReadRanges read;
-  switch (model.kind) {
-    case Kind::kNone:
-      return std::nullopt;
-    case Kind::kWhole:
-      read.passes = {whole};
-      break;
-    case Kind::kLeaderWhole:
-      if (rank != leader) return std::nullopt;
-      read.passes = {whole};
-      break;
-    case Kind::kEqualPartition:
-      read.passes = {equal_partitions(numel, workers)[static_cast<std::size_t>(
-          owned_partition(ctx.step, rank, workers))]};
-      break;
-    case Kind::kBlockPartition: {
-      const BlockGrid grid = make_block_grid(numel, model.blocks, model.alignment);
-      const BlockLayout layout = saved_layout(state, scheme, workers, grid);
-      read.passes = {layout.range(grid, owned_partition(ctx.step, rank, workers))};
-      break;
-    }
-    case Kind::kDeft: {
-      const std::vector<Range> pieces = deft_pieces(ctx.layers, numel, workers);
-      const std::vector<std::int32_t> bins = deft_bins(log, pieces.size());
-      constexpr std::int32_t kWholePiece = -2;  // deft.h: "-2: whole piece"
-      const auto my_bin = static_cast<std::int32_t>((leader + rank) % workers);
-      std::vector<Range> mine;
-      for (std::size_t l = 0; l < pieces.size(); ++l) {
-        if (bins[l] == my_bin || (bins[l] == kWholePiece && rank == leader)) {
-          mine.push_back(pieces[l]);
-        }
-      }
-      if (rank == leader) read.passes.push_back(whole);  // the norm pass
-      for (const Range& r : merged(mine)) read.passes.push_back(r);
-      break;
-    }
-  }
+  read.passes.assign(passes.begin(), passes.end());
   read.cover = merged(read.passes);
   for (const Range& r : read.passes) read.elements += r.size();
   return read;
@@ -701,13 +570,12 @@ class ProbeSparsifier final : public Sparsifier {
  public:
   ProbeSparsifier(std::unique_ptr<Sparsifier> inner, std::unique_ptr<Sparsifier> twin,
                   RankProbe& probe, SchemeRun& run, const Options& options,
-                  const ReadModel& model, std::span<const float> evict)
+                  std::span<const float> evict)
       : inner_(std::move(inner)),
         twin_(std::move(twin)),
         probe_(probe),
         run_(run),
         options_(options),
-        model_(model),
         evict_(evict) {}
 
   std::string_view name() const override { return inner_->name(); }
@@ -736,6 +604,7 @@ class ProbeSparsifier final : public Sparsifier {
       RecordingCommunicator recording(comm, log_);
       inner_->select(accumulated, ctx, recording, out);
     }
+    last_read_.assign(inner_->last_read().begin(), inner_->last_read().end());
     probe_.live = &out;
     verify_selection(probe_, out, accumulated);
     check_exchange_fits(comm, out);
@@ -815,9 +684,7 @@ class ProbeSparsifier final : public Sparsifier {
   // cache: both read from memory, as at full scale.
   void time_alone(std::span<const float> accumulated, const StepContext& ctx, Communicator& comm,
                   const SparseSelection& out) {
-    const std::optional<ReadRanges> read =
-        ranges_read(model_, probe_.scheme, accumulated.size(), comm.rank(), comm.size(), ctx,
-                    state_, log_);
+    const std::optional<ReadRanges> read = ranges_read(inner_->last_read());
     if (read) check_inside(*read, out);
     ReplayCommunicator replay(comm.rank(), comm.size(), comm.has_native_allreduce(), log_,
                               probe_.scheme);
@@ -862,8 +729,8 @@ class ProbeSparsifier final : public Sparsifier {
       while (r < read.cover.size() && read.cover[r].end <= i) ++r;
       if (r == read.cover.size() || i < read.cover[r].begin) {
         throw probe_.failure(fmt::format(
-            "selected index {} lies outside the {} elements the bench computed this rank's "
-            "selection reads (its floor would be wrong): update the bench's read model",
+            "selected index {} lies outside the {} elements the scheme's last_read() reports "
+            "for this selection (its floor would be wrong)",
             i, read.elements));
       }
     }
@@ -887,7 +754,6 @@ class ProbeSparsifier final : public Sparsifier {
   RankProbe& probe_;
   SchemeRun& run_;
   const Options& options_;
-  const ReadModel& model_;
   std::span<const float> evict_;  // eviction buffer, read-only, shared by the ranks
   std::vector<std::byte> state_;
   CommLog log_;
@@ -1122,7 +988,6 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
   run.elements.assign(slots, 0);
   run.metrics.assign(slots, StepMetrics{});
   run.numel = d;
-  const ReadModel model = read_model(name, scheme_opts);
 
   try {
   run_thread_world(n, [&](Communicator& comm) {
@@ -1137,7 +1002,7 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
     const double tolerance = conservation_tolerance(parts.exchange_options.values, n);
     parts.sparsifier = std::make_unique<ProbeSparsifier>(std::move(parts.sparsifier),
                                                          make_scheme(name, scheme_opts).sparsifier,
-                                                         probe, run, options, model, evict);
+                                                         probe, run, options, evict);
     parts.memory = std::make_unique<ProbeMemory>(std::move(parts.memory), probe);
     SparseSync sync(std::move(parts));
     if (r == 0) run.exchange = std::string(exchange_pattern_name(sync.exchange_pattern()));
@@ -1173,12 +1038,9 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
 
 Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& options) {
   const auto n = static_cast<std::size_t>(run.workers);
-  const ReadModel model = read_model(run.scheme, scheme_options(options));
   Row row;
   row.scheme = run.scheme;
   row.exchange = run.exchange;
-  row.partitioned = is_partition_scheme(model);
-  row.leader_only = model.kind == ReadModel::Kind::kLeaderWhole;
   row.skipped = run.skipped;
   if (!row.skipped.empty()) return row;
   std::vector<double> slowest, ratio, error, imbalance, floors, floor_ratios, fractions;
@@ -1187,15 +1049,21 @@ Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& o
   for (std::size_t t = 0; t < static_cast<std::size_t>(run.steps); ++t) {
     if (timed_step(options, static_cast<std::int64_t>(t))) {
       double slow = 0.0;
+      std::size_t with_floor = 0;
       for (std::size_t r = 0; r < n; ++r) {
         const std::size_t slot = t * n + r;
         slow = std::max(slow, run.select_ms[slot]);
         if (run.elements[slot] == 0) continue;  // no floor on this rank
+        ++with_floor;
+        // Footnote classes: a rank reading part of the vector (partition
+        // schemes), or only one rank per step with a floor (CLT-k's leader).
+        if (run.elements[slot] != run.numel) row.partitioned = true;
         floors.push_back(run.floor_ms[slot]);
         floor_ratios.push_back(run.select_ms[slot] / run.floor_ms[slot]);
         fractions.push_back(static_cast<double>(run.elements[slot]) /
                             static_cast<double>(run.numel));
       }
+      if (n > 1 && with_floor == 1 && !row.partitioned) row.leader_only = true;
       slowest.push_back(slow);
     }
     if (t < static_cast<std::size_t>(options.warmup_steps)) continue;  // steady state only
@@ -1479,7 +1347,6 @@ void run(Options options) {
   const SchemeOptions scheme_opts = scheme_options(options);
   for (const std::string& name : names) {  // options errors first
     make_scheme(name, scheme_opts);
-    read_model(name, scheme_opts);
   }
 
   // Per rank: its gradient, the memory's accumulated buffer (DGC: two) and

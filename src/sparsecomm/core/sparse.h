@@ -56,6 +56,14 @@ struct SparseSelection {
   }
 };
 
+// A contiguous run [begin, end) of the flat vector.
+struct Range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const { return end - begin; }
+  bool empty() const { return begin == end; }
+};
+
 // One tensor's place in the flat vector.
 struct LayerSpan {
   std::string name;

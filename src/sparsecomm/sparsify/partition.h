@@ -12,13 +12,6 @@
 
 namespace sparsecomm {
 
-struct Range {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-  std::size_t size() const { return end - begin; }
-  bool empty() const { return begin == end; }
-};
-
 // Partition p (of `parts`) owned by `rank` at step t: (t + rank) mod parts.
 int owned_partition(std::int64_t step, int rank, int parts);
 

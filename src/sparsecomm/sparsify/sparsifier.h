@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/comm/communicator.h"
@@ -55,6 +56,19 @@ class Sparsifier {
   // Everything needed to resume bit-exactly.
   virtual void save(StateWriter& writer) const = 0;
   virtual void load(StateReader& reader) = 0;
+
+  // The ranges of `accumulated` the last select() streamed through, in
+  // reading order (a range may be read again: DEFT's leader reads the whole
+  // vector for its norms, then its pieces). Empty: no streaming pass, only
+  // scattered reads (Random-k, a CLT-k follower). A selection's
+  // memory-bandwidth floor is a read pass over exactly these.
+  std::span<const Range> last_read() const { return last_read_; }
+
+ protected:
+  // For select(): this step read exactly `range` / nothing in streaming.
+  void read_only(Range range) { last_read_.assign(1, range); }
+  void read_nothing() { last_read_.clear(); }
+  std::vector<Range> last_read_;
 };
 
 }  // namespace sparsecomm

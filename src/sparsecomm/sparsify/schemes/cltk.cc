@@ -21,11 +21,13 @@ class CltK final : public DensitySparsifier {
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator& comm,
               SparseSelection& out) override {
     out.clear();
+    read_nothing();  // followers gather k scattered values
     const std::size_t k = target(accumulated.size(), ctx);
     if (k == 0) return;  // d == 0 on every rank: no broadcast anywhere
     const int leader = static_cast<int>(static_cast<std::uint64_t>(ctx.step) %
                                         static_cast<std::uint64_t>(comm.size()));
     if (comm.rank() == leader) {
+      read_only({0, accumulated.size()});
       selector_.select(accumulated, k, 0, out);  // exactly k, since k <= d
     } else {
       out.indices.resize(k);

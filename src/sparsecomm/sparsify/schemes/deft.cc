@@ -140,9 +140,14 @@ class DeftSparsifier final : public Sparsifier {
 
     const auto my_bin = static_cast<std::int32_t>((leader + comm.rank()) % n);
     out.clear();
+    read_nothing();
+    if (comm.rank() == leader) last_read_.push_back({0, numel_});  // the norm pass
     // Pieces are in ascending offset order, so appending keeps indices sorted.
     for (std::size_t l = 0; l < count; ++l) {
       const Range piece = plan_.pieces[l];
+      if (plan_.bin[l] == my_bin || (plan_.bin[l] == kWhole && comm.rank() == leader)) {
+        record_read(piece);
+      }
       if (plan_.bin[l] == my_bin) {
         topk_.select(accumulated.subspan(piece.begin, piece.size()),
                      static_cast<std::size_t>(plan_.budget[l]), static_cast<Index>(piece.begin), out);
@@ -171,6 +176,17 @@ class DeftSparsifier final : public Sparsifier {
   const DeftPlan& plan() const { return plan_; }
 
  private:
+  // Adds `piece` to what this step read, joined to the previous piece when
+  // contiguous (one pass over both). The leader's norm pass [0, d) ends
+  // where no piece begins, so it is never extended.
+  void record_read(Range piece) {
+    if (!last_read_.empty() && last_read_.back().end == piece.begin) {
+      last_read_.back().end = piece.end;
+    } else {
+      last_read_.push_back(piece);
+    }
+  }
+
   DeftOptions options_;
   std::size_t numel_ = 0;
   int world_ = 0;

@@ -73,6 +73,7 @@ class GaussianK final : public DensitySparsifier {
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
     out.clear();
+    read_only({0, accumulated.size()});
     last_search_ = {};
     const std::size_t k = target(accumulated.size(), ctx);
     if (k == 0) return;

@@ -39,6 +39,7 @@ class PartitionedSparsifier final : public Sparsifier {
     const std::size_t k = target(accumulated.size(), ctx);
     const Range range = partition(owned_partition(ctx.step, comm.rank(), comm.size()));
     const auto own = accumulated.subspan(range.begin, range.size());
+    read_only(range);
     if (!controller_->started()) start_controller(own, k, comm);
 
     // One pass over the own partition: every candidate >= the floor, then

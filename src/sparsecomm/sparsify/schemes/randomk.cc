@@ -36,6 +36,7 @@ class RandomK final : public DensitySparsifier {
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
     out.clear();
+    read_nothing();  // k scattered values
     const std::size_t d = accumulated.size();
     const std::size_t k = target(d, ctx);
     if (k == 0) return;

@@ -23,6 +23,7 @@ class HardThreshold final : public DensitySparsifier {
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
     out.clear();
+    read_only({0, accumulated.size()});
     const std::size_t k = target(accumulated.size(), ctx);
     if (k == 0) return;
     threshold_select(accumulated, threshold_for(k), 0, out);

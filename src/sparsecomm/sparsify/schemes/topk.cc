@@ -18,6 +18,7 @@ class TopK final : public DensitySparsifier {
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
     out.clear();
+    read_only({0, accumulated.size()});
     const std::size_t k = target(accumulated.size(), ctx);
     if (k == 0) return;
     selector_.select(accumulated, k, 0, out);
