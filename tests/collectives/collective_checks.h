@@ -104,7 +104,8 @@ void check_ring_allreduce(Communicator& comm, std::size_t numel, std::size_t seg
   options.segment_bytes = segment_bytes;
   AllreduceReport report;
   allreduce(comm, std::span<T>(data), options, &report);
-  expect_all<T>(data, [&](std::size_t i) { return ring_expected<T>(n, i); }, what);
+  expect_all<T>(
+      data, [&](std::size_t i) { return ring_expected<T>(n, i); }, what);
 
   const int steps = n > 1 ? n - 1 : 0;
   EXPECT_EQ(report.reduce_scatter_steps, steps) << what;
@@ -182,11 +183,10 @@ struct SkipCase {
 inline void check_skip_reduce(Communicator& comm, const SkipCase& c) {
   const int n = comm.size();
   const int r = comm.rank();
-  const std::string what =
-      fmt::format("skip-reduce n={} rank={} numel={} skip={} step={} rescale={} protect={} "
-                  "min_elements={} segment_bytes={}",
-                  n, r, c.numel, c.skip, c.step, c.rescale, c.protect, c.min_elements,
-                  c.segment_bytes);
+  const std::string what = fmt::format(
+      "skip-reduce n={} rank={} numel={} skip={} step={} rescale={} protect={} "
+      "min_elements={} segment_bytes={}",
+      n, r, c.numel, c.skip, c.step, c.rescale, c.protect, c.min_elements, c.segment_bytes);
   SkipReduceOptions options;
   options.skip = c.skip;
   options.seed = c.seed;
@@ -238,9 +238,8 @@ inline void check_skip_reduce(Communicator& comm, const SkipCase& c) {
 
   std::vector<int> owned(static_cast<std::size_t>(n), 0);
   std::size_t expected_begin = 0;
-  const float scale = c.rescale && applied > 0
-                          ? static_cast<float>(n) / static_cast<float>(n - applied)
-                          : 1.0f;
+  const float scale =
+      c.rescale && applied > 0 ? static_cast<float>(n) / static_cast<float>(n - applied) : 1.0f;
   for (int ci = 0; ci < static_cast<int>(s.chunks.size()); ++ci) {
     const SkipChunk& chunk = s.chunks[static_cast<std::size_t>(ci)];
     const std::string where = what + fmt::format(" chunk {}", ci);
@@ -266,11 +265,10 @@ inline void check_skip_reduce(Communicator& comm, const SkipCase& c) {
     // The data: weight(i) * mask, times the rescale factor.
     const std::span<const float> got(data.data() + chunk.begin, chunk.end - chunk.begin);
     if (scale == 1.0f) {
-      expect_all<float>(got,
-                        [&](std::size_t k) {
-                          return skip_weight(chunk.begin + k) * static_cast<float>(mask);
-                        },
-                        where);
+      expect_all<float>(
+          got,
+          [&](std::size_t k) { return skip_weight(chunk.begin + k) * static_cast<float>(mask); },
+          where);
     } else {
       std::size_t bad = 0;
       for (std::size_t k = 0; k < got.size(); ++k) {
@@ -281,16 +279,14 @@ inline void check_skip_reduce(Communicator& comm, const SkipCase& c) {
     }
   }
   for (int q = 0; q < n; ++q) {
-    EXPECT_EQ(owned[static_cast<std::size_t>(q)], 1) << what << ": rank " << q << " owns "
-                                                     << owned[static_cast<std::size_t>(q)]
-                                                     << " chunks";
+    EXPECT_EQ(owned[static_cast<std::size_t>(q)], 1)
+        << what << ": rank " << q << " owns " << owned[static_cast<std::size_t>(q)] << " chunks";
   }
 
   // The report.
   const bool skipped = applied > 0;
   EXPECT_EQ(report.elements_subject_to_skipping, skipped ? c.numel : 0u) << what;
-  EXPECT_DOUBLE_EQ(report.effective_density,
-                   skipped ? static_cast<double>(n - applied) / n : 1.0)
+  EXPECT_DOUBLE_EQ(report.effective_density, skipped ? static_cast<double>(n - applied) / n : 1.0)
       << what;
   const int rs_steps = n > 1 ? n - 1 - applied : 0;
   EXPECT_EQ(report.phases.reduce_scatter_steps, rs_steps) << what;
@@ -306,8 +302,8 @@ inline void check_skip_reduce_sweep(Communicator& comm) {
   const int n = comm.size();
   for (int skip = 0; skip < n; ++skip) {
     for (std::int64_t step = 0; step < 3; ++step) {
-      for (const std::size_t numel : {std::size_t{0}, static_cast<std::size_t>(n > 1 ? n - 1 : 0),
-                                      std::size_t{1000}}) {
+      for (const std::size_t numel :
+           {std::size_t{0}, static_cast<std::size_t>(n > 1 ? n - 1 : 0), std::size_t{1000}}) {
         SkipCase c;
         c.numel = numel;
         c.skip = skip;

@@ -57,12 +57,13 @@ TEST(ChunkBegin, SplitsIntoNearEqualContiguousChunks) {
 class RingAllreduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(RingAllreduceTest, SumsExactlyForEverySizeAndSegmentSize) {
-  run_thread_world(GetParam(), [](Communicator& comm) { check_ring_sweep(comm); }, kWorldTimeout);
+  run_thread_world(
+      GetParam(), [](Communicator& comm) { check_ring_sweep(comm); }, kWorldTimeout);
 }
 
 TEST_P(RingAllreduceTest, RejectsInvalidArguments) {
-  run_thread_world(GetParam(), [](Communicator& comm) { check_invalid_arguments(comm); },
-                   kWorldTimeout);
+  run_thread_world(
+      GetParam(), [](Communicator& comm) { check_invalid_arguments(comm); }, kWorldTimeout);
 }
 
 TEST_P(RingAllreduceTest, NativeIsNotSupportedOnThreads) {
@@ -227,13 +228,13 @@ TEST(SkipReduceSchedule, DropsEveryRankEquallyOften) {
 class SkipReduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(SkipReduceTest, EachChunkSumsExactlyItsContributors) {
-  run_thread_world(GetParam(), [](Communicator& comm) { check_skip_reduce_sweep(comm); },
-                   kWorldTimeout);
+  run_thread_world(
+      GetParam(), [](Communicator& comm) { check_skip_reduce_sweep(comm); }, kWorldTimeout);
 }
 
 TEST_P(SkipReduceTest, ProtectedBuffersAreSummedInFull) {
-  run_thread_world(GetParam(), [](Communicator& comm) { check_skip_reduce_protection(comm); },
-                   kWorldTimeout);
+  run_thread_world(
+      GetParam(), [](Communicator& comm) { check_skip_reduce_protection(comm); }, kWorldTimeout);
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, SkipReduceTest, ::testing::Values(1, 2, 3, 4, 7, 8), world_name);

@@ -136,8 +136,10 @@ TEST(ThreadWorld, ASizeMismatchNamesBothRanks) {
         2,
         [&](Communicator& comm) {
           std::vector<std::byte> buffer(comm.rank() == 0 ? sent : 4);
-          if (comm.rank() == 0) comm.send(buffer, 1, 9);
-          else comm.recv(buffer, 0, 9);
+          if (comm.rank() == 0)
+            comm.send(buffer, 1, 9);
+          else
+            comm.recv(buffer, 0, 9);
         },
         milliseconds(2000));
     EXPECT_NE(message.find("size mismatch"), std::string::npos) << message;

@@ -20,7 +20,8 @@ class IdxTest : public ::testing::Test {
  protected:
   void SetUp() override {
     directory_ = fs::temp_directory_path() /
-                 ("sparsecomm_idx_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+                 ("sparsecomm_idx_" +
+                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(directory_);
     fs::create_directories(directory_);
   }
@@ -51,7 +52,8 @@ class IdxTest : public ::testing::Test {
 };
 
 TEST_F(IdxTest, RoundTripsGzipAndPlainFiles) {
-  const IdxArray written{{3, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}};
+  const IdxArray written{{3, 2, 4}, {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
+                                     13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}};
   write_idx_gz(path("a.gz"), written);
   const IdxArray read = read_idx(path("a.gz"));
   EXPECT_EQ(read.shape, written.shape);
@@ -104,7 +106,8 @@ TEST_F(IdxTest, FashionMnistLoaderChecksTheSplit) {
   write_idx_gz(path("t10k-labels-idx1-ubyte.gz"), IdxArray{{49}, std::vector<std::uint8_t>(49)});
   EXPECT_THROW(load_fashion_mnist(DatasetSplit::kTest, directory_.string()), InvalidArgument);
   // A label that is not a class.
-  write_idx_gz(path("t10k-labels-idx1-ubyte.gz"), IdxArray{{50}, std::vector<std::uint8_t>(50, 10)});
+  write_idx_gz(path("t10k-labels-idx1-ubyte.gz"),
+               IdxArray{{50}, std::vector<std::uint8_t>(50, 10)});
   EXPECT_THROW(load_fashion_mnist(DatasetSplit::kTest, directory_.string()), InvalidArgument);
 }
 
@@ -113,7 +116,8 @@ TEST_F(IdxTest, AMissingDatasetNamesThePackageToInstall) {
     load_fashion_mnist(DatasetSplit::kTrain, directory_.string());
     FAIL() << "expected an error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("apt-get install dataset-fashion-mnist"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("apt-get install dataset-fashion-mnist"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -19,7 +19,6 @@
 namespace sparsecomm {
 namespace {
 
-
 struct Timing {
   double floor_ms = 0.0;  // read_pass, median
   double ms = 0.0;        // the kernel, median

@@ -43,7 +43,6 @@ std::vector<float> normal_vector(std::size_t n, std::uint64_t seed, float scale 
   return x;
 }
 
-
 // Few distinct magnitudes: heavy ties, both signs, signed zeros.
 std::vector<float> tied_vector(std::size_t n, std::uint64_t seed) {
   static constexpr float kValues[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, 0.5f};
@@ -74,7 +73,6 @@ void expect_same(const SparseSelection& got, const SparseSelection& want, const 
     ASSERT_EQ(bits(got.values[i]), bits(want.values[i])) << what << " at " << i;
   }
 }
-
 
 class KernelTest : public ::testing::TestWithParam<SimdLevel> {
  protected:

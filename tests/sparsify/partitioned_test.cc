@@ -68,7 +68,8 @@ TEST(Partition, InitialLayoutSpreadsBlocks) {
 // never move, while the counts balancer fixes them in one step.
 TEST(Partition, FaithfulSweepStallsWhereTheCountsBalancerDoesNot) {
   const BlockGrid grid = make_block_grid(1 << 20, 1024, 32);
-  for (const std::vector<double>& shape : {std::vector<double>{1.5, 1, 1, 0.5}, {0.7, 0.9, 1.1, 1.3}}) {
+  for (const std::vector<double>& shape :
+       {std::vector<double>{1.5, 1, 1, 0.5}, {0.7, 0.9, 1.1, 1.3}}) {
     BlockLayout sweep = initial_layout(grid.blocks, 4);
     const BlockLayout before = sweep;
     std::vector<std::int64_t> loads;
@@ -79,7 +80,9 @@ TEST(Partition, FaithfulSweepStallsWhereTheCountsBalancerDoesNot) {
       EXPECT_EQ(sweep.first, before.first) << "the reference sweep never moves on this skew";
     } else {
       for (int i = 1; i < 4; ++i) {
-        EXPECT_LE(std::abs(sweep.first[static_cast<std::size_t>(i)] - before.first[static_cast<std::size_t>(i)]), 1)
+        EXPECT_LE(std::abs(sweep.first[static_cast<std::size_t>(i)] -
+                           before.first[static_cast<std::size_t>(i)]),
+                  1)
             << "the reference sweep moves at most one block per boundary";
       }
     }
@@ -114,7 +117,8 @@ TEST(Partition, CountsBalancerRespectsMinBlocksAndMaxMove) {
   EXPECT_EQ(layout.first.back(), 64);
   BlockLayout limited = initial_layout(64, 4);
   balance_from_block_counts(limited, blocks, {1, 3});
-  for (int i = 1; i < 4; ++i) EXPECT_LE(std::abs(limited.first[i] - initial_layout(64, 4).first[i]), 3);
+  for (int i = 1; i < 4; ++i)
+    EXPECT_LE(std::abs(limited.first[i] - initial_layout(64, 4).first[i]), 3);
 }
 
 TEST(Deft, PiecesSplitLargeTensors) {
@@ -143,7 +147,8 @@ TEST(Deft, AllocationNeverExceedsTheBudgetAndCapsAtPieceSize) {
     EXPECT_LE(total, static_cast<std::int64_t>(k));
   }
   const auto all = deft_allocate(std::vector<double>(4, 0.0), pieces, 1001, false);
-  EXPECT_EQ(std::accumulate(all.begin(), all.end(), std::int64_t{0}), 1001) << "zero norms split by size";
+  EXPECT_EQ(std::accumulate(all.begin(), all.end(), std::int64_t{0}), 1001)
+      << "zero norms split by size";
   const auto packed = deft_pack(pieces, all, 3);
   for (std::size_t l = 0; l < pieces.size(); ++l) EXPECT_EQ(packed[l], -2) << "k_l == size: whole";
 }
@@ -190,17 +195,18 @@ void fill_gradient(int rank, std::int64_t step, std::span<float> out, bool zeros
       out[i] = 0.0f;
       continue;
     }
-    const auto bits = rng.block(i, static_cast<std::uint64_t>(step) * 64 + static_cast<std::uint64_t>(rank));
+    const auto bits =
+        rng.block(i, static_cast<std::uint64_t>(step) * 64 + static_cast<std::uint64_t>(rank));
     const double u = (bits[0] + 0.5) / 4294967296.0;
-    out[i] = static_cast<float>((bits[1] & 1 ? 1.0 : -1.0) * std::pow(u, 3.0) * (1.0 + static_cast<double>(i % 7)));
+    out[i] = static_cast<float>((bits[1] & 1 ? 1.0 : -1.0) * std::pow(u, 3.0) *
+                                (1.0 + static_cast<double>(i % 7)));
   }
 }
 
 // Runs `steps` steps of select() (no exchange: selection and shared state
 // only) and checks: identical state on all ranks each step, disjoint
 // selections, ascending indices in range.
-void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps,
-                     bool zeros) {
+void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps, bool zeros) {
   SCOPED_TRACE(scheme.name + " n=" + std::to_string(n) + " d=" + std::to_string(d));
   run_thread_world(n, [&](Communicator& comm) {
     auto sparsifier = scheme.make();
@@ -222,9 +228,9 @@ void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps,
       const std::span<const Range> read = sparsifier->last_read();
       for (std::size_t i = 0; i < selection.size(); ++i) {
         const Index index = selection.indices[i];
-        ASSERT_TRUE(std::any_of(read.begin(), read.end(), [&](const Range& r) {
-          return r.begin <= index && index < r.end;
-        })) << "index " << index << " outside last_read() at step " << step;
+        ASSERT_TRUE(std::any_of(read.begin(), read.end(),
+                                [&](const Range& r) { return r.begin <= index && index < r.end; }))
+            << "index " << index << " outside last_read() at step " << step;
       }
       if (scheme.name != "deft") {
         // One exclusive partition per rank; together they tile [0, d).
@@ -246,8 +252,9 @@ void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps,
         total += c;
       }
       std::vector<Index> all(total);
-      comm.allgatherv(std::as_bytes(std::span<const Index>(selection.indices.data(), selection.size())),
-                      writable_bytes_of(std::span<Index>(all)), bytes);
+      comm.allgatherv(
+          std::as_bytes(std::span<const Index>(selection.indices.data(), selection.size())),
+          writable_bytes_of(std::span<Index>(all)), bytes);
       const std::set<Index> unique(all.begin(), all.end());
       ASSERT_EQ(unique.size(), all.size()) << "selections overlap at step " << step;
       std::vector<std::uint64_t> count_values(counts.begin(), counts.end());
@@ -264,8 +271,9 @@ void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps,
       std::vector<std::byte> states(writer.bytes().size() * static_cast<std::size_t>(n));
       comm.allgather(writer.bytes(), states);
       for (int r = 0; r < n; ++r) {
-        ASSERT_TRUE(std::equal(writer.bytes().begin(), writer.bytes().end(),
-                               states.begin() + static_cast<std::ptrdiff_t>(writer.bytes().size()) * r))
+        ASSERT_TRUE(
+            std::equal(writer.bytes().begin(), writer.bytes().end(),
+                       states.begin() + static_cast<std::ptrdiff_t>(writer.bytes().size()) * r))
             << "rank " << r << " disagrees at step " << step;
       }
     }
@@ -276,7 +284,8 @@ class PartitionedWorlds : public ::testing::TestWithParam<int> {};
 
 TEST_P(PartitionedWorlds, RanksAgreeAndSelectionsAreDisjoint) {
   const int n = GetParam();
-  for (const SchemeCase& scheme : partition_schemes(0.01)) check_agreement(scheme, n, 20000, 6, false);
+  for (const SchemeCase& scheme : partition_schemes(0.01))
+    check_agreement(scheme, n, 20000, 6, false);
 }
 
 TEST_P(PartitionedWorlds, EdgeCasesWork) {

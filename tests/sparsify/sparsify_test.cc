@@ -211,9 +211,9 @@ TEST(Registry, ListsTheSchemesInOrder) {
       EXPECT_TRUE(option_names.count(common.name)) << info.name << " lacks " << common.name;
     }
   }
-  const std::vector<std::string> expected = {"topk",  "threshold", "randomk",         "dgc",
-                                             "gaussiank", "cltk", "micro", "exdyna",
-                                             "exdyna-faithful", "deft"};
+  const std::vector<std::string> expected = {
+      "topk",  "threshold", "randomk",         "dgc", "gaussiank", "cltk",
+      "micro", "exdyna",    "exdyna-faithful", "deft"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ(scheme_names(),
             "topk, threshold, randomk, dgc, gaussiank, cltk, micro, exdyna, exdyna-faithful, deft");

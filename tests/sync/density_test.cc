@@ -30,10 +30,10 @@ constexpr int kSteps = 1000;
 constexpr int kWarmup = 100;  // statistics over steps 100 and later
 
 struct RunFigures {
-  double mean = 0;        // mean(K/k)
-  double bias = 0;        // |mean(K/k) - 1|
-  double p95_error = 0;   // p95 of |K/k - 1|
-  double imbalance = 0;   // mean load imbalance
+  double mean = 0;       // mean(K/k)
+  double bias = 0;       // |mean(K/k) - 1|
+  double p95_error = 0;  // p95 of |K/k - 1|
+  double imbalance = 0;  // mean load imbalance
 };
 
 RunFigures run_scheme(const char* scheme, int n, double density, const GradientStream& stream,
@@ -70,15 +70,17 @@ RunFigures run_scheme(const char* scheme, int n, double density, const GradientS
   figures.mean = sum / static_cast<double>(ratios.size());
   figures.bias = std::fabs(figures.mean - 1.0);
   std::sort(errors.begin(), errors.end());
-  figures.p95_error = errors[static_cast<std::size_t>(0.95 * static_cast<double>(errors.size() - 1))];
+  figures.p95_error =
+      errors[static_cast<std::size_t>(0.95 * static_cast<double>(errors.size() - 1))];
   double imbalance = 0;
   for (double v : imbalances) imbalance += v;
   figures.imbalance = imbalance / static_cast<double>(imbalances.size());
   std::string label = scheme;
   for (const std::string& option : extra) label += " " + option;
-  std::printf("[density] %-30s n=%d c=%.1f%%: mean K/k %.4f, bias %.4f, p95 |K/k-1| %.4f, imbalance %.4f\n",
-              label.c_str(), n, density * 100, figures.mean, figures.bias, figures.p95_error,
-              figures.imbalance);
+  std::printf(
+      "[density] %-30s n=%d c=%.1f%%: mean K/k %.4f, bias %.4f, p95 |K/k-1| %.4f, imbalance %.4f\n",
+      label.c_str(), n, density * 100, figures.mean, figures.bias, figures.p95_error,
+      figures.imbalance);
   return figures;
 }
 
@@ -109,7 +111,8 @@ double first_step_threshold(const GradientStream& source, double density) {
   source.fill(0, 0, g);
   for (float& v : g) v = std::fabs(v);
   const std::size_t k = target_count(density, g.size());
-  std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(k - 1), g.end(), std::greater<>());
+  std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(k - 1), g.end(),
+                   std::greater<>());
   return g[k - 1];
 }
 

@@ -67,18 +67,24 @@ inline std::vector<SyncCase> scheme_pattern_cases() {
     std::vector<std::string> extra;
   };
   const Scheme schemes[] = {
-      {"topk", false, {}},           {"threshold", false, {"lambda=0.8"}},
-      {"randomk", true, {}},         {"dgc", false, {}},
-      {"gaussiank", false, {}},      {"cltk", true, {}},
-      {"micro", false, {}},          {"exdyna", false, {}},
-      {"exdyna-faithful", false, {}}, {"deft", false, {}},
+      {"topk", false, {}},
+      {"threshold", false, {"lambda=0.8"}},
+      {"randomk", true, {}},
+      {"dgc", false, {}},
+      {"gaussiank", false, {}},
+      {"cltk", true, {}},
+      {"micro", false, {}},
+      {"exdyna", false, {}},
+      {"exdyna-faithful", false, {}},
+      {"deft", false, {}},
   };
   std::vector<SyncCase> cases;
   for (const Scheme& s : schemes) {
     std::vector<std::string> patterns = {"union", "allgather", "sparse-allreduce"};
     if (s.shared) patterns.emplace_back("shared");
     for (const auto& pattern : patterns) {
-      for (const char* values : {"fp32", "fp16"}) cases.push_back({s.name, pattern, values, s.extra});
+      for (const char* values : {"fp32", "fp16"})
+        cases.push_back({s.name, pattern, values, s.extra});
     }
   }
   return cases;

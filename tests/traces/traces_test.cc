@@ -104,7 +104,8 @@ class TraceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     directory_ = fs::temp_directory_path() /
-                 ("sparsecomm_trace_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+                 ("sparsecomm_trace_" +
+                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(directory_);
   }
   void TearDown() override { fs::remove_all(directory_); }

@@ -60,9 +60,12 @@ struct Row {
 
 std::string_view algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kNative: return "native";
-    case Algorithm::kSkipReduce: return "skipreduce";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kNative:
+      return "native";
+    case Algorithm::kSkipReduce:
+      return "skipreduce";
   }
   return "?";
 }
@@ -92,7 +95,8 @@ std::vector<int> parse_skips(const Options& options, int world) {
     if (s < 0 || s > world - 1) {
       throw InvalidArgument(fmt::format(
           "--skips: skip {} is outside [0, {}] for a world of {} ranks (Skip-Reduce drops s of n "
-          "contributions, so s must be at most n-1)", s, world - 1, world));
+          "contributions, so s must be at most n-1)",
+          s, world - 1, world));
     }
   }
   std::sort(skips.begin(), skips.end());
@@ -111,7 +115,8 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
       } else if (announce) {
         fmt::print(stderr,
                    "note: the {} backend has no native all-reduce; 'native' is measured only "
-                   "with --backend mpi under mpirun\n", comm.backend());
+                   "with --backend mpi under mpirun\n",
+                   comm.backend());
       }
     } else if (name == "skipreduce") {
       for (int s : parse_skips(options, comm.size())) cases.push_back({Algorithm::kSkipReduce, s});
@@ -186,7 +191,8 @@ void verify(Communicator& comm, const Case& c, std::span<const float> data,
 double median_of_rank_max(Communicator& comm, const std::vector<double>& mine) {
   const std::size_t iters = mine.size();
   std::vector<double> all(iters * static_cast<std::size_t>(comm.size()));
-  comm.allgather(bytes_of(std::span<const double>(mine)), writable_bytes_of(std::span<double>(all)));
+  comm.allgather(bytes_of(std::span<const double>(mine)),
+                 writable_bytes_of(std::span<double>(all)));
   std::vector<double> worst(iters, 0.0);
   for (std::size_t r = 0; r < static_cast<std::size_t>(comm.size()); ++r) {
     for (std::size_t i = 0; i < iters; ++i) worst[i] = std::max(worst[i], all[r * iters + i]);
@@ -218,7 +224,8 @@ std::vector<Row> measure(Communicator& comm, const Options& options) {
       SkipSchedule schedule;
       std::int64_t step = 0;
       work = pristine;
-      const bool skipped = run_case(comm, c, options, segment_bytes, step++, work, phases, &schedule);
+      const bool skipped =
+          run_case(comm, c, options, segment_bytes, step++, work, phases, &schedule);
       verify(comm, c, work, schedule, skipped);
       for (int i = 0; i < options.warmup; ++i) {
         run_case(comm, c, options, segment_bytes, step++, work, phases, nullptr);
@@ -253,13 +260,19 @@ std::vector<Row> measure(Communicator& comm, const Options& options) {
   return rows;
 }
 
-nlohmann::json to_json(const Row& row, std::string_view backend, int world, const Options& options) {
-  nlohmann::json j = {
-      {"algorithm", row.algorithm}, {"backend", backend},       {"world", world},
-      {"bytes", row.bytes},         {"skip", row.skip},         {"skip_applied", row.skip_applied},
-      {"time_ms", row.time_ms},     {"algbw_gbps", row.algbw_gbps},
-      {"busbw_gbps", row.busbw_gbps}, {"iters", options.iters},
-      {"segment_bytes", parse_bytes(options.segment, "--segment-bytes")}};
+nlohmann::json to_json(const Row& row, std::string_view backend, int world,
+                       const Options& options) {
+  nlohmann::json j = {{"algorithm", row.algorithm},
+                      {"backend", backend},
+                      {"world", world},
+                      {"bytes", row.bytes},
+                      {"skip", row.skip},
+                      {"skip_applied", row.skip_applied},
+                      {"time_ms", row.time_ms},
+                      {"algbw_gbps", row.algbw_gbps},
+                      {"busbw_gbps", row.busbw_gbps},
+                      {"iters", options.iters},
+                      {"segment_bytes", parse_bytes(options.segment, "--segment-bytes")}};
   j["rs_time_ms"] = row.rs_time_ms ? nlohmann::json(*row.rs_time_ms) : nlohmann::json(nullptr);
   j["ag_time_ms"] = row.ag_time_ms ? nlohmann::json(*row.ag_time_ms) : nlohmann::json(nullptr);
   return j;
@@ -275,8 +288,9 @@ void print_table(const std::vector<Row>& rows, std::string_view backend, int wor
     return v ? fmt::format("{:.3f}", *v) : std::string("-");
   };
   for (const Row& row : rows) {
-    const std::string skip =
-        row.algorithm != "skipreduce" ? "-" : fmt::format("{}{}", row.skip, row.skip_applied ? "" : "*");
+    const std::string skip = row.algorithm != "skipreduce"
+                                 ? "-"
+                                 : fmt::format("{}{}", row.skip, row.skip_applied ? "" : "*");
     fmt::print("{:<11} {:>4} {:>10} {:>10.3f} {:>10} {:>10} {:>11.3f} {:>11.3f}\n", row.algorithm,
                skip, format_bytes(static_cast<double>(row.bytes)), row.time_ms,
                optional_ms(row.rs_time_ms), optional_ms(row.ag_time_ms), row.algbw_gbps,
@@ -285,13 +299,16 @@ void print_table(const std::vector<Row>& rows, std::string_view backend, int wor
   if (std::any_of(rows.begin(), rows.end(), [](const Row& r) {
         return r.algorithm == "skipreduce" && !r.skip_applied && r.skip > 0;
       })) {
-    fmt::print("* buffer below --skip-min-elements ({}): reduced in full\n", options.skip_min_elements);
+    fmt::print("* buffer below --skip-min-elements ({}): reduced in full\n",
+               options.skip_min_elements);
   }
 }
 
 void run(const Options& options) {
-  if (options.iters < 1) throw InvalidArgument(fmt::format("--iters must be >= 1, got {}", options.iters));
-  if (options.warmup < 0) throw InvalidArgument(fmt::format("--warmup must be >= 0, got {}", options.warmup));
+  if (options.iters < 1)
+    throw InvalidArgument(fmt::format("--iters must be >= 1, got {}", options.iters));
+  if (options.warmup < 0)
+    throw InvalidArgument(fmt::format("--warmup must be >= 0, got {}", options.warmup));
   if (options.format != "table" && options.format != "json") {
     throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
   }
@@ -329,7 +346,8 @@ void add_bench_collectives_command(CLI::App& bench) {
   cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
       ->capture_default_str();
   cmd->add_option("--workers,-n", options->workers, "ranks for the thread backend")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--sizes", options->sizes, "buffer sizes in bytes (K/M/G suffixes)")
       ->capture_default_str();
   cmd->add_option("--algorithms", options->algorithms, "ring, native, skipreduce")

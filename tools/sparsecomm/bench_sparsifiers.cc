@@ -123,8 +123,8 @@ struct Options {
   bool no_torch = false;
   // Which options were given on the command line (a trace supplies the rest).
   bool numel_given = false, workers_given = false, steps_given = false;
-  bool synthetic_given = false;  // any of --drift, --skew, --tail
-  std::string source;            // the stream's describe(), once resolved
+  bool synthetic_given = false;      // any of --drift, --skew, --tail
+  std::string source;                // the stream's describe(), once resolved
   double exchange_budget_gib = 0.0;  // memory the exchange may use (0: unchecked)
 };
 
@@ -408,8 +408,8 @@ struct SchemeRun {
   int workers = 0;
   int steps = 0;
   std::vector<double> select_ms;
-  std::vector<double> floor_ms;         // read pass over the elements this rank's select() read
-  std::vector<std::size_t> elements;    // ... and how many those were (0: no floor)
+  std::vector<double> floor_ms;       // read pass over the elements this rank's select() read
+  std::vector<std::size_t> elements;  // ... and how many those were (0: no floor)
   std::vector<StepMetrics> metrics;
   std::size_t numel = 0;
   // Set (by rank 0) when the scheme's selections are too large for this
@@ -634,8 +634,8 @@ class ProbeSparsifier final : public Sparsifier {
                    writable_bytes_of(std::span<std::uint64_t>(all)));
     double total = 0.0;
     for (const std::uint64_t c : all) total += static_cast<double>(c);
-    const double needed_gib = 3.0 * comm.size() * total * (sizeof(Index) + sizeof(float)) /
-                              (1024.0 * 1024.0 * 1024.0);
+    const double needed_gib =
+        3.0 * comm.size() * total * (sizeof(Index) + sizeof(float)) / (1024.0 * 1024.0 * 1024.0);
     if (needed_gib <= options_.exchange_budget_gib) return;
     if (comm.rank() == 0) {
       const double k = static_cast<double>(target(probe_.numel, StepContext{}));
@@ -990,44 +990,44 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
   run.numel = d;
 
   try {
-  run_thread_world(n, [&](Communicator& comm) {
-    const int r = comm.rank();
-    RankProbe probe;
-    probe.scheme = run.scheme;
-    probe.rank = r;
-    probe.numel = d;
-    probe.seed = options.seed;
+    run_thread_world(n, [&](Communicator& comm) {
+      const int r = comm.rank();
+      RankProbe probe;
+      probe.scheme = run.scheme;
+      probe.rank = r;
+      probe.numel = d;
+      probe.seed = options.seed;
 
-    SchemeParts parts = make_scheme(name, scheme_opts);
-    const double tolerance = conservation_tolerance(parts.exchange_options.values, n);
-    parts.sparsifier = std::make_unique<ProbeSparsifier>(std::move(parts.sparsifier),
-                                                         make_scheme(name, scheme_opts).sparsifier,
-                                                         probe, run, options, evict);
-    parts.memory = std::make_unique<ProbeMemory>(std::move(parts.memory), probe);
-    SparseSync sync(std::move(parts));
-    if (r == 0) run.exchange = std::string(exchange_pattern_name(sync.exchange_pattern()));
+      SchemeParts parts = make_scheme(name, scheme_opts);
+      const double tolerance = conservation_tolerance(parts.exchange_options.values, n);
+      parts.sparsifier = std::make_unique<ProbeSparsifier>(
+          std::move(parts.sparsifier), make_scheme(name, scheme_opts).sparsifier, probe, run,
+          options, evict);
+      parts.memory = std::make_unique<ProbeMemory>(std::move(parts.memory), probe);
+      SparseSync sync(std::move(parts));
+      if (r == 0) run.exchange = std::string(exchange_pattern_name(sync.exchange_pattern()));
 
-    UninitVector<float> gradient(d);
-    for (std::int64_t t = 0; t < options.steps; ++t) {
-      stream.fill(r, t, gradient);
-      StepContext ctx;
-      ctx.step = t;
-      ctx.epoch = options.epoch;
-      ctx.rank = r;
-      ctx.world = n;
-      ctx.layers = stream.layers();
-      const StepMetrics metrics = sync.synchronize(gradient, ctx, comm);
-      check_conservation(probe, comm, gradient, tolerance);
-      if (probe.live == nullptr || metrics.selected != probe.live->size()) {
-        throw probe.failure(
-            fmt::format("the step reports {} selected elements, the selection "
-                        "has {}",
-                        metrics.selected, probe.live == nullptr ? 0 : probe.live->size()));
+      UninitVector<float> gradient(d);
+      for (std::int64_t t = 0; t < options.steps; ++t) {
+        stream.fill(r, t, gradient);
+        StepContext ctx;
+        ctx.step = t;
+        ctx.epoch = options.epoch;
+        ctx.rank = r;
+        ctx.world = n;
+        ctx.layers = stream.layers();
+        const StepMetrics metrics = sync.synchronize(gradient, ctx, comm);
+        check_conservation(probe, comm, gradient, tolerance);
+        if (probe.live == nullptr || metrics.selected != probe.live->size()) {
+          throw probe.failure(
+              fmt::format("the step reports {} selected elements, the selection "
+                          "has {}",
+                          metrics.selected, probe.live == nullptr ? 0 : probe.live->size()));
+        }
+        run.metrics[static_cast<std::size_t>(t) * static_cast<std::size_t>(n) +
+                    static_cast<std::size_t>(r)] = metrics;
       }
-      run.metrics[static_cast<std::size_t>(t) * static_cast<std::size_t>(n) +
-                  static_cast<std::size_t>(r)] = metrics;
-    }
-  });
+    });
   } catch (...) {
     // SkipScheme on every rank (or, on a rank that lost the race, the world's
     // PeerFailure naming it): the row reports why.
@@ -1156,10 +1156,9 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
   const auto optional = [](const std::optional<double>& v, std::string_view suffix, int digits) {
     return v ? fmt::format("{:.{}f}{}", *v, digits, suffix) : std::string("-");
   };
-  fmt::print(
-      "{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>11} {:>9}\n",
-      "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth", "vs torch",
-      "K/k mean", "|K/k-1|95", "imbal", "bytes/rank", "idx saved");
+  fmt::print("{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>11} {:>9}\n",
+             "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth",
+             "vs torch", "K/k mean", "|K/k-1|95", "imbal", "bytes/rank", "idx saved");
   for (const Row& row : rows) {
     if (!row.skipped.empty()) {
       fmt::print("{:<16} {:<16} not measured: {}\n", row.scheme, row.exchange, row.skipped);
@@ -1170,9 +1169,8 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
         "{:>11} {:>9}\n",
         row.scheme, row.exchange, row.select_ms, optional(row.floor_ms, "", 3),
         optional(row.floor_ratio, "", 2), optional(row.read_fraction, "", 3),
-        row.nth_element_speedup, optional(row.torch_topk_speedup, "x", 1),
-        row.density_ratio_mean, row.density_error_p95, row.imbalance_mean,
-        format_bytes(row.bytes_per_rank),
+        row.nth_element_speedup, optional(row.torch_topk_speedup, "x", 1), row.density_ratio_mean,
+        row.density_error_p95, row.imbalance_mean, format_bytes(row.bytes_per_rank),
         row.index_bytes_saved ? fmt::format("{:.1f}%", 100.0 * *row.index_bytes_saved)
                               : std::string("-"));
   }
@@ -1186,9 +1184,10 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "per step, median over the timed steps {} (every {}{} step from {}; every step runs, is "
       "verified and counted).\n",
       options.reps, fmt::join(timed, ", "), options.time_every,
-      options.time_every == 1 ? "st" : options.time_every == 2 ? "nd"
-                                   : options.time_every == 3   ? "rd"
-                                                               : "th",
+      options.time_every == 1   ? "st"
+      : options.time_every == 2 ? "nd"
+      : options.time_every == 3 ? "rd"
+                                : "th",
       first_timed_step(options));
   std::string partitioned, leader, unbounded;
   for (const Row& row : rows) {
@@ -1210,7 +1209,8 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
         "bin's pieces (+ the whole vector on the leader)",
         partitioned);
   }
-  if (!leader.empty()) floor_note += fmt::format("; {}: the leader only (the others gather k values)", leader);
+  if (!leader.empty())
+    floor_note += fmt::format("; {}: the leader only (the others gather k values)", leader);
   if (!unbounded.empty()) floor_note += fmt::format("; {}: none, k scattered values", unbounded);
   fmt::print("{}.\n", floor_note);
   fmt::print(
@@ -1254,8 +1254,8 @@ std::unique_ptr<GradientStream> open_stream(Options& options) {
     options.workers = world;
     if (!options.steps_given) {
       if (steps > std::numeric_limits<int>::max()) {
-        throw InvalidArgument(fmt::format("the trace {} has {} steps: pass --steps", options.trace,
-                                          steps));
+        throw InvalidArgument(
+            fmt::format("the trace {} has {} steps: pass --steps", options.trace, steps));
       }
       options.steps = static_cast<int>(steps);
     }
@@ -1315,9 +1315,8 @@ std::size_t last_level_cache_bytes() {
 
 // The eviction buffer: 4x the last-level cache, in [64, 512] MiB.
 std::size_t eviction_floats() {
-  const std::size_t bytes =
-      std::clamp<std::size_t>(4 * last_level_cache_bytes(), std::size_t{64} << 20,
-                              std::size_t{512} << 20);
+  const std::size_t bytes = std::clamp<std::size_t>(4 * last_level_cache_bytes(),
+                                                    std::size_t{64} << 20, std::size_t{512} << 20);
   return bytes / sizeof(float);
 }
 
@@ -1354,10 +1353,9 @@ void run(Options options) {
   // d-float buffers and the eviction buffer.
   const Machine machine = describe_machine();
   const std::size_t evict_floats = eviction_floats();
-  const double needed_gib =
-      (static_cast<double>(options.numel) * (4.0 * options.workers + 3.0) +
-       static_cast<double>(evict_floats)) *
-      sizeof(float) / (1024.0 * 1024.0 * 1024.0);
+  const double needed_gib = (static_cast<double>(options.numel) * (4.0 * options.workers + 3.0) +
+                             static_cast<double>(evict_floats)) *
+                            sizeof(float) / (1024.0 * 1024.0 * 1024.0);
   if (machine.available_gib > 0.0 && needed_gib > 0.8 * machine.available_gib) {
     throw InvalidArgument(fmt::format(
         "{} ranks x d = {} need about {:.1f} GiB (4 buffers of d floats per rank) but only {:.1f} "
@@ -1431,12 +1429,12 @@ void add_bench_sparsifiers_command(CLI::App& bench) {
       cmd->add_option("--drift", options->drift,
                       "synthetic stream: the overall scale falls this factor over the run")
           ->capture_default_str();
-  CLI::Option* skew = cmd->add_option("--skew", options->skew,
-                                      "synthetic stream: regional skew (0: none)")
-                          ->capture_default_str();
-  CLI::Option* tail = cmd->add_option("--tail", options->tail,
-                                      "synthetic stream: heavy-tail strength (0: normal)")
-                          ->capture_default_str();
+  CLI::Option* skew =
+      cmd->add_option("--skew", options->skew, "synthetic stream: regional skew (0: none)")
+          ->capture_default_str();
+  CLI::Option* tail =
+      cmd->add_option("--tail", options->tail, "synthetic stream: heavy-tail strength (0: normal)")
+          ->capture_default_str();
   cmd->add_option("--epoch", options->epoch,
                   "fractional epoch passed to the schemes (DGC warm-up); the default is past any "
                   "warm-up")

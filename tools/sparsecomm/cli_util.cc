@@ -13,19 +13,26 @@ namespace sparsecomm::cli {
 
 std::size_t parse_bytes(std::string_view text, std::string_view what) {
   const auto invalid = [&](std::string_view why) {
-    return InvalidArgument(fmt::format(
-        "{} '{}' {}: give a byte count such as 4096, 64K, 16M or 1G (binary units)", what, text,
-        why));
+    return InvalidArgument(
+        fmt::format("{} '{}' {}: give a byte count such as 4096, 64K, 16M or 1G (binary units)",
+                    what, text, why));
   };
   if (text.empty()) throw invalid("is empty");
   if (text.front() == '-') throw invalid("is negative");
   std::size_t multiplier = 1;
   std::string_view digits = text;
   switch (std::toupper(static_cast<unsigned char>(text.back()))) {
-    case 'K': multiplier = std::size_t{1} << 10; break;
-    case 'M': multiplier = std::size_t{1} << 20; break;
-    case 'G': multiplier = std::size_t{1} << 30; break;
-    default: break;
+    case 'K':
+      multiplier = std::size_t{1} << 10;
+      break;
+    case 'M':
+      multiplier = std::size_t{1} << 20;
+      break;
+    case 'G':
+      multiplier = std::size_t{1} << 30;
+      break;
+    default:
+      break;
   }
   if (multiplier != 1) digits.remove_suffix(1);
   std::size_t value = 0;
@@ -43,10 +50,13 @@ std::vector<std::string> split_list(std::string_view text, std::string_view what
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     std::string_view item = text.substr(start, comma - start);
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.remove_prefix(1);
-    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.remove_suffix(1);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front())))
+      item.remove_prefix(1);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back())))
+      item.remove_suffix(1);
     if (item.empty()) {
-      throw InvalidArgument(fmt::format("{} '{}' has an empty item: give a comma-separated list", what, text));
+      throw InvalidArgument(
+          fmt::format("{} '{}' has an empty item: give a comma-separated list", what, text));
     }
     items.emplace_back(item);
     start = comma + 1;

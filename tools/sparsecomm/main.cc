@@ -6,8 +6,8 @@
 #include <exception>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "bench_collectives.h"
 #include "bench_exchange.h"

@@ -179,8 +179,8 @@ class Ring {
       allgather();
       report.allgather_s = watch.seconds();
     } catch (const CommError&) {
-      rethrow_with_context(fmt::format("[{}] rank {}: {} step {}: ", options_.component, rank_,
-                                       phase_, step_));
+      rethrow_with_context(
+          fmt::format("[{}] rank {}: {} step {}: ", options_.component, rank_, phase_, step_));
     }
     report.bytes_sent = bytes_sent_;
     report.bytes_received = bytes_received_;

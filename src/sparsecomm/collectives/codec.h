@@ -20,7 +20,8 @@ std::size_t encoded_index_bytes(std::span<const Index> indices);
 std::size_t encode_indices(std::span<const Index> indices, UninitVector<std::byte>& out);
 // Decodes exactly `count` indices from `in` into `out` (resized); returns the
 // bytes consumed. Throws CommError on truncated or malformed input.
-std::size_t decode_indices(std::span<const std::byte> in, std::size_t count, UninitVector<Index>& out);
+std::size_t decode_indices(std::span<const std::byte> in, std::size_t count,
+                           UninitVector<Index>& out);
 // The same into a caller-sized span: decodes exactly out.size() indices.
 std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out);
 

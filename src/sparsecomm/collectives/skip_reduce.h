@@ -52,8 +52,8 @@ struct SkipChunk {
 // The schedule of one Skip-Reduce call, identical on all ranks.
 struct SkipSchedule {
   int world = 1;
-  int skip = 0;        // the skip actually applied (0 when protected)
-  int rotation = 0;    // offset drawn from (seed, step, bucket)
+  int skip = 0;                   // the skip actually applied (0 when protected)
+  int rotation = 0;               // offset drawn from (seed, step, bucket)
   bool protected_buffer = false;  // reduced in full (small or user-protected)
   std::vector<SkipChunk> chunks;  // one per rank, in buffer order
 };

@@ -62,8 +62,8 @@ struct ExchangeOptions {
 // What the exchange did; identical on all ranks except the byte counts and
 // times, which are this rank's.
 struct ExchangeResult {
-  std::vector<std::size_t> counts;  // |I_r| for every rank r
-  std::size_t union_size = 0;       // K = |U| (the nonzeros of `out`)
+  std::vector<std::size_t> counts;     // |I_r| for every rank r
+  std::size_t union_size = 0;          // K = |U| (the nonzeros of `out`)
   std::span<const Index> transmitted;  // valid until the next exchange call
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
@@ -80,8 +80,8 @@ class SparseExchanger {
   const ExchangeOptions& options() const { return options_; }
 
   // See the contract at the top of this file.
-  void exchange(Communicator& comm, const SparseSelection& selection,
-                std::span<float> accumulated, std::span<float> out, ExchangeResult& result);
+  void exchange(Communicator& comm, const SparseSelection& selection, std::span<float> accumulated,
+                std::span<float> out, ExchangeResult& result);
 
  private:
   // A partial sum of the sparse all-reduce: a sorted (index, value) list or
@@ -89,9 +89,9 @@ class SparseExchanger {
   struct PartialSum {
     bool dense = false;
     ValueEncoding encoding = ValueEncoding::kFloat32;  // width on the wire
-    UninitVector<Index> indices;         // sparse only
-    UninitVector<float> values;          // sparse: one per index; dense: d
-    UninitVector<std::uint8_t> present;  // dense only: ceil(d / 8) bytes
+    UninitVector<Index> indices;                       // sparse only
+    UninitVector<float> values;                        // sparse: one per index; dense: d
+    UninitVector<std::uint8_t> present;                // dense only: ceil(d / 8) bytes
   };
 
   // sparse_exchange.cc
@@ -110,10 +110,10 @@ class SparseExchanger {
   void exchange_sparse_allreduce(Communicator& comm, std::span<const Index> selected,
                                  std::span<float> accumulated, std::span<float> out,
                                  ExchangeResult& result);
-  void recursive_doubling(Communicator& comm, std::span<const Index> selected,
-                          std::span<float> out, ExchangeResult& result);
-  void split_allreduce(Communicator& comm, std::span<const Index> selected,
-                       std::span<float> out, ExchangeResult& result);
+  void recursive_doubling(Communicator& comm, std::span<const Index> selected, std::span<float> out,
+                          ExchangeResult& result);
+  void split_allreduce(Communicator& comm, std::span<const Index> selected, std::span<float> out,
+                       ExchangeResult& result);
   void serialize_partial(PartialSum& partial, std::size_t numel, ExchangeResult& result);
   void deserialize_partial(Communicator& comm, int peer, std::size_t numel);
   void merge_partial(std::size_t numel);

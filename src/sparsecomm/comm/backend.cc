@@ -19,9 +19,12 @@ BackendKind parse_backend(std::string_view name) {
 
 std::string_view backend_name(BackendKind kind) {
   switch (kind) {
-    case BackendKind::kAuto: return "auto";
-    case BackendKind::kThread: return "thread";
-    case BackendKind::kMpi: return "mpi";
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kThread:
+      return "thread";
+    case BackendKind::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -35,23 +38,24 @@ void run_world(const WorldOptions& options, const std::function<void(Communicato
   switch (resolve_backend(options.backend)) {
     case BackendKind::kThread:
       if (options.ranks < 1) {
-        throw InvalidArgument(fmt::format(
-            "the thread backend needs at least 1 rank, got {}", options.ranks));
+        throw InvalidArgument(
+            fmt::format("the thread backend needs at least 1 rank, got {}", options.ranks));
       }
       run_thread_world(options.ranks, fn, options.timeout);
       return;
     case BackendKind::kMpi: {
       auto comm = make_mpi_world_communicator(options.timeout);
       if (options.ranks != 0 && options.ranks != comm->size()) {
-        throw InvalidArgument(fmt::format(
-            "[mpi] rank {}: asked for {} ranks but the MPI job has {}; start it with "
-            "`mpirun -np {}` or leave the rank count unset",
-            comm->rank(), options.ranks, comm->size(), options.ranks));
+        throw InvalidArgument(
+            fmt::format("[mpi] rank {}: asked for {} ranks but the MPI job has {}; start it with "
+                        "`mpirun -np {}` or leave the rank count unset",
+                        comm->rank(), options.ranks, comm->size(), options.ranks));
       }
       fn(*comm);
       return;
     }
-    case BackendKind::kAuto: break;
+    case BackendKind::kAuto:
+      break;
   }
   throw InvalidArgument("unresolved backend");
 }

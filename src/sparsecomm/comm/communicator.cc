@@ -17,8 +17,8 @@ std::chrono::milliseconds default_timeout() {
     char* end = nullptr;
     const long long ms = std::strtoll(env, &end, 10);
     if (end == env || *end != '\0' || ms <= 0) {
-      throw InvalidArgument(fmt::format(
-          "SPARSECOMM_TIMEOUT_MS='{}' is not a positive number of milliseconds", env));
+      throw InvalidArgument(
+          fmt::format("SPARSECOMM_TIMEOUT_MS='{}' is not a positive number of milliseconds", env));
     }
     return std::chrono::milliseconds(ms);
   }
@@ -27,7 +27,8 @@ std::chrono::milliseconds default_timeout() {
 
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) {
-    throw InvalidArgument(where() + fmt::format("timeout must be positive, got {} ms", timeout.count()));
+    throw InvalidArgument(where() +
+                          fmt::format("timeout must be positive, got {} ms", timeout.count()));
   }
   timeout_ = timeout;
 }
@@ -86,15 +87,16 @@ void Communicator::allgatherv(std::span<const std::byte> mine, std::span<std::by
   const int n = size();
   const int r = rank();
   if (counts.size() != static_cast<std::size_t>(n)) {
-    throw InvalidArgument(where() + fmt::format("allgatherv: {} counts for a world of {} ranks",
-                                                counts.size(), n));
+    throw InvalidArgument(
+        where() + fmt::format("allgatherv: {} counts for a world of {} ranks", counts.size(), n));
   }
   std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
   if (mine.size() != counts[r] || all.size() != offsets.back()) {
-    throw InvalidArgument(where() + fmt::format(
-        "allgatherv: got {} bytes to send and {} to receive, counts say {} and {}", mine.size(),
-        all.size(), counts[r], offsets.back()));
+    throw InvalidArgument(
+        where() +
+        fmt::format("allgatherv: got {} bytes to send and {} to receive, counts say {} and {}",
+                    mine.size(), all.size(), counts[r], offsets.back()));
   }
   if (!mine.empty()) std::memcpy(all.data() + offsets[r], mine.data(), mine.size());
   const int next = (r + 1) % n;
@@ -102,35 +104,39 @@ void Communicator::allgatherv(std::span<const std::byte> mine, std::span<std::by
   for (int step = 0; step + 1 < n; ++step) {
     const int send_block = (r - step + n) % n;
     const int recv_block = (r - step - 1 + n) % n;
-    Request sent = isend(all.subspan(offsets[send_block], counts[send_block]), next, tags::kAllgather);
+    Request sent =
+        isend(all.subspan(offsets[send_block], counts[send_block]), next, tags::kAllgather);
     recv(all.subspan(offsets[recv_block], counts[recv_block]), prev, tags::kAllgather);
     sent.wait();
   }
 }
 
 // Pairwise exchange: in round i, send to rank r+i and receive from rank r-i.
-void Communicator::alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
-                             std::span<std::byte> recv, std::span<const std::size_t> recv_counts) {
+void Communicator::alltoallv(std::span<const std::byte> send,
+                             std::span<const std::size_t> send_counts, std::span<std::byte> recv,
+                             std::span<const std::size_t> recv_counts) {
   const int n = size();
   const int r = rank();
   if (send_counts.size() != static_cast<std::size_t>(n) ||
       recv_counts.size() != static_cast<std::size_t>(n)) {
-    throw InvalidArgument(where() + fmt::format(
-        "alltoallv: {} send counts and {} receive counts for a world of {} ranks",
-        send_counts.size(), recv_counts.size(), n));
+    throw InvalidArgument(
+        where() +
+        fmt::format("alltoallv: {} send counts and {} receive counts for a world of {} ranks",
+                    send_counts.size(), recv_counts.size(), n));
   }
   std::vector<std::size_t> send_offsets(static_cast<std::size_t>(n) + 1, 0);
   std::vector<std::size_t> recv_offsets(static_cast<std::size_t>(n) + 1, 0);
   std::partial_sum(send_counts.begin(), send_counts.end(), send_offsets.begin() + 1);
   std::partial_sum(recv_counts.begin(), recv_counts.end(), recv_offsets.begin() + 1);
   if (send.size() != send_offsets.back() || recv.size() != recv_offsets.back()) {
-    throw InvalidArgument(where() + fmt::format(
-        "alltoallv: buffers of {} and {} bytes, counts add up to {} and {}", send.size(),
-        recv.size(), send_offsets.back(), recv_offsets.back()));
+    throw InvalidArgument(
+        where() + fmt::format("alltoallv: buffers of {} and {} bytes, counts add up to {} and {}",
+                              send.size(), recv.size(), send_offsets.back(), recv_offsets.back()));
   }
   if (send_counts[r] != recv_counts[r]) {
-    throw InvalidArgument(where() + fmt::format(
-        "alltoallv: sends {} bytes to itself but expects {}", send_counts[r], recv_counts[r]));
+    throw InvalidArgument(where() +
+                          fmt::format("alltoallv: sends {} bytes to itself but expects {}",
+                                      send_counts[r], recv_counts[r]));
   }
   if (send_counts[r] > 0) {
     std::memcpy(recv.data() + recv_offsets[r], send.data() + send_offsets[r], send_counts[r]);
@@ -138,7 +144,8 @@ void Communicator::alltoallv(std::span<const std::byte> send, std::span<const st
   for (int round = 1; round < n; ++round) {
     const int dst = (r + round) % n;
     const int src = (r - round + n) % n;
-    Request incoming = irecv(recv.subspan(recv_offsets[src], recv_counts[src]), src, tags::kAlltoall);
+    Request incoming =
+        irecv(recv.subspan(recv_offsets[src], recv_counts[src]), src, tags::kAlltoall);
     Request sent = isend(send.subspan(send_offsets[dst], send_counts[dst]), dst, tags::kAlltoall);
     incoming.wait();
     sent.wait();

@@ -91,8 +91,9 @@ class StateReader {
  private:
   std::span<const std::byte> take(std::size_t n) {
     if (n > bytes_.size() - position_) {
-      throw Error("[state] saved state ends early: wanted " + std::to_string(n) + " more bytes at " +
-                  std::to_string(position_) + " of " + std::to_string(bytes_.size()));
+      throw Error("[state] saved state ends early: wanted " + std::to_string(n) +
+                  " more bytes at " + std::to_string(position_) + " of " +
+                  std::to_string(bytes_.size()));
     }
     const auto out = bytes_.subspan(position_, n);
     position_ += n;

@@ -21,7 +21,8 @@ IdxArray read_part(const std::string& directory, const char* name) {
     throw InvalidArgument(fmt::format(
         "[data] Fashion-MNIST file {} is missing: install the Debian package with "
         "`apt-get install dataset-fashion-mnist` (scripts/setup.sh does), or point the data "
-        "directory at a copy of the four *-ubyte.gz files", path));
+        "directory at a copy of the four *-ubyte.gz files",
+        path));
   }
   return read_idx(path);
 }
@@ -30,12 +31,14 @@ IdxArray read_part(const std::string& directory, const char* name) {
 
 ImageDataset load_fashion_mnist(DatasetSplit split, const std::string& directory) {
   const bool train = split == DatasetSplit::kTrain;
-  const IdxArray images = read_part(directory, train ? "train-images-idx3-ubyte.gz" : "t10k-images-idx3-ubyte.gz");
-  const IdxArray labels = read_part(directory, train ? "train-labels-idx1-ubyte.gz" : "t10k-labels-idx1-ubyte.gz");
+  const IdxArray images =
+      read_part(directory, train ? "train-images-idx3-ubyte.gz" : "t10k-images-idx3-ubyte.gz");
+  const IdxArray labels =
+      read_part(directory, train ? "train-labels-idx1-ubyte.gz" : "t10k-labels-idx1-ubyte.gz");
   if (images.shape.size() != 3 || labels.shape.size() != 1) {
-    throw InvalidArgument(fmt::format(
-        "[data] {}: expected images of 3 dimensions and labels of 1, got {} and {}", directory,
-        images.shape.size(), labels.shape.size()));
+    throw InvalidArgument(
+        fmt::format("[data] {}: expected images of 3 dimensions and labels of 1, got {} and {}",
+                    directory, images.shape.size(), labels.shape.size()));
   }
   if (images.shape[0] != labels.shape[0]) {
     throw InvalidArgument(fmt::format("[data] {}: {} images but {} labels", directory,
@@ -72,7 +75,8 @@ std::vector<std::uint32_t> epoch_shard(std::size_t count, int rank, int world, s
     std::swap(order[i - 1], order[j]);
   }
   const std::size_t per_rank = count / static_cast<std::size_t>(world) / batch * batch;
-  const auto begin = order.begin() + static_cast<std::ptrdiff_t>(per_rank * static_cast<std::size_t>(rank));
+  const auto begin =
+      order.begin() + static_cast<std::ptrdiff_t>(per_rank * static_cast<std::size_t>(rank));
   return {begin, begin + static_cast<std::ptrdiff_t>(per_rank)};
 }
 

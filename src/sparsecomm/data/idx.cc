@@ -72,8 +72,8 @@ IdxArray read_idx(const std::string& path) {
   }
   const std::size_t dims = magic[3];
   if (dims < 1 || dims > kMaxDims) {
-    throw InvalidArgument(fmt::format("[idx] {} declares {} dimensions (1..{} supported)", path,
-                                      dims, kMaxDims));
+    throw InvalidArgument(
+        fmt::format("[idx] {} declares {} dimensions (1..{} supported)", path, dims, kMaxDims));
   }
   IdxArray array;
   std::size_t count = 1;
@@ -93,14 +93,14 @@ IdxArray read_idx(const std::string& path) {
   array.data.resize(count);
   const std::size_t got = read_some(file.get(), array.data.data(), count, path);
   if (got != count) {
-    throw InvalidArgument(fmt::format(
-        "[idx] {} is truncated: the header promises {} bytes of data, the file has {}", path,
-        count, got));
+    throw InvalidArgument(
+        fmt::format("[idx] {} is truncated: the header promises {} bytes of data, the file has {}",
+                    path, count, got));
   }
   unsigned char extra = 0;
   if (read_some(file.get(), &extra, 1, path) != 0) {
-    throw InvalidArgument(fmt::format(
-        "[idx] {} has data past the {} bytes its header describes", path, count));
+    throw InvalidArgument(
+        fmt::format("[idx] {} has data past the {} bytes its header describes", path, count));
   }
   return array;
 }
@@ -113,7 +113,8 @@ void write_idx_gz(const std::string& path, const IdxArray& array) {
   std::vector<unsigned char> header = {0, 0, kUnsignedByte,
                                        static_cast<unsigned char>(array.shape.size())};
   for (std::uint32_t size : array.shape) {
-    for (int shift = 24; shift >= 0; shift -= 8) header.push_back(static_cast<unsigned char>(size >> shift));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      header.push_back(static_cast<unsigned char>(size >> shift));
   }
   const auto write = [&](const void* data, std::size_t n) {
     if (n > 0 && gzwrite(file.get(), data, static_cast<unsigned>(n)) != static_cast<int>(n)) {

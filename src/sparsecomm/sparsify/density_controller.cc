@@ -20,9 +20,11 @@ class HistogramController final : public DensityController {
  public:
   explicit HistogramController(const HistogramControllerOptions& options) : options_(options) {
     if (options.mantissa_bits < 0 || options.mantissa_bits > 10 || options.window_binades < 2 ||
-        !(options.floor_factor > 0 && options.floor_factor <= 1) || !(options.gain >= 0 && options.gain <= 1) ||
+        !(options.floor_factor > 0 && options.floor_factor <= 1) ||
+        !(options.gain >= 0 && options.gain <= 1) ||
         !(options.smoothing > 0 && options.smoothing <= 1) ||
-        !(options.trend_smoothing >= 0 && options.trend_smoothing <= 1) || options.settle_steps < 0) {
+        !(options.trend_smoothing >= 0 && options.trend_smoothing <= 1) ||
+        options.settle_steps < 0) {
       throw InvalidArgument(fmt::format(
           "[density] histogram controller: mantissa_bits {} (0..10), window_binades {} (>= 2), "
           "floor_factor {} ((0, 1]), gain {} ([0, 1]), smoothing {} ((0, 1]) out of range",
@@ -39,7 +41,8 @@ class HistogramController final : public DensityController {
 
   // Step 0: every bin of the float range (8 exponent bits + mantissa bits).
   std::size_t initial_counts() const override { return std::size_t{256} << options_.mantissa_bits; }
-  void contribute_initial(std::span<const float> own, std::span<std::int64_t> counts) const override {
+  void contribute_initial(std::span<const float> own,
+                          std::span<std::int64_t> counts) const override {
     for (float v : own) {
       const std::uint32_t bin = magnitude_bits(v) >> shift_;
       if (bin < counts.size()) ++counts[bin];  // NaN/inf bins are past the end of finite ones
@@ -58,7 +61,8 @@ class HistogramController final : public DensityController {
 
   // [histogram of the window | count selected with the current threshold]
   std::size_t step_counts() const override { return window_ + 1; }
-  void contribute(std::span<const float> candidates, std::span<std::int64_t> counts) const override {
+  void contribute(std::span<const float> candidates,
+                  std::span<std::int64_t> counts) const override {
     const std::uint32_t base = floor_bin();
     const std::size_t last = window_ - 1;
     const std::uint32_t threshold_bits = magnitude_bits(threshold_);
@@ -143,7 +147,9 @@ class HistogramController final : public DensityController {
   }
 
  private:
-  static std::uint32_t magnitude_bits(float v) { return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu; }
+  static std::uint32_t magnitude_bits(float v) {
+    return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+  }
   std::uint32_t floor_bin() const { return magnitude_bits(candidate_floor()) >> shift_; }
 
   // Lower edge and upper edge of histogram bin `bin` (absolute bin number).
@@ -211,7 +217,8 @@ class TableController final : public DensityController {
   explicit TableController(const TableControllerOptions& options) : options_(options) {
     if (!(options.initial >= 0) || !(options.up_fast > 0) || !(options.up_slow > 0) ||
         !(options.down > 0) || !(options.low < options.high)) {
-      throw InvalidArgument("[density] table controller: factors must be > 0, initial >= 0, low < high");
+      throw InvalidArgument(
+          "[density] table controller: factors must be > 0, initial >= 0, low < high");
     }
   }
   std::string_view name() const override { return "table"; }
@@ -219,9 +226,11 @@ class TableController final : public DensityController {
   std::size_t initial_counts() const override { return 0; }
   void contribute_initial(std::span<const float>, std::span<std::int64_t>) const override {}
   void start(std::span<const std::int64_t>, std::size_t k) override {
-    threshold_ = options_.initial > 0
-                     ? static_cast<float>(options_.initial)
-                     : static_cast<float>(1.0 / (2.0 * std::sqrt(static_cast<double>(std::max<std::size_t>(k, 1)))));
+    threshold_ =
+        options_.initial > 0
+            ? static_cast<float>(options_.initial)
+            : static_cast<float>(
+                  1.0 / (2.0 * std::sqrt(static_cast<double>(std::max<std::size_t>(k, 1)))));
     started_ = true;
   }
   float threshold() const override { return threshold_; }
@@ -259,7 +268,8 @@ class TableController final : public DensityController {
 
 }  // namespace
 
-std::unique_ptr<DensityController> make_histogram_controller(const HistogramControllerOptions& options) {
+std::unique_ptr<DensityController> make_histogram_controller(
+    const HistogramControllerOptions& options) {
   return std::make_unique<HistogramController>(options);
 }
 std::unique_ptr<DensityController> make_table_controller(const TableControllerOptions& options) {

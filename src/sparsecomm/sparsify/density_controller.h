@@ -31,14 +31,16 @@ class DensityController {
 
   virtual bool started() const = 0;
   virtual std::size_t initial_counts() const = 0;
-  virtual void contribute_initial(std::span<const float> own, std::span<std::int64_t> counts) const = 0;
+  virtual void contribute_initial(std::span<const float> own,
+                                  std::span<std::int64_t> counts) const = 0;
   virtual void start(std::span<const std::int64_t> global_counts, std::size_t k) = 0;
 
   virtual float threshold() const = 0;
   virtual float candidate_floor() const = 0;
 
   virtual std::size_t step_counts() const = 0;
-  virtual void contribute(std::span<const float> candidates, std::span<std::int64_t> counts) const = 0;
+  virtual void contribute(std::span<const float> candidates,
+                          std::span<std::int64_t> counts) const = 0;
   virtual void update(std::span<const std::int64_t> global_counts, std::size_t k) = 0;
 
   virtual void observe(std::size_t union_size, std::size_t k) = 0;
@@ -71,7 +73,8 @@ struct HistogramControllerOptions {
   // no feedback) while the residual builds up after a cold start.
   std::int64_t settle_steps = 20;
 };
-std::unique_ptr<DensityController> make_histogram_controller(const HistogramControllerOptions& options);
+std::unique_ptr<DensityController> make_histogram_controller(
+    const HistogramControllerOptions& options);
 
 // The reference table (faithful mode): initial threshold 1/(2*sqrt(k)) (or
 // `initial` when > 0), then with e = K_prev / k:

@@ -14,7 +14,8 @@ int owned_partition(std::int64_t step, int rank, int parts) {
 }
 
 std::vector<Range> equal_partitions(std::size_t numel, int parts) {
-  if (parts < 1) throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
+  if (parts < 1)
+    throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
   std::vector<Range> ranges(static_cast<std::size_t>(parts));
   const std::size_t base = numel / static_cast<std::size_t>(parts);
   const std::size_t extra = numel % static_cast<std::size_t>(parts);
@@ -35,13 +36,14 @@ Range BlockGrid::block(int b) const {
 
 int BlockGrid::block_of(std::size_t i) const {
   if (block_size == 0) return 0;
-  return static_cast<int>(std::min<std::size_t>(i / block_size, static_cast<std::size_t>(blocks - 1)));
+  return static_cast<int>(
+      std::min<std::size_t>(i / block_size, static_cast<std::size_t>(blocks - 1)));
 }
 
 BlockGrid make_block_grid(std::size_t numel, int requested_blocks, std::size_t alignment) {
   if (requested_blocks < 1 || alignment < 1) {
-    throw InvalidArgument(fmt::format(
-        "[exdyna] blocks ({}) and alignment ({}) must be >= 1", requested_blocks, alignment));
+    throw InvalidArgument(fmt::format("[exdyna] blocks ({}) and alignment ({}) must be >= 1",
+                                      requested_blocks, alignment));
   }
   BlockGrid grid;
   grid.numel = numel;
@@ -74,7 +76,8 @@ BlockLayout initial_layout(int blocks, int parts) {
 }
 
 void faithful_sweep(BlockLayout& layout, std::span<const std::int64_t> partition_loads,
-                    std::int64_t previous_total, const BlockGrid& grid, const SweepOptions& options) {
+                    std::int64_t previous_total, const BlockGrid& grid,
+                    const SweepOptions& options) {
   const int n = layout.parts();
   if (n < 2 || previous_total <= 0 || grid.numel == 0) return;  // kavg == 0: nothing to balance
   const int min_blocks =
@@ -116,7 +119,8 @@ void balance_from_block_counts(BlockLayout& layout, std::span<const double> bloc
     const double goal = total * i / n;
     auto it = std::lower_bound(prefix.begin(), prefix.end(), goal);
     int cut = static_cast<int>(it - prefix.begin());
-    if (cut > 0 && (cut > blocks || std::fabs(prefix[cut - 1] - goal) <= std::fabs(prefix[cut] - goal))) {
+    if (cut > 0 &&
+        (cut > blocks || std::fabs(prefix[cut - 1] - goal) <= std::fabs(prefix[cut] - goal))) {
       --cut;
     }
     cut = std::min(cut, blocks);

@@ -48,11 +48,12 @@ BlockLayout initial_layout(int blocks, int parts);
 // i), the previous global count K_prev and numel d. Moves at most one block
 // per boundary, only when both neighbours are outside the band.
 struct SweepOptions {
-  double band = 1.05;      // balance band factor
-  int min_blocks = 0;      // 0: max(1, B / (4n))
+  double band = 1.05;  // balance band factor
+  int min_blocks = 0;  // 0: max(1, B / (4n))
 };
 void faithful_sweep(BlockLayout& layout, std::span<const std::int64_t> partition_loads,
-                    std::int64_t previous_total, const BlockGrid& grid, const SweepOptions& options);
+                    std::int64_t previous_total, const BlockGrid& grid,
+                    const SweepOptions& options);
 
 // The default balancer: boundaries recomputed from the prefix sums of the
 // per-block selected counts (or their running average) so each partition

@@ -24,8 +24,8 @@ struct SchemeParts {
 };
 
 struct SchemeInfo {
-  std::string name;     // "topk", "dgc", ...
-  std::string summary;  // one line for --help
+  std::string name;                 // "topk", "dgc", ...
+  std::string summary;              // one line for --help
   std::vector<OptionSpec> options;  // scheme-specific + the common ones
   std::function<SchemeParts(const SchemeOptions&)> make;
 };

@@ -17,7 +17,7 @@ namespace sparsecomm {
 
 struct StepContext {
   std::int64_t step = 0;  // t = 0, 1, 2, ...
-  double epoch = 0.0;     // fractional epoch (DGC warm-up); step-based runs pass step/steps_per_epoch
+  double epoch = 0.0;  // fractional epoch (DGC warm-up); step-based runs pass step/steps_per_epoch
   int rank = 0;
   int world = 1;
   std::span<const LayerSpan> layers;  // name, offset, size of each tensor

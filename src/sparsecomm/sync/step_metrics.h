@@ -10,15 +10,15 @@ namespace sparsecomm {
 
 struct StepMetrics {
   std::int64_t step = 0;
-  std::size_t numel = 0;           // d
-  std::size_t target = 0;          // k
-  std::size_t selected = 0;        // |I_r| on this rank
-  std::size_t union_size = 0;      // K
-  double density_ratio = 0.0;      // K / k (0 when k == 0)
-  double imbalance = 0.0;          // n * max|I_r| / sum|I_r| - 1 (0 when nothing selected)
-  double residual_norm = 0.0;      // ||e_r||_2
-  double accumulate_s = 0.0;       // forming a = g + e (reported apart from selection)
-  double selection_s = 0.0;        // the sparsifier's select()
+  std::size_t numel = 0;       // d
+  std::size_t target = 0;      // k
+  std::size_t selected = 0;    // |I_r| on this rank
+  std::size_t union_size = 0;  // K
+  double density_ratio = 0.0;  // K / k (0 when k == 0)
+  double imbalance = 0.0;      // n * max|I_r| / sum|I_r| - 1 (0 when nothing selected)
+  double residual_norm = 0.0;  // ||e_r||_2
+  double accumulate_s = 0.0;   // forming a = g + e (reported apart from selection)
+  double selection_s = 0.0;    // the sparsifier's select()
   double exchange_s = 0.0;
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;

@@ -33,7 +33,7 @@ class GradientStream {
 
 struct SyntheticStreamOptions {
   std::size_t numel = 1000000;
-  int layers = 12;                // pseudo-layers with geometric sizes
+  int layers = 12;                   // pseudo-layers with geometric sizes
   double layer_scale_range = 100.0;  // largest / smallest layer scale
   // Heavy tails: each element is normal * exp(tail * normal2), so |g| is
   // log-normal-ish mixed; 0 gives plain normals.

@@ -100,9 +100,7 @@ class SyntheticStream final : public GradientStream {
 
  private:
   void validate() const {
-    const auto fail = [](const std::string& what) {
-      throw InvalidArgument("[synthetic] " + what);
-    };
+    const auto fail = [](const std::string& what) { throw InvalidArgument("[synthetic] " + what); };
     if (options_.numel > std::numeric_limits<Index>::max()) {
       fail(fmt::format("numel {} exceeds the index range (2^32 - 1)", options_.numel));
     }
@@ -127,17 +125,18 @@ class SyntheticStream final : public GradientStream {
   // spread geometrically over [1/range, 1] in an order that alternates big
   // and small layers.
   void build_layers() {
-    const std::size_t count =
-        std::min<std::size_t>(static_cast<std::size_t>(options_.layers), std::max<std::size_t>(options_.numel, 1));
+    const std::size_t count = std::min<std::size_t>(static_cast<std::size_t>(options_.layers),
+                                                    std::max<std::size_t>(options_.numel, 1));
     std::vector<double> weights(count);
     for (std::size_t l = 0; l < count; ++l) weights[l] = 1.0 + static_cast<double>((l * 5 + 3) % 8);
     double total = 0;
     for (double w : weights) total += w;
     std::size_t offset = 0;
     for (std::size_t l = 0; l < count; ++l) {
-      std::size_t size = l + 1 == count
-                             ? options_.numel - offset
-                             : static_cast<std::size_t>(static_cast<double>(options_.numel) * weights[l] / total);
+      std::size_t size =
+          l + 1 == count
+              ? options_.numel - offset
+              : static_cast<std::size_t>(static_cast<double>(options_.numel) * weights[l] / total);
       size = std::min(size, options_.numel - offset);
       layers_.push_back({fmt::format("layer{}", l), offset, size});
       offset += size;

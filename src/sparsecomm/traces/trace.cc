@@ -37,7 +37,8 @@ class TraceStream final : public GradientStream {
     if (!meta_file) {
       throw InvalidArgument(fmt::format(
           "[trace] {} not found: a trace directory holds meta.json and rank<r>.f32 (record one "
-          "with `sparsecomm train --record-gradients DIR`)", meta_path.string()));
+          "with `sparsecomm train --record-gradients DIR`)",
+          meta_path.string()));
     }
     nlohmann::json meta;
     try {
@@ -47,7 +48,8 @@ class TraceStream final : public GradientStream {
       steps_ = meta.at("steps").get<std::int64_t>();
       source_ = meta.value("source", std::string("unknown"));
       for (const auto& layer : meta.value("layers", nlohmann::json::array())) {
-        layers_.push_back({layer.at("name").get<std::string>(), layer.at("offset").get<std::size_t>(),
+        layers_.push_back({layer.at("name").get<std::string>(),
+                           layer.at("offset").get<std::size_t>(),
                            layer.at("size").get<std::size_t>()});
       }
     } catch (const nlohmann::json::exception& e) {
@@ -57,14 +59,15 @@ class TraceStream final : public GradientStream {
     if (world_ < 1 || steps_ < 1 || numel_ > std::numeric_limits<Index>::max()) {
       throw InvalidArgument(fmt::format(
           "[trace] {}: needs world >= 1, steps >= 1 and numel < 2^32; got world={}, steps={}, "
-          "numel={}", meta_path.string(), world_, steps_, numel_));
+          "numel={}",
+          meta_path.string(), world_, steps_, numel_));
     }
     std::size_t covered = 0;
     for (const LayerSpan& layer : layers_) {
       if (layer.offset != covered) {
-        throw InvalidArgument(fmt::format(
-            "[trace] {}: layer '{}' starts at {} but the previous layers end at {}",
-            meta_path.string(), layer.name, layer.offset, covered));
+        throw InvalidArgument(
+            fmt::format("[trace] {}: layer '{}' starts at {} but the previous layers end at {}",
+                        meta_path.string(), layer.name, layer.offset, covered));
       }
       covered += layer.size;
     }
@@ -74,8 +77,7 @@ class TraceStream final : public GradientStream {
       throw InvalidArgument(fmt::format("[trace] {}: layers cover {} elements, numel is {}",
                                         meta_path.string(), covered, numel_));
     }
-    const std::uintmax_t expected =
-        static_cast<std::uintmax_t>(steps_) * numel_ * sizeof(float);
+    const std::uintmax_t expected = static_cast<std::uintmax_t>(steps_) * numel_ * sizeof(float);
     for (int rank = 0; rank < world_; ++rank) {
       const std::string path = rank_file(directory_, rank);
       std::error_code error;
@@ -87,11 +89,13 @@ class TraceStream final : public GradientStream {
       if (size != expected) {
         throw InvalidArgument(fmt::format(
             "[trace] {} has {} bytes, meta.json implies {} ({} steps x {} floats): the trace is "
-            "truncated or does not belong to this meta.json", path, size, expected, steps_, numel_));
+            "truncated or does not belong to this meta.json",
+            path, size, expected, steps_, numel_));
       }
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {
-        throw InvalidArgument(fmt::format("[trace] cannot open {}: {}", path, std::strerror(errno)));
+        throw InvalidArgument(
+            fmt::format("[trace] cannot open {}: {}", path, std::strerror(errno)));
       }
       fds_.push_back(fd);
     }
@@ -114,8 +118,8 @@ class TraceStream final : public GradientStream {
           directory_, rank, step, world_ - 1, steps_ - 1));
     }
     if (out.size() != numel_) {
-      throw InvalidArgument(fmt::format("[trace] fill: buffer of {} elements, trace has {}",
-                                        out.size(), numel_));
+      throw InvalidArgument(
+          fmt::format("[trace] fill: buffer of {} elements, trace has {}", out.size(), numel_));
     }
     auto* dst = reinterpret_cast<char*>(out.data());
     std::size_t remaining = numel_ * sizeof(float);
@@ -124,7 +128,8 @@ class TraceStream final : public GradientStream {
       const ssize_t got = ::pread(fds_[static_cast<std::size_t>(rank)], dst, remaining, offset);
       if (got <= 0) {
         throw Error(fmt::format("[trace] reading {} at byte {}: {}", rank_file(directory_, rank),
-                                offset, got == 0 ? "unexpected end of file" : std::strerror(errno)));
+                                offset,
+                                got == 0 ? "unexpected end of file" : std::strerror(errno)));
       }
       dst += got;
       remaining -= static_cast<std::size_t>(got);
@@ -155,11 +160,14 @@ std::unique_ptr<GradientStream> open_trace(const std::string& directory) {
 
 TraceWriter::TraceWriter(std::string directory, std::size_t numel, int world, std::int64_t steps,
                          std::vector<LayerSpan> layers, std::string source)
-    : directory_(std::move(directory)), numel_(numel), world_(world), steps_(steps),
+    : directory_(std::move(directory)),
+      numel_(numel),
+      world_(world),
+      steps_(steps),
       written_(static_cast<std::size_t>(std::max(world, 0)), 0) {
   if (world < 1 || steps < 1) {
-    throw InvalidArgument(fmt::format("[trace] recording needs world >= 1 and steps >= 1, got {} and {}",
-                                      world, steps));
+    throw InvalidArgument(fmt::format(
+        "[trace] recording needs world >= 1 and steps >= 1, got {} and {}", world, steps));
   }
   std::error_code error;
   fs::create_directories(directory_, error);
@@ -169,7 +177,8 @@ TraceWriter::TraceWriter(std::string directory, std::size_t numel, int world, st
   nlohmann::json meta = {{"numel", numel}, {"world", world}, {"steps", steps}, {"source", source}};
   meta["layers"] = nlohmann::json::array();
   for (const LayerSpan& layer : layers) {
-    meta["layers"].push_back({{"name", layer.name}, {"offset", layer.offset}, {"size", layer.size}});
+    meta["layers"].push_back(
+        {{"name", layer.name}, {"offset", layer.offset}, {"size", layer.size}});
   }
   const fs::path final_path = fs::path(directory_) / "meta.json";
   const fs::path temp_path = fs::path(directory_) / "meta.json.tmp";
@@ -181,13 +190,15 @@ TraceWriter::TraceWriter(std::string directory, std::size_t numel, int world, st
   fs::rename(temp_path, final_path);
   for (int rank = 0; rank < world; ++rank) {
     std::ofstream truncate(rank_file(directory_, rank), std::ios::binary | std::ios::trunc);
-    if (!truncate) throw Error(fmt::format("[trace] cannot create {}", rank_file(directory_, rank)));
+    if (!truncate)
+      throw Error(fmt::format("[trace] cannot create {}", rank_file(directory_, rank)));
   }
 }
 
 void TraceWriter::append(int rank, std::span<const float> gradient) {
   if (rank < 0 || rank >= world_) {
-    throw InvalidArgument(fmt::format("[trace] append for rank {} in a trace of {} ranks", rank, world_));
+    throw InvalidArgument(
+        fmt::format("[trace] append for rank {} in a trace of {} ranks", rank, world_));
   }
   if (gradient.size() != numel_) {
     throw InvalidArgument(fmt::format("[trace] append of {} elements to a trace of numel {}",
@@ -195,7 +206,8 @@ void TraceWriter::append(int rank, std::span<const float> gradient) {
   }
   std::int64_t& written = written_[static_cast<std::size_t>(rank)];
   if (written >= steps_) {
-    throw InvalidArgument(fmt::format("[trace] rank {} already recorded all {} steps", rank, steps_));
+    throw InvalidArgument(
+        fmt::format("[trace] rank {} already recorded all {} steps", rank, steps_));
   }
   std::ofstream out(rank_file(directory_, rank), std::ios::binary | std::ios::app);
   out.write(reinterpret_cast<const char*>(gradient.data()),

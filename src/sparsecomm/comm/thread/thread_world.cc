@@ -104,7 +104,11 @@ class ThreadRequest final : public Request::Impl {
  public:
   ThreadRequest(ThreadCommunicator& comm, std::shared_ptr<OpState> state, bool is_send, int peer,
                 int tag, std::size_t bytes)
-      : comm_(comm), state_(std::move(state)), is_send_(is_send), peer_(peer), tag_(tag),
+      : comm_(comm),
+        state_(std::move(state)),
+        is_send_(is_send),
+        peer_(peer),
+        tag_(tag),
         bytes_(bytes) {}
   ~ThreadRequest() override { cancel(); }
 
@@ -143,9 +147,8 @@ class ThreadCommunicator final : public Communicator {
     throw_if_aborted(fmt::format("send to rank {} (tag {})", dst, tag));
     Mailbox& box = world_.mailbox(dst);
     std::unique_lock lock(box.mutex);
-    auto match = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const PendingRecv& r) {
-      return r.src == rank_ && r.tag == tag;
-    });
+    auto match = std::find_if(box.recvs.begin(), box.recvs.end(),
+                              [&](const PendingRecv& r) { return r.src == rank_ && r.tag == tag; });
     if (match != box.recvs.end()) {
       PendingRecv recv = std::move(*match);
       box.recvs.erase(match);
@@ -161,7 +164,8 @@ class ThreadCommunicator final : public Communicator {
       return {};
     }
     if (data.size() <= kEagerBytes) {
-      box.sends.push_back({rank_, tag, {}, std::vector<std::byte>(data.begin(), data.end()), nullptr});
+      box.sends.push_back(
+          {rank_, tag, {}, std::vector<std::byte>(data.begin(), data.end()), nullptr});
       return {};
     }
     auto state = std::make_shared<OpState>();
@@ -175,9 +179,8 @@ class ThreadCommunicator final : public Communicator {
     throw_if_aborted(fmt::format("recv from rank {} (tag {})", src, tag));
     Mailbox& box = world_.mailbox(rank_);
     std::unique_lock lock(box.mutex);
-    auto match = std::find_if(box.sends.begin(), box.sends.end(), [&](const PendingSend& s) {
-      return s.src == src && s.tag == tag;
-    });
+    auto match = std::find_if(box.sends.begin(), box.sends.end(),
+                              [&](const PendingSend& s) { return s.src == src && s.tag == tag; });
     if (match != box.sends.end()) {
       PendingSend send = std::move(*match);
       box.sends.erase(match);
@@ -204,7 +207,8 @@ class ThreadCommunicator final : public Communicator {
 
   void throw_if_aborted(const std::string& operation) const {
     if (world_.aborted()) {
-      throw PeerFailure(where() + fmt::format("{} cancelled: {}", operation, world_.abort_reason()));
+      throw PeerFailure(where() +
+                        fmt::format("{} cancelled: {}", operation, world_.abort_reason()));
     }
   }
 
@@ -252,9 +256,10 @@ bool ThreadRequest::wait_until(Clock::time_point deadline) {
 
 void ThreadRequest::fail_timeout(std::chrono::milliseconds waited) {
   cancel();
-  throw TimeoutError(comm_.where() + fmt::format(
-      "{} timed out after {} ms: rank {} did not {}", describe(), waited.count(), peer_,
-      is_send_ ? "post a matching receive" : "send a matching message"));
+  throw TimeoutError(comm_.where() +
+                     fmt::format("{} timed out after {} ms: rank {} did not {}", describe(),
+                                 waited.count(), peer_,
+                                 is_send_ ? "post a matching receive" : "send a matching message"));
 }
 
 void ThreadRequest::cancel() {
@@ -284,7 +289,8 @@ void ThreadRequest::cancel() {
   }
   if (withdrawn) {
     // No peer will ever complete it now; mark it so later waits end at once.
-    state_->finish(std::make_exception_ptr(CommError(comm_.where() + describe() + " was cancelled")));
+    state_->finish(
+        std::make_exception_ptr(CommError(comm_.where() + describe() + " was cancelled")));
     return;
   }
   // A peer took it out of the mailbox and is copying now: wait until it is done.

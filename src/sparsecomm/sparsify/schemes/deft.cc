@@ -36,14 +36,16 @@ std::vector<Range> deft_pieces(std::span<const LayerSpan> layers, std::size_t nu
   return pieces;
 }
 
-std::vector<std::int64_t> deft_allocate(std::span<const double> norms, std::span<const Range> pieces,
-                                        std::size_t k, bool force_one) {
+std::vector<std::int64_t> deft_allocate(std::span<const double> norms,
+                                        std::span<const Range> pieces, std::size_t k,
+                                        bool force_one) {
   const std::size_t count = pieces.size();
   std::vector<std::int64_t> budget(count, 0);
   std::vector<std::size_t> order(count);
   std::iota(order.begin(), order.end(), 0);
   // Descending norm; ties by position so every rank would order alike.
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return norms[a] > norms[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return norms[a] > norms[b]; });
   auto remaining_k = static_cast<std::int64_t>(k);
   double remaining_norm = 0;
   for (double norm : norms) remaining_norm += norm;
@@ -54,7 +56,8 @@ std::vector<std::int64_t> deft_allocate(std::span<const double> norms, std::span
     const auto size = static_cast<std::int64_t>(pieces[l].size());
     std::int64_t k_l;
     if (remaining_norm > 0) {
-      k_l = static_cast<std::int64_t>(std::floor(static_cast<double>(remaining_k) * norms[l] / remaining_norm));
+      k_l = static_cast<std::int64_t>(
+          std::floor(static_cast<double>(remaining_k) * norms[l] / remaining_norm));
     } else {
       // No norm left: split what remains by size.
       k_l = remaining_size > 0 ? static_cast<std::int64_t>(static_cast<double>(remaining_k) *
@@ -72,8 +75,8 @@ std::vector<std::int64_t> deft_allocate(std::span<const double> norms, std::span
   return budget;
 }
 
-std::vector<std::int32_t> deft_pack(std::span<const Range> pieces, std::span<const std::int64_t> budget,
-                                    int bins) {
+std::vector<std::int32_t> deft_pack(std::span<const Range> pieces,
+                                    std::span<const std::int64_t> budget, int bins) {
   std::vector<std::int32_t> bin(pieces.size(), kNoSelection);
   std::vector<std::pair<double, std::size_t>> work;
   for (std::size_t l = 0; l < pieces.size(); ++l) {
@@ -88,10 +91,12 @@ std::vector<std::int32_t> deft_pack(std::span<const Range> pieces, std::span<con
   }
   // Most expensive first (ties by position), each into the least-loaded bin
   // (ties by lower bin).
-  std::stable_sort(work.begin(), work.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(work.begin(), work.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<double> load(static_cast<std::size_t>(bins), 0.0);
   for (const auto& [cost, l] : work) {
-    const auto lightest = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    const auto lightest =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     bin[l] = static_cast<std::int32_t>(lightest);
     load[lightest] += cost;
   }
@@ -150,7 +155,8 @@ class DeftSparsifier final : public Sparsifier {
       }
       if (plan_.bin[l] == my_bin) {
         topk_.select(accumulated.subspan(piece.begin, piece.size()),
-                     static_cast<std::size_t>(plan_.budget[l]), static_cast<Index>(piece.begin), out);
+                     static_cast<std::size_t>(plan_.budget[l]), static_cast<Index>(piece.begin),
+                     out);
       } else if (plan_.bin[l] == kWhole && comm.rank() == leader) {
         // Whole pieces: every rank knows them; the leader lists them once.
         for (std::size_t i = piece.begin; i < piece.end; ++i) {
@@ -169,7 +175,8 @@ class DeftSparsifier final : public Sparsifier {
     reader.expect_tag("deft");
     const auto density = reader.value<double>();
     if (density != options_.density) {
-      throw Error(fmt::format("[deft] saved state has density {}, this run {}", density, options_.density));
+      throw Error(
+          fmt::format("[deft] saved state has density {}, this run {}", density, options_.density));
     }
   }
 
@@ -217,7 +224,8 @@ namespace schemes {
 SchemeDefinition deft_definition() {
   SchemeDefinition definition;
   definition.name = "deft";
-  definition.summary = "layer pieces, leader's norm-based budgets, bin-packed per-piece exact top-k";
+  definition.summary =
+      "layer pieces, leader's norm-based budgets, bin-packed per-piece exact top-k";
   definition.default_exchange = ExchangePattern::kUnionAllreduce;
   definition.options = deft_option_specs();
   definition.build = [](const SchemeOptions& options, const CommonOptions&, SchemeParts& parts) {

@@ -25,17 +25,18 @@ struct DeftOptions {
 
 // The leader's plan for one step; identical on all ranks after the broadcast.
 struct DeftPlan {
-  std::vector<Range> pieces;        // fixed after the first step
+  std::vector<Range> pieces;         // fixed after the first step
   std::vector<std::int64_t> budget;  // k_l per piece (sum <= k)
   std::vector<std::int32_t> bin;     // bin per piece; -1: no selection (k_l == 0); -2: whole piece
 };
 
 // The pure parts, exposed for tests.
 std::vector<Range> deft_pieces(std::span<const LayerSpan> layers, std::size_t numel, int world);
-std::vector<std::int64_t> deft_allocate(std::span<const double> norms, std::span<const Range> pieces,
-                                        std::size_t k, bool force_one);
-std::vector<std::int32_t> deft_pack(std::span<const Range> pieces, std::span<const std::int64_t> budget,
-                                    int bins);
+std::vector<std::int64_t> deft_allocate(std::span<const double> norms,
+                                        std::span<const Range> pieces, std::size_t k,
+                                        bool force_one);
+std::vector<std::int32_t> deft_pack(std::span<const Range> pieces,
+                                    std::span<const std::int64_t> budget, int bins);
 
 std::unique_ptr<Sparsifier> make_deft_sparsifier(const DeftOptions& options);
 std::vector<OptionSpec> deft_option_specs();

@@ -45,7 +45,8 @@ class PartitionedSparsifier final : public Sparsifier {
     // One pass over the own partition: every candidate >= the floor, then
     // the (few) candidates >= the threshold are the selection.
     candidates_.clear();
-    threshold_select(own, controller_->candidate_floor(), static_cast<Index>(range.begin), candidates_);
+    threshold_select(own, controller_->candidate_floor(), static_cast<Index>(range.begin),
+                     candidates_);
     const float threshold = controller_->threshold();
     const std::size_t count = candidates_.size();
     out.indices.resize(count);
@@ -94,7 +95,8 @@ class PartitionedSparsifier final : public Sparsifier {
     reader.expect_tag("partitioned");
     const std::string saved_name = reader.string();
     if (saved_name != options_.name) {
-      throw Error(fmt::format("[{}] saved state belongs to scheme '{}'", options_.name, saved_name));
+      throw Error(
+          fmt::format("[{}] saved state belongs to scheme '{}'", options_.name, saved_name));
     }
     const auto numel = reader.value<std::uint64_t>();
     const auto world = reader.value<std::int32_t>();
@@ -115,10 +117,12 @@ class PartitionedSparsifier final : public Sparsifier {
     if (world_ != 0 && !keep_layout) {
       throw InvalidArgument(fmt::format(
           "[{}] the vector size or world changed ({} elements on {} ranks, was {} on {}): a "
-          "sparsifier serves one model on one world", options_.name, numel, world, numel_, world_));
+          "sparsifier serves one model on one world",
+          options_.name, numel, world, numel_, world_));
     }
     if (numel > std::numeric_limits<Index>::max()) {
-      throw InvalidArgument(fmt::format("[{}] {} elements exceed the index range", options_.name, numel));
+      throw InvalidArgument(
+          fmt::format("[{}] {} elements exceed the index range", options_.name, numel));
     }
     numel_ = numel;
     world_ = world;
@@ -130,7 +134,8 @@ class PartitionedSparsifier final : public Sparsifier {
     if (!keep_layout || layout_.parts() != world || layout_.first.back() != grid_.blocks) {
       layout_ = initial_layout(grid_.blocks, world);
     }
-    if (options_.sweep.min_blocks <= 0) options_.sweep.min_blocks = std::max(1, grid_.blocks / (4 * world));
+    if (options_.sweep.min_blocks <= 0)
+      options_.sweep.min_blocks = std::max(1, grid_.blocks / (4 * world));
     // The counts balancer needs no large minimum: it balances the selected
     // load exactly; a floor of B/(4n) (the sweep's) would keep partitions
     // from narrowing onto a hot region.
@@ -138,7 +143,8 @@ class PartitionedSparsifier final : public Sparsifier {
   }
 
   Range partition(int p) const {
-    return options_.layout == Layout::kEqual ? equal_[static_cast<std::size_t>(p)] : layout_.range(grid_, p);
+    return options_.layout == Layout::kEqual ? equal_[static_cast<std::size_t>(p)]
+                                             : layout_.range(grid_, p);
   }
 
   void start_controller(std::span<const float> own, std::size_t k, Communicator& comm) {
@@ -151,7 +157,8 @@ class PartitionedSparsifier final : public Sparsifier {
   // One all-reduce of [controller counts | per-block selected counts].
   void share_counts(const SparseSelection& out, std::size_t k, Communicator& comm) {
     const std::size_t controller_counts = controller_->step_counts();
-    const std::size_t block_counts = options_.layout == Layout::kBalanced ? static_cast<std::size_t>(grid_.blocks) : 0;
+    const std::size_t block_counts =
+        options_.layout == Layout::kBalanced ? static_cast<std::size_t>(grid_.blocks) : 0;
     if (controller_counts + block_counts == 0) return;
     shared_.assign(controller_counts + block_counts, 0);
     controller_->contribute(std::span<const float>(candidates_.values.data(), candidates_.size()),
@@ -169,7 +176,8 @@ class PartitionedSparsifier final : public Sparsifier {
       block_average_.resize(block_counts, 0.0);
       const double weight = first ? 1.0 : options_.balance_smoothing;
       for (std::size_t b = 0; b < block_counts; ++b) {
-        block_average_[b] += weight * (static_cast<double>(shared_[controller_counts + b]) - block_average_[b]);
+        block_average_[b] +=
+            weight * (static_cast<double>(shared_[controller_counts + b]) - block_average_[b]);
       }
       balance_from_block_counts(layout_, block_average_, options_.balance);
     }
@@ -203,7 +211,8 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
       {"gain", "0.1", "histogram controller: integral gain on log(K/k) / slope"},
       {"smoothing", "0.3", "histogram controller: weight of the newest ideal threshold"},
       {"trend_smoothing", "0.1", "histogram controller: weight of the newest change in its trend"},
-      {"settle_steps", "20", "histogram controller: first steps that follow the ideal threshold directly"},
+      {"settle_steps", "20",
+       "histogram controller: first steps that follow the ideal threshold directly"},
       {"mantissa_bits", "7", "histogram controller: bins per binade = 2^mantissa_bits"},
       {"floor_factor", "0.7", "histogram controller: initial candidate floor / threshold"},
       {"initial_threshold", "0", "table controller: first threshold (0: 1/(2*sqrt(k)))"},
@@ -220,10 +229,13 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
     specs.push_back({"blocks", "1024", "block count B"});
     specs.push_back({"alignment", "32", "block size multiple"});
     specs.push_back({"band", "1.05", "sweep: balance band factor"});
-    specs.push_back({"min_blocks", "0",
-                     "minimum blocks per partition (0: max(1, B/(4n)) for the sweep, 1 for counts)"});
-    specs.push_back({"max_move", "0", "counts balancer: max blocks a boundary moves per step (0: any)"});
-    specs.push_back({"balance_smoothing", "0.1", "counts balancer: weight of the newest block counts"});
+    specs.push_back(
+        {"min_blocks", "0",
+         "minimum blocks per partition (0: max(1, B/(4n)) for the sweep, 1 for counts)"});
+    specs.push_back(
+        {"max_move", "0", "counts balancer: max blocks a boundary moves per step (0: any)"});
+    specs.push_back(
+        {"balance_smoothing", "0.1", "counts balancer: weight of the newest block counts"});
   }
   return specs;
 }
@@ -253,7 +265,8 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
     p.layout = Layout::kEqual;
     return p;
   }
-  const std::string balancer = o.choice(scheme, "balancer", faithful ? "sweep" : "counts", {"counts", "sweep"});
+  const std::string balancer =
+      o.choice(scheme, "balancer", faithful ? "sweep" : "counts", {"counts", "sweep"});
   p.layout = balancer == "sweep" ? Layout::kSweep : Layout::kBalanced;
   p.blocks = static_cast<int>(o.integer(scheme, "blocks", 1024, 1, 1 << 24));
   p.alignment = static_cast<int>(o.integer(scheme, "alignment", 32, 1, 1 << 20));
@@ -297,7 +310,8 @@ SchemeDefinition micro_definition() {
 }
 SchemeDefinition exdyna_definition() {
   return partitioned_definition<kExDyna>(
-      "MiCRO on blocks with partitions rebalanced from all-reduced block counts; on-target density");
+      "MiCRO on blocks with partitions rebalanced from all-reduced block counts; on-target "
+      "density");
 }
 SchemeDefinition exdyna_faithful_definition() {
   return partitioned_definition<kExDynaFaithful>(

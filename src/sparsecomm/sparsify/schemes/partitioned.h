@@ -29,12 +29,12 @@ struct PartitionedOptions {
   Controller controller = Controller::kHistogram;
   HistogramControllerOptions histogram;
   TableControllerOptions table;
-  int blocks = 1024;            // ExDyna block count B
-  int alignment = 32;           // block size multiple
-  SweepOptions sweep;           // faithful sweep band and min blocks
-  BalanceOptions balance;       // default balancer (min_blocks 0 -> 1)
+  int blocks = 1024;               // ExDyna block count B
+  int alignment = 32;              // block size multiple
+  SweepOptions sweep;              // faithful sweep band and min blocks
+  BalanceOptions balance;          // default balancer (min_blocks 0 -> 1)
   double balance_smoothing = 0.1;  // weight of the newest block counts in their running average
-  bool padding = false;         // reference: one index when the selection is empty
+  bool padding = false;            // reference: one index when the selection is empty
 };
 
 std::unique_ptr<Sparsifier> make_partitioned_sparsifier(const PartitionedOptions& options);
