@@ -110,28 +110,36 @@ void balance_from_block_counts(BlockLayout& layout, std::span<const double> bloc
   for (double c : block_counts) total += c;
   if (!(total > 0)) return;
   const int min_blocks = std::max(0, std::min(options.min_blocks, blocks / n));
-  // prefix[b] = selected count in blocks [0, b).
-  std::vector<double> prefix(static_cast<std::size_t>(blocks) + 1, 0.0);
-  for (int b = 0; b < blocks; ++b) prefix[b + 1] = prefix[b] + block_counts[b];
-  std::vector<int> next = layout.first;
+  // One pass over the blocks, boundaries rewritten in place (no allocation
+  // per step): `at` is the first block boundary whose prefix sum (the
+  // selected count in blocks [0, at)) reaches the goal; `prefix` is that sum
+  // and `before` the prefix one boundary earlier, summed in block order.
+  int at = 0;
+  double prefix = 0.0;
+  double before = 0.0;
   for (int i = 1; i < n; ++i) {
     // The block boundary whose prefix is closest to i * total / n.
     const double goal = total * i / n;
-    auto it = std::lower_bound(prefix.begin(), prefix.end(), goal);
-    int cut = static_cast<int>(it - prefix.begin());
-    if (cut > 0 &&
-        (cut > blocks || std::fabs(prefix[cut - 1] - goal) <= std::fabs(prefix[cut] - goal))) {
+    while (at < blocks && prefix < goal) {
+      before = prefix;
+      prefix += block_counts[at];
+      ++at;
+    }
+    int cut = at;
+    if (prefix < goal) {
+      cut = blocks;  // rounding left the goal past the total: the last boundary
+    } else if (cut > 0 && std::fabs(before - goal) <= std::fabs(prefix - goal)) {
       --cut;
     }
-    cut = std::min(cut, blocks);
     if (options.max_move > 0) {
+      // layout.first[i] is still the old boundary here.
       cut = std::clamp(cut, layout.first[i] - options.max_move, layout.first[i] + options.max_move);
     }
-    // Keep min_blocks for every partition on both sides.
-    cut = std::clamp(cut, next[i - 1] + min_blocks, blocks - (n - i) * min_blocks);
-    next[i] = cut;
+    // Keep min_blocks for every partition on both sides (first[i - 1] is
+    // already the new boundary).
+    cut = std::clamp(cut, layout.first[i - 1] + min_blocks, blocks - (n - i) * min_blocks);
+    layout.first[i] = cut;
   }
-  layout.first = std::move(next);
 }
 
 }  // namespace sparsecomm
