@@ -458,6 +458,172 @@ inline void check_error_feedback_steps(Communicator& comm, ExchangePattern patte
                      << ": mass was lost or created";
 }
 
+// SparseSelection::known: ranges every rank transmits without any index on
+// the wire (DEFT's whole pieces). Each rank selects a disjoint random set
+// outside them (the same set on all ranks for `shared`), the known ranges are
+// the same on all ranks; checked against a dense reference: out on U =
+// (union of the I_q) + known, the residual (exact conservation), the
+// transmitted positions, counts without the known positions, the union size
+// with them, all ranks equal, and the bytes: for union and allgather exactly
+// the formula with index bytes for the I_q only (no index traffic for the
+// known ranges), and fewer bytes than listing the same positions as indices
+// on one rank.
+inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
+                               SparseAllreduceAlgorithm algorithm, ValueEncoding values) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const bool shared = pattern == ExchangePattern::kSharedIndices;
+  const bool sends_union = shared || pattern == ExchangePattern::kUnionAllreduce;
+  for (const std::size_t numel : {std::size_t{0}, std::size_t{5}, std::size_t{1000}}) {
+    std::vector<Range> known;
+    if (numel == 5) known = {{0, 2}, {2, 3}};  // adjacent ranges are fine
+    if (numel == 1000) known = {{10, 60}, {200, 230}, {999, 1000}};
+    std::vector<char> is_known(numel, 0);
+    for (const Range& range : known) {
+      for (std::size_t i = range.begin; i < range.end; ++i) is_known[i] = 1;
+    }
+    const ExchangeCase c{numel, shared ? SelectionKind::kShared : SelectionKind::kDisjoint,
+                         InputKind::kExact, 0.05, 77};
+    std::vector<std::vector<Index>> selections(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      for (const Index i : selection_of(c, n, q)) {
+        if (is_known[i] == 0) selections[static_cast<std::size_t>(q)].push_back(i);
+      }
+    }
+    const std::string what =
+        fmt::format("{} ({}) values={} n={} rank={} d={}", exchange_pattern_name(pattern),
+                    sparse_allreduce_algorithm_name(algorithm), value_encoding_name(values), n, r,
+                    numel);
+    // Reference: who sends what, the mean, the residual.
+    std::vector<char> in_union = is_known;
+    for (const auto& s : selections) {
+      for (const Index i : s) in_union[i] = 1;
+    }
+    const auto sent_by = [&](int q, std::size_t i) {
+      if (sends_union) return in_union[i] != 0;
+      return is_known[i] != 0 || std::binary_search(selections[static_cast<std::size_t>(q)].begin(),
+                                                    selections[static_cast<std::size_t>(q)].end(),
+                                                    static_cast<Index>(i));
+    };
+    std::vector<float> expected_out(numel, 0.0f);
+    std::vector<Index> expected_transmitted;
+    std::size_t union_size = 0;
+    for (std::size_t i = 0; i < numel; ++i) {
+      float sum = 0.0f;
+      for (int q = 0; q < n; ++q) {
+        if (sent_by(q, i)) sum += sent_value(input_value(c, q, i), values);
+      }
+      expected_out[i] = sum / static_cast<float>(n);
+      if (sent_by(r, i)) expected_transmitted.push_back(static_cast<Index>(i));
+      union_size += in_union[i] != 0 ? 1 : 0;
+    }
+
+    ExchangeOptions options;
+    options.values = values;
+    options.sparse_algorithm = algorithm;
+    SparseExchanger exchanger(pattern, options);
+    SparseSelection selection;
+    for (const Index i : selections[static_cast<std::size_t>(r)]) selection.indices.push_back(i);
+    selection.known = known;
+    std::vector<float> accumulated(numel);
+    for (std::size_t i = 0; i < numel; ++i) accumulated[i] = input_value(c, r, i);
+    const std::vector<float> before = accumulated;
+    std::vector<float> out(numel, 12345.0f);
+    ExchangeResult result;
+    exchanger.exchange(comm, selection, accumulated, out, result);
+
+    std::size_t bad_out = 0, bad_residual = 0;
+    for (std::size_t i = 0; i < numel; ++i) {
+      bad_out += out[i] == expected_out[i] ? 0 : 1;
+      if (sent_by(r, i)) {
+        const float t = sent_value(before[i], values);
+        bad_residual += static_cast<double>(t) + static_cast<double>(accumulated[i]) ==
+                                static_cast<double>(before[i])
+                            ? 0
+                            : 1;
+      } else {
+        bad_residual += std::bit_cast<std::uint32_t>(accumulated[i]) ==
+                                std::bit_cast<std::uint32_t>(before[i])
+                            ? 0
+                            : 1;
+      }
+    }
+    EXPECT_EQ(bad_out, 0u) << what << ": outputs differ from the dense reference";
+    EXPECT_EQ(bad_residual, 0u) << what << ": conservation broken";
+    EXPECT_TRUE(std::equal(result.transmitted.begin(), result.transmitted.end(),
+                           expected_transmitted.begin(), expected_transmitted.end()))
+        << what << ": transmitted " << result.transmitted.size() << ", want "
+        << expected_transmitted.size();
+    std::vector<std::size_t> counts;
+    for (const auto& s : selections) counts.push_back(s.size());
+    EXPECT_EQ(result.counts, counts) << what << ": counts exclude the known positions";
+    EXPECT_EQ(result.union_size, shared ? expected_transmitted.size() : union_size) << what;
+
+    // Bytes: the known ranges never travel as indices.
+    const std::size_t width = value_bytes(values);
+    std::size_t known_count = 0;
+    for (const Range& range : known) known_count += range.size();
+    if (pattern == ExchangePattern::kUnionAllreduce ||
+        pattern == ExchangePattern::kSparseAllgather) {
+      EXPECT_EQ(result.index_bytes_raw, sizeof(Index) * selection.size()) << what;
+      EXPECT_EQ(result.index_bytes_encoded, index_wire_bytes(selection.indices, true)) << what;
+    }
+    if (shared) {
+      EXPECT_EQ(result.index_bytes_raw, 0u) << what;
+    }
+    if (n > 1 && pattern == ExchangePattern::kUnionAllreduce) {
+      std::uint64_t expected = 24u * static_cast<std::uint64_t>(n - 1);
+      for (int q = 0; q < n; ++q) {
+        if (q != r) expected += index_wire_bytes(selections[static_cast<std::size_t>(q)], true);
+      }
+      if (values != ValueEncoding::kFloat32 && static_cast<std::size_t>(n) * width < 8) {
+        expected += static_cast<std::uint64_t>(n - 1) * union_size * width;
+      } else {
+        expected += ring_bytes_sent(n, (r - 1 + n) % n, union_size, sizeof(float), 0, 0);
+      }
+      EXPECT_EQ(result.bytes_received, expected) << what;
+    }
+    if (n > 1 && pattern == ExchangePattern::kSparseAllgather) {
+      std::uint64_t expected = 24u * static_cast<std::uint64_t>(n - 1);
+      for (int q = 0; q < n; ++q) {
+        if (q == r) continue;
+        const auto& s = selections[static_cast<std::size_t>(q)];
+        expected += index_wire_bytes(s, true) + (s.size() + known_count) * width;
+      }
+      EXPECT_EQ(result.bytes_received, expected) << what;
+    }
+    // The same positions listed as indices by rank 0 cost index bytes.
+    if (n > 1 && known_count > 0 && pattern == ExchangePattern::kUnionAllreduce) {
+      SparseSelection listed;
+      std::vector<Index> merged = selections[static_cast<std::size_t>(r)];
+      if (r == 0) {
+        for (std::size_t i = 0; i < numel; ++i) {
+          if (is_known[i] != 0) merged.push_back(static_cast<Index>(i));
+        }
+        std::sort(merged.begin(), merged.end());
+      }
+      for (const Index i : merged) listed.indices.push_back(i);
+      std::vector<float> a2(numel), out2(numel);
+      for (std::size_t i = 0; i < numel; ++i) a2[i] = input_value(c, r, i);
+      ExchangeResult listed_result;
+      exchanger.exchange(comm, listed, a2, out2, listed_result);
+      EXPECT_EQ(out2, out) << what << ": listing the known positions gives the same sum";
+      if (r != 0) {
+        EXPECT_GT(listed_result.bytes_received, result.bytes_received) << what;
+      }
+    }
+
+    const std::array<std::uint64_t, 2> mine{hash_floats(out), result.union_size};
+    std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(n));
+    comm.allgather(bytes_of(std::span<const std::uint64_t>(mine)),
+                   writable_bytes_of(std::span<std::uint64_t>(all)));
+    for (int q = 0; q < n; ++q) {
+      EXPECT_EQ(all[2 * static_cast<std::size_t>(q)], all[0]) << what << ": rank " << q;
+      EXPECT_EQ(all[2 * static_cast<std::size_t>(q) + 1], all[1]) << what << ": rank " << q;
+    }
+  }
+}
+
 // Every rank passes an invalid argument, so every rank throws before any
 // message (no desynchronization).
 inline void check_exchange_rejects_invalid_arguments(Communicator& comm) {
@@ -476,6 +642,16 @@ inline void check_exchange_rejects_invalid_arguments(Communicator& comm) {
   SparseSelection fine;
   fine.indices = {1};
   EXPECT_THROW(exchanger.exchange(comm, fine, a, short_out, result), InvalidArgument);
+  SparseSelection overlapping_known;
+  overlapping_known.known = {{1, 4}, {3, 5}};
+  EXPECT_THROW(exchanger.exchange(comm, overlapping_known, a, out, result), InvalidArgument);
+  SparseSelection known_beyond;
+  known_beyond.known = {{8, 11}};
+  EXPECT_THROW(exchanger.exchange(comm, known_beyond, a, out, result), InvalidArgument);
+  SparseSelection selected_in_known;
+  selected_in_known.indices = {0, 5};
+  selected_in_known.known = {{2, 3}, {4, 6}};
+  EXPECT_THROW(exchanger.exchange(comm, selected_in_known, a, out, result), InvalidArgument);
   ExchangeOptions bad_factor;
   bad_factor.sparse_switch_factor = 0.0;
   EXPECT_THROW(SparseExchanger(ExchangePattern::kSparseAllreduce, bad_factor), InvalidArgument);

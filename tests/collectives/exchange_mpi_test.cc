@@ -55,6 +55,20 @@ TEST(ExchangeMpi, ErrorFeedbackConservesMassOverSteps) {
   });
 }
 
+TEST(ExchangeMpi, KnownRangesJoinTheUnionWithoutIndices) {
+  run_on_mpi_world([](Communicator& comm) {
+    for (const ExchangePattern p :
+         {ExchangePattern::kUnionAllreduce, ExchangePattern::kSharedIndices,
+          ExchangePattern::kSparseAllgather}) {
+      check_known_ranges(comm, p, SparseAllreduceAlgorithm::kAuto, ValueEncoding::kFloat32);
+    }
+    check_known_ranges(comm, ExchangePattern::kSparseAllreduce,
+                       SparseAllreduceAlgorithm::kRecursiveDoubling, ValueEncoding::kFloat16);
+    check_known_ranges(comm, ExchangePattern::kSparseAllreduce, SparseAllreduceAlgorithm::kSplit,
+                       ValueEncoding::kFloat32);
+  });
+}
+
 TEST(ExchangeMpi, RejectsInvalidArguments) {
   run_on_mpi_world(check_exchange_rejects_invalid_arguments);
 }

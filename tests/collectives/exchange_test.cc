@@ -91,6 +91,26 @@ TEST_P(ExchangeTest, ErrorFeedbackConservesMassOverSteps) {
       kWorldTimeout);
 }
 
+TEST_P(ExchangeTest, KnownRangesJoinTheUnionWithoutIndices) {
+  run_thread_world(
+      GetParam(),
+      [](Communicator& comm) {
+        for (const ValueEncoding values : {ValueEncoding::kFloat32, ValueEncoding::kFloat16}) {
+          check_known_ranges(comm, ExchangePattern::kUnionAllreduce,
+                             SparseAllreduceAlgorithm::kAuto, values);
+          check_known_ranges(comm, ExchangePattern::kSharedIndices,
+                             SparseAllreduceAlgorithm::kAuto, values);
+          check_known_ranges(comm, ExchangePattern::kSparseAllgather,
+                             SparseAllreduceAlgorithm::kAuto, values);
+          check_known_ranges(comm, ExchangePattern::kSparseAllreduce,
+                             SparseAllreduceAlgorithm::kRecursiveDoubling, values);
+          check_known_ranges(comm, ExchangePattern::kSparseAllreduce,
+                             SparseAllreduceAlgorithm::kSplit, values);
+        }
+      },
+      kWorldTimeout);
+}
+
 TEST_P(ExchangeTest, RejectsInvalidArguments) {
   run_thread_world(GetParam(), check_exchange_rejects_invalid_arguments, kWorldTimeout);
 }

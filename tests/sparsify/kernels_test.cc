@@ -126,6 +126,34 @@ TEST_P(KernelTest, ThresholdSelectMatchesReference) {
   }
 }
 
+// compact_at_least on a candidate list (indices not contiguous, values with
+// NaN, infinities and signed zeros) equals selecting from the list directly.
+TEST_P(KernelTest, CompactAtLeastKeepsTheSelectedInOrder) {
+  for (std::size_t n : kSizes) {
+    std::vector<float> x = normal_vector(n, 23 + n);
+    for (std::size_t i = 0; i < n; i += 7) x[i] = i % 3 == 0 ? kNaN : (i % 3 == 1 ? -kInf : -0.0f);
+    for (float threshold : {0.0f, 0.5f, 1.5f, 3.5f, kInf}) {
+      const std::string what = "n=" + std::to_string(n) + " thr=" + std::to_string(threshold);
+      SparseSelection list;
+      for (std::size_t i = 0; i < n; ++i) {
+        list.indices.push_back(static_cast<Index>(3 * i + 1));
+        list.values.push_back(x[i]);
+      }
+      SparseSelection want;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (std::fabs(x[i]) >= threshold) {
+          want.indices.push_back(list.indices[i]);
+          want.values.push_back(x[i]);
+        }
+      }
+      EXPECT_EQ(compact_at_least(list, threshold, level()), want.size()) << what;
+      expect_same(list, want, what);
+    }
+  }
+  SparseSelection any;
+  EXPECT_THROW(compact_at_least(any, kNaN, level()), InvalidArgument);
+}
+
 TEST_P(KernelTest, ThresholdSelectEveryDensity) {
   // From nothing to everything selected, across block boundaries.
   const std::vector<float> x = heavy_tailed_vector(50000, 3);

@@ -315,6 +315,20 @@ TEST(PartitionedOptions, BadOptionsAreRejected) {
   SchemeOptions blocks;
   blocks.set("blocks", "-3");
   EXPECT_THROW(partitioned_options_from("exdyna", blocks), InvalidArgument);
+  SchemeOptions band;
+  band.set("candidates_low", "2");
+  band.set("candidates_high", "1.5");
+  EXPECT_THROW(partitioned_options_from("micro", band), InvalidArgument);
+  SchemeOptions below_one;
+  below_one.set("candidates_low", "0.5");
+  EXPECT_THROW(partitioned_options_from("exdyna", below_one), InvalidArgument);
+  SchemeOptions fine;
+  fine.set("candidates_low", "1.1");
+  fine.set("candidates_high", "3");
+  const PartitionedOptions parsed = partitioned_options_from("exdyna", fine);
+  EXPECT_EQ(parsed.histogram.settled_candidates_low, 1.1);
+  EXPECT_EQ(parsed.histogram.settled_candidates_high, 3.0);
+  EXPECT_EQ(parsed.histogram.candidates_low, 1.5) << "the settling band is not an option";
 }
 
 }  // namespace

@@ -223,13 +223,26 @@ inline void check_conservation(Communicator& comm, const SyncCase& c, std::size_
           << "value at " << selection.indices[j];
     }
 
-    // What this rank transmitted: its own selection, or the union of all.
+    // The known ranges (DEFT's whole pieces): the same on every rank.
+    std::vector<Index> known;
+    for (const Range& r : selection.known) {
+      for (std::size_t i = r.begin; i < r.end; ++i) known.push_back(static_cast<Index>(i));
+    }
+    for (const auto& other : gather_all<Index>(comm, known)) {
+      EXPECT_EQ(other, known) << "step " << step << ": ranks disagree on the known ranges";
+    }
+
+    // What this rank transmitted: its own selection, or the union of all;
+    // with the known positions in both cases.
     const auto selections = gather_all<Index>(comm, mine);
-    std::vector<Index> union_set;
+    std::vector<Index> union_set = known;
     for (const auto& s : selections) union_set.insert(union_set.end(), s.begin(), s.end());
     std::sort(union_set.begin(), union_set.end());
     union_set.erase(std::unique(union_set.begin(), union_set.end()), union_set.end());
-    EXPECT_EQ(transmitted, union_like ? union_set : mine) << "step " << step;
+    std::vector<Index> mine_sent = mine;
+    mine_sent.insert(mine_sent.end(), known.begin(), known.end());
+    std::sort(mine_sent.begin(), mine_sent.end());
+    EXPECT_EQ(transmitted, union_like ? union_set : mine_sent) << "step " << step;
 
     // Conservation, element by element.
     std::vector<char> sent(numel, 0);

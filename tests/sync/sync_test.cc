@@ -117,12 +117,14 @@ TEST(Metrics, JsonLineHasEveryField) {
   m.bytes_received = 456;
   m.index_bytes_raw = 44;
   m.index_bytes_encoded = 20;
+  m.skip_subject = 7;
   m.skipped_nonfinite = false;
   EXPECT_EQ(to_json_line(m),
             R"({"step":12,"numel":1000,"target":10,"selected":11,"union_size":40,)"
             R"("density_ratio":4,"imbalance":0.25,"residual_norm":0.0015,"accumulate_s":0.001,)"
             R"("selection_s":2e-05,"exchange_s":0.5,"bytes_sent":123,"bytes_received":456,)"
-            R"("index_bytes_raw":44,"index_bytes_encoded":20,"skipped_nonfinite":false})");
+            R"("index_bytes_raw":44,"index_bytes_encoded":20,"skip_subject":7,)"
+            R"("skipped_nonfinite":false})");
   m.residual_norm = std::nan("");
   m.skipped_nonfinite = true;
   const std::string line = to_json_line(m);
@@ -223,6 +225,67 @@ TEST(DgcMemory, FollowsTheUpdateRuleThroughTheSync) {
         }
       },
       kTimeout);
+}
+
+// DEFT's whole pieces (k_l == size_l) join the union as known ranges: no
+// rank lists their indices or reads them while selecting, every rank
+// transmits them (residual 0 there with fp32), and the union holds them.
+TEST(DeftWholePieces, JoinTheUnionWithoutIndexExchange) {
+  for (const int n : {1, 3, 4}) {
+    run_thread_world(
+        n,
+        [](Communicator& comm) {
+          SchemeOptions options;
+          options.set("density=0.3");
+          SparseSync sync(make_scheme("deft", options));
+          const std::size_t d = 1000;
+          // A small layer with a dominant norm: its budget is capped at its size.
+          const std::vector<LayerSpan> layers = {{"hot", 0, 10}, {"rest", 10, 990}};
+          for (int step = 0; step < 4; ++step) {
+            std::vector<float> g(d);
+            for (std::size_t i = 0; i < d; ++i) {
+              g[i] = i < 10 ? 1000.0f + static_cast<float>(i) : sync_input(comm.rank(), step, i);
+            }
+            std::vector<float> a = accumulated_copy(sync);
+            if (a.empty()) a.assign(d, 0.0f);
+            for (std::size_t i = 0; i < d; ++i) a[i] += g[i];
+            StepContext ctx;
+            ctx.step = step;
+            ctx.rank = comm.rank();
+            ctx.world = comm.size();
+            ctx.layers = layers;
+            sync.synchronize(g, ctx, comm);
+            const SparseSelection& selection = sync.last_selection();
+            const ExchangeResult& result = sync.last_exchange();
+            ASSERT_EQ(selection.known.size(), 1u) << "step " << step;
+            EXPECT_EQ(selection.known[0].begin, 0u);
+            EXPECT_EQ(selection.known[0].end, 10u);
+            for (const Index i : selection.indices) EXPECT_GE(i, 10u) << "step " << step;
+            for (const Range& r : sync.sparsifier().last_read()) {
+              if (r.size() < d) {
+                EXPECT_GE(r.begin, 10u) << "whole pieces are not read";
+              }
+            }
+            EXPECT_EQ(result.index_bytes_raw, sizeof(Index) * selection.size());
+            std::size_t listed = 0;
+            for (const std::size_t c : result.counts) listed += c;
+            EXPECT_EQ(result.union_size, listed + 10) << "step " << step;
+            const std::vector<float> residual = accumulated_copy(sync);
+            std::vector<char> sent(d, 0);
+            for (const Index i : result.transmitted) sent[i] = 1;
+            for (std::size_t i = 0; i < 10; ++i) {
+              EXPECT_EQ(sent[i], 1) << i;
+              EXPECT_EQ(g[i], 1000.0f + static_cast<float>(i)) << "mean of equal values";
+            }
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < d; ++i) {
+              bad += (sent[i] != 0 ? residual[i] == 0.0f : residual[i] == a[i]) ? 0 : 1;
+            }
+            EXPECT_EQ(bad, 0u) << "step " << step << ": conservation";
+          }
+        },
+        kTimeout);
+  }
 }
 
 // Saving after some steps and loading into a fresh SparseSync resumes

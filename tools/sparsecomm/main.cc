@@ -12,6 +12,8 @@
 #include "bench_collectives.h"
 #include "bench_exchange.h"
 #include "bench_sparsifiers.h"
+#include "report_command.h"
+#include "train_command.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 
@@ -29,6 +31,9 @@ int fail(const std::string& message) {
 int main(int argc, char** argv) {
   CLI::App app{"sparsecomm: communication-efficient data-parallel training"};
   app.require_subcommand(1);
+  sparsecomm::cli::add_train_command(app);
+  sparsecomm::cli::add_methods_command(app);
+  sparsecomm::cli::add_report_command(app);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that verify, then time");
   bench->require_subcommand(1);
   sparsecomm::cli::add_bench_collectives_command(*bench);

@@ -28,6 +28,10 @@
 //   sorted union U (pairwise merges, log2 n levels) -> all-reduce a_r[U].
 // Shared indices: as union, without the index exchange (U = own I_r; in
 //   debug builds one allgather of (count, hash) checks that all agree).
+// Known ranges (selection.known, identical on all ranks): union and shared
+//   add their positions to U as one more sorted run that nobody sends;
+//   sparse allgather appends every rank's values there to its block (no
+//   indices); sparse all-reduce merges them into each rank's list.
 // The value sum of union/shared: float32 ring all-reduce (options.dense),
 //   2(n-1)/n * 4K bytes per rank. With fp16/bf16 values and n * 2 < 8
 //   (n <= 3) an allgatherv of the 2-byte values moves fewer bytes
@@ -153,6 +157,35 @@ void SparseExchanger::exchange(Communicator& comm, const SparseSelection& select
               numel, i, selected[i], i > 0 ? fmt::format(" after {}", selected[i - 1]) : ""));
     }
   }
+  const std::span<const Range> known(selection.known);
+  std::size_t known_end = 0;
+  for (const Range& range : known) {
+    if (range.begin > range.end || range.end > numel || range.begin < known_end) {
+      throw InvalidArgument(
+          where(comm) +
+          fmt::format("the known ranges must be ascending, non-overlapping and inside [0, {}), "
+                      "but [{}, {}) follows a range ending at {}",
+                      numel, range.begin, range.end, known_end));
+    }
+    known_end = range.end;
+  }
+  for (std::size_t i = 0, r = 0; i < selected.size() && r < known.size();) {
+    if (known[r].end <= selected[i]) {
+      ++r;
+    } else if (selected[i] >= known[r].begin) {
+      throw InvalidArgument(where(comm) + fmt::format("selected index {} lies in the known range "
+                                                      "[{}, {}): they must be disjoint",
+                                                      selected[i], known[r].begin, known[r].end));
+    } else {
+      ++i;
+    }
+  }
+  known_indices_.clear();
+  for (const Range& range : known) {
+    for (std::size_t i = range.begin; i < range.end; ++i) {
+      known_indices_.push_back(static_cast<Index>(i));
+    }
+  }
   result.counts.clear();
   result.union_size = 0;
   result.transmitted = {};
@@ -162,16 +195,26 @@ void SparseExchanger::exchange(Communicator& comm, const SparseSelection& select
   result.index_bytes_encoded = 0;
   switch (pattern_) {
     case ExchangePattern::kUnionAllreduce:
-      exchange_union(comm, selected, false, accumulated, out, result);
+      exchange_union(comm, selected, known, false, accumulated, out, result);
       break;
     case ExchangePattern::kSharedIndices:
-      exchange_union(comm, selected, true, accumulated, out, result);
+      exchange_union(comm, selected, known, true, accumulated, out, result);
       break;
     case ExchangePattern::kSparseAllgather:
-      exchange_allgather(comm, selected, accumulated, out, result);
+      exchange_allgather(comm, selected, known, accumulated, out, result);
       break;
     case ExchangePattern::kSparseAllreduce:
-      exchange_sparse_allreduce(comm, selected, accumulated, out, result);
+      if (known_indices_.empty()) {
+        exchange_sparse_allreduce(comm, selected, accumulated, out, result);
+      } else {
+        // Its partial sums are index lists: the known positions join this
+        // rank's list (and travel as indices), then leave the counts again.
+        with_known_.resize(selected.size() + known_indices_.size());
+        std::merge(selected.begin(), selected.end(), known_indices_.begin(), known_indices_.end(),
+                   with_known_.begin());
+        exchange_sparse_allreduce(comm, with_known_, accumulated, out, result);
+        for (std::size_t& count : result.counts) count -= known_indices_.size();
+      }
       break;
   }
   result.seconds = clock.seconds();
@@ -207,7 +250,8 @@ void SparseExchanger::gather_headers(Communicator& comm, std::uint64_t count,
 // list of counts[q] indices, then counts[q] * value_width value bytes) and
 // decodes every index list into all_indices_, list q at [runs_[q], runs_[q+1]).
 void SparseExchanger::decode_index_blocks(Communicator& comm, std::span<const std::size_t> counts,
-                                          std::size_t value_width, std::size_t numel) {
+                                          std::size_t value_width, std::size_t numel,
+                                          std::size_t extra_values) {
   const std::size_t n = counts.size();
   runs_.resize(n + 1);
   runs_[0] = 0;
@@ -216,12 +260,12 @@ void SparseExchanger::decode_index_blocks(Communicator& comm, std::span<const st
   std::size_t offset = 0;
   for (std::size_t q = 0; q < n; ++q) {
     const std::size_t block = byte_counts_[q];
-    const std::size_t value_part = counts[q] * value_width;
+    const std::size_t value_part = (counts[q] + extra_values) * value_width;
     const std::span<Index> list(all_indices_.data() + runs_[q], counts[q]);
     if (value_part > block) {
       throw CommError(where(comm) +
                       fmt::format("rank {} sent a block of {} bytes, too small for {} values", q,
-                                  block, counts[q]));
+                                  block, counts[q] + extra_values));
     }
     const std::span<const std::byte> index_part(recv_bytes_.data() + offset, block - value_part);
     std::size_t used = 0;
@@ -240,6 +284,14 @@ void SparseExchanger::decode_index_blocks(Communicator& comm, std::span<const st
     }
     offset += block;
   }
+}
+
+void SparseExchanger::append_known_run() {
+  const std::size_t at = all_indices_.size();
+  all_indices_.resize(at + known_indices_.size());
+  std::copy(known_indices_.begin(), known_indices_.end(),
+            all_indices_.begin() + static_cast<std::ptrdiff_t>(at));
+  runs_.push_back(all_indices_.size());
 }
 
 // union_ = the union of the sorted runs of all_indices_ (runs_), by merging
@@ -311,8 +363,9 @@ void SparseExchanger::sum_encoded_values(Communicator& comm, ExchangeResult& res
 }
 
 void SparseExchanger::exchange_union(Communicator& comm, std::span<const Index> selected,
-                                     bool shared, std::span<float> accumulated,
-                                     std::span<float> out, ExchangeResult& result) {
+                                     std::span<const Range> known, bool shared,
+                                     std::span<float> accumulated, std::span<float> out,
+                                     ExchangeResult& result) {
   const int n = comm.size();
   const std::size_t numel = accumulated.size();
   if (shared) {
@@ -331,7 +384,13 @@ void SparseExchanger::exchange_union(Communicator& comm, std::span<const Index> 
     }
 #endif
     result.counts.assign(static_cast<std::size_t>(n), selected.size());
-    union_.assign(selected.begin(), selected.end());
+    if (known.empty()) {
+      union_.assign(selected.begin(), selected.end());
+    } else {
+      union_.resize(selected.size() + known_indices_.size());
+      std::merge(selected.begin(), selected.end(), known_indices_.begin(), known_indices_.end(),
+                 union_.begin());
+    }
   } else {
     std::span<const std::byte> mine = std::as_bytes(selected);
     if (options_.encode_indices) {
@@ -346,6 +405,8 @@ void SparseExchanger::exchange_union(Communicator& comm, std::span<const Index> 
     comm.allgatherv(mine, recv_bytes_, byte_counts_);
     count_allgatherv(comm, byte_counts_, result);
     decode_index_blocks(comm, result.counts, 0, numel);
+    // The known ranges: one more run, which no rank sent.
+    if (!known.empty()) append_known_run();
     union_of_runs();
   }
   const std::span<const Index> u(union_);
@@ -374,13 +435,15 @@ void SparseExchanger::exchange_union(Communicator& comm, std::span<const Index> 
 }
 
 void SparseExchanger::exchange_allgather(Communicator& comm, std::span<const Index> selected,
+                                         std::span<const Range> known,
                                          std::span<float> accumulated, std::span<float> out,
                                          ExchangeResult& result) {
   const int n = comm.size();
   const std::size_t numel = accumulated.size();
   const std::size_t count = selected.size();
+  const std::size_t extra = known_indices_.size();  // values at the known positions
   const std::size_t width = value_bytes(options_.values);
-  // Block: [indices][values].
+  // Block: [indices][count values][extra values at the known positions].
   send_bytes_.clear();
   if (options_.encode_indices) {
     encode_indices(selected, send_bytes_);
@@ -391,37 +454,51 @@ void SparseExchanger::exchange_allgather(Communicator& comm, std::span<const Ind
   result.index_bytes_raw = sizeof(Index) * count;
   result.index_bytes_encoded = send_bytes_.size();
   const std::size_t index_part = send_bytes_.size();
-  send_bytes_.resize(index_part + count * width);
-  values_.resize(count);
+  send_bytes_.resize(index_part + (count + extra) * width);
+  values_.resize(count + extra);
   for (std::size_t j = 0; j < count; ++j) values_[j] = accumulated[selected[j]];
+  for (std::size_t j = 0; j < extra; ++j) values_[count + j] = accumulated[known_indices_[j]];
   encode_values(values_, options_.values, std::span<std::byte>(send_bytes_).subspan(index_part));
   for (std::size_t j = 0; j < count; ++j) accumulated[selected[j]] -= values_[j];
+  for (std::size_t j = 0; j < extra; ++j) accumulated[known_indices_[j]] -= values_[count + j];
 
   gather_headers(comm, count, send_bytes_.size(), numel, result);
   recv_bytes_.resize(std::accumulate(byte_counts_.begin(), byte_counts_.end(), std::size_t{0}));
   comm.allgatherv(std::span<const std::byte>(send_bytes_), recv_bytes_, byte_counts_);
   count_allgatherv(comm, byte_counts_, result);
-  decode_index_blocks(comm, result.counts, width, numel);
+  decode_index_blocks(comm, result.counts, width, numel, extra);
 
   std::fill(out.begin(), out.end(), 0.0f);
-  other_values_.resize(runs_.back());
+  std::size_t most = 0;
+  for (const std::size_t c : result.counts) most = std::max(most, c + extra);
+  other_values_.resize(most);
   std::size_t offset = 0;
   for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) {
     const std::size_t q_count = result.counts[q];
-    const std::size_t value_part = q_count * width;
-    const std::span<float> q_values(other_values_.data() + runs_[q], q_count);
+    const std::size_t value_part = (q_count + extra) * width;
+    const std::span<float> q_values(other_values_.data(), q_count + extra);
     offset += byte_counts_[q];
     decode_values(std::span<const std::byte>(recv_bytes_.data() + offset - value_part, value_part),
                   options_.values, q_values);
     const Index* q_indices = all_indices_.data() + runs_[q];
     for (std::size_t j = 0; j < q_count; ++j) out[q_indices[j]] += q_values[j];
+    for (std::size_t j = 0; j < extra; ++j) out[known_indices_[j]] += q_values[q_count + j];
+  }
+  const auto r = static_cast<std::size_t>(comm.rank());
+  if (!known.empty()) {
+    // What this rank transmitted: its list merged with the known positions.
+    with_known_.resize(count + extra);
+    std::merge(selected.begin(), selected.end(), known_indices_.begin(), known_indices_.end(),
+               with_known_.begin());
+    append_known_run();
   }
   union_of_runs();
   const auto divisor = static_cast<float>(n);
   for (const Index i : union_) out[i] /= divisor;
   result.union_size = union_.size();
-  const auto r = static_cast<std::size_t>(comm.rank());
-  result.transmitted = std::span<const Index>(all_indices_.data() + runs_[r], result.counts[r]);
+  result.transmitted =
+      known.empty() ? std::span<const Index>(all_indices_.data() + runs_[r], result.counts[r])
+                    : std::span<const Index>(with_known_);
 }
 
 }  // namespace sparsecomm

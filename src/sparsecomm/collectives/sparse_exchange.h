@@ -12,11 +12,19 @@
 //    of transmitted values, 0 where nothing was transmitted.
 //  - `selection` is this rank's choice (indices strictly ascending, values
 //    ignored: values are read from `accumulated`). Ranks may select nothing.
+//  - `selection.known`: ranges every rank transmits, identical on all ranks
+//    (trusted, not checked), ascending, non-overlapping and disjoint from
+//    this rank's indices (checked). Union and shared add them to U with no
+//    index on the wire; sparse allgather appends their values to each
+//    rank's block (no indices); sparse all-reduce sends them as part of each
+//    rank's list (its partial sums are index lists). Every rank's residual
+//    is a - sent there too. `counts` never include them; `union_size` does.
 //  - Every rank calls with the same pattern and options, in the same order.
 //  - `transmitted` in the result lists the positions this rank transmitted
 //    (ascending): the union U for union all-reduce and shared-index
 //    all-reduce, this rank's own I_r for sparse allgather and sparse
-//    all-reduce. DGC masks its momentum there.
+//    all-reduce (with the known ranges in every case). DGC masks its
+//    momentum there.
 // Scratch memory lives in the SparseExchanger object and is reused.
 
 #include <array>
@@ -95,15 +103,20 @@ class SparseExchanger {
   };
 
   // sparse_exchange.cc
-  void exchange_union(Communicator& comm, std::span<const Index> selected, bool shared,
-                      std::span<float> accumulated, std::span<float> out, ExchangeResult& result);
+  void exchange_union(Communicator& comm, std::span<const Index> selected,
+                      std::span<const Range> known, bool shared, std::span<float> accumulated,
+                      std::span<float> out, ExchangeResult& result);
   void exchange_allgather(Communicator& comm, std::span<const Index> selected,
-                          std::span<float> accumulated, std::span<float> out,
-                          ExchangeResult& result);
+                          std::span<const Range> known, std::span<float> accumulated,
+                          std::span<float> out, ExchangeResult& result);
   void gather_headers(Communicator& comm, std::uint64_t count, std::uint64_t payload_bytes,
                       std::size_t numel, ExchangeResult& result);
+  // Block q holds counts[q] indices, then (counts[q] + extra_values) values.
   void decode_index_blocks(Communicator& comm, std::span<const std::size_t> counts,
-                           std::size_t value_width, std::size_t numel);
+                           std::size_t value_width, std::size_t numel,
+                           std::size_t extra_values = 0);
+  // Appends known_indices_ to all_indices_ as one more run.
+  void append_known_run();
   void union_of_runs();
   void sum_encoded_values(Communicator& comm, ExchangeResult& result);
   // sparse_allreduce.cc
@@ -123,6 +136,8 @@ class SparseExchanger {
   ExchangeOptions options_;
   // Scratch reused across calls (implementation-defined).
   UninitVector<Index> union_;
+  UninitVector<Index> known_indices_;  // the known ranges' positions, ascending
+  UninitVector<Index> with_known_;     // own indices merged with them
   UninitVector<Index> all_indices_;
   UninitVector<float> values_;
   UninitVector<std::byte> send_bytes_;

@@ -42,26 +42,35 @@ class DefaultInitAllocator : public Base {
 template <class T>
 using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
 
-// One rank's selection: indices strictly ascending, values[i] the selected
-// vector's value at indices[i]. Reused across steps (clear() keeps capacity).
-struct SparseSelection {
-  UninitVector<Index> indices;
-  UninitVector<float> values;
-
-  std::size_t size() const { return indices.size(); }
-  bool empty() const { return indices.empty(); }
-  void clear() {
-    indices.clear();
-    values.clear();
-  }
-};
-
 // A contiguous run [begin, end) of the flat vector.
 struct Range {
   std::size_t begin = 0;
   std::size_t end = 0;
   std::size_t size() const { return end - begin; }
   bool empty() const { return begin == end; }
+};
+
+// One rank's selection: indices strictly ascending, values[i] the selected
+// vector's value at indices[i]. Reused across steps (clear() keeps capacity).
+//
+// known: ranges of positions that every rank transmits and every rank knows
+// without being told (identical on all ranks, ascending, non-overlapping,
+// disjoint from every rank's indices), e.g. DEFT's whole pieces. The
+// exchange adds them to the union with no index on the wire; their values
+// are summed like any other. size() and the per-rank counts do not include
+// them. Most schemes leave it empty.
+struct SparseSelection {
+  UninitVector<Index> indices;
+  UninitVector<float> values;
+  std::vector<Range> known;
+
+  std::size_t size() const { return indices.size(); }
+  bool empty() const { return indices.empty(); }
+  void clear() {
+    indices.clear();
+    values.clear();
+    known.clear();
+  }
 };
 
 // One tensor's place in the flat vector.

@@ -20,6 +20,7 @@
 #include <span>
 #include <string_view>
 
+#include "sparsecomm/core/sparse.h"
 #include "sparsecomm/core/state_io.h"
 
 namespace sparsecomm {
@@ -39,8 +40,17 @@ class DensityController {
   virtual float candidate_floor() const = 0;
 
   virtual std::size_t step_counts() const = 0;
-  virtual void contribute(std::span<const float> candidates,
+  // `candidates`: this rank's elements >= candidate_floor() (any order);
+  // `selected`: how many of them are >= threshold() (the selection's size).
+  virtual void contribute(std::span<const float> candidates, std::size_t selected,
                           std::span<std::int64_t> counts) const = 0;
+  // What a selection pass does with its candidates in one go: adds to
+  // `counts` what contribute() would add for them, and compacts `candidates`
+  // (every element >= candidate_floor(), ascending indices) in place, order
+  // kept, to those >= threshold(): the selection. This default calls
+  // contribute() and then compacts; controllers may fuse the two.
+  virtual void contribute_and_select(SparseSelection& candidates,
+                                     std::span<std::int64_t> counts) const;
   virtual void update(std::span<const std::int64_t> global_counts, std::size_t k) = 0;
 
   virtual void observe(std::size_t union_size, std::size_t k) = 0;
@@ -72,6 +82,13 @@ struct HistogramControllerOptions {
   // First updates that follow the newest ideal threshold directly (no trend,
   // no feedback) while the residual builds up after a cold start.
   std::int64_t settle_steps = 20;
+  // The candidate floor adapts so that the candidates (summed over ranks)
+  // stay within [low, high] x k: the wide band while settling, the narrow one
+  // after (fewer candidates: a cheaper selection pass).
+  double candidates_low = 1.5;
+  double candidates_high = 4.0;
+  double settled_candidates_low = 1.2;
+  double settled_candidates_high = 2.0;
 };
 std::unique_ptr<DensityController> make_histogram_controller(
     const HistogramControllerOptions& options);

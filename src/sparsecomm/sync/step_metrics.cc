@@ -23,11 +23,11 @@ std::string to_json_line(const StepMetrics& m) {
                  R"("density_ratio":{},"imbalance":{},"residual_norm":{},)"
                  R"("accumulate_s":{},"selection_s":{},"exchange_s":{},)"
                  R"("bytes_sent":{},"bytes_received":{},"index_bytes_raw":{},)"
-                 R"("index_bytes_encoded":{},"skipped_nonfinite":{}}})",
+                 R"("index_bytes_encoded":{},"skip_subject":{},"skipped_nonfinite":{}}})",
                  m.step, m.numel, m.target, m.selected, m.union_size, number(m.density_ratio),
                  number(m.imbalance), number(m.residual_norm), number(m.accumulate_s),
                  number(m.selection_s), number(m.exchange_s), m.bytes_sent, m.bytes_received,
-                 m.index_bytes_raw, m.index_bytes_encoded, m.skipped_nonfinite);
+                 m.index_bytes_raw, m.index_bytes_encoded, m.skip_subject, m.skipped_nonfinite);
   return out;
 }
 

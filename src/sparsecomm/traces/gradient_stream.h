@@ -68,8 +68,11 @@ std::unique_ptr<GradientStream> open_trace(const std::string& directory);
 // to its own file, so ranks may append concurrently.
 class TraceWriter {
  public:
+  // create_files: write meta.json and empty rank files (truncating old
+  // ones). In a multi-process job exactly one process creates them, and
+  // after that (a barrier) the others attach with create_files = false.
   TraceWriter(std::string directory, std::size_t numel, int world, std::int64_t steps,
-              std::vector<LayerSpan> layers, std::string source);
+              std::vector<LayerSpan> layers, std::string source, bool create_files = true);
   // Appends rank `rank`'s next step; throws after `steps` appends per rank.
   void append(int rank, std::span<const float> gradient);
   const std::string& directory() const { return directory_; }

@@ -159,7 +159,7 @@ std::unique_ptr<GradientStream> open_trace(const std::string& directory) {
 }
 
 TraceWriter::TraceWriter(std::string directory, std::size_t numel, int world, std::int64_t steps,
-                         std::vector<LayerSpan> layers, std::string source)
+                         std::vector<LayerSpan> layers, std::string source, bool create_files)
     : directory_(std::move(directory)),
       numel_(numel),
       world_(world),
@@ -169,6 +169,7 @@ TraceWriter::TraceWriter(std::string directory, std::size_t numel, int world, st
     throw InvalidArgument(fmt::format(
         "[trace] recording needs world >= 1 and steps >= 1, got {} and {}", world, steps));
   }
+  if (!create_files) return;
   std::error_code error;
   fs::create_directories(directory_, error);
   if (error) {

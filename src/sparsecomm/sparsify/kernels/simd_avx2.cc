@@ -94,6 +94,27 @@ struct SparseLoop {
 
 }  // namespace
 
+std::size_t compact(Index* indices, float* values, std::size_t n, float threshold) {
+  const __m256 thr = _mm256_set1_ps(threshold);
+  std::size_t kept = 0;
+  std::size_t i = 0;
+  // The full stores write [kept, kept + 8) with kept <= i: inside what this
+  // or an earlier vector already read.
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 v = _mm256_loadu_ps(values + i);
+    const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(indices + i));
+    emit(compare_mask(v, thr), v, idx, indices, values, kept);
+  }
+  for (; i < n; ++i) {
+    const float v = values[i];
+    const Index index = indices[i];
+    indices[kept] = index;
+    values[kept] = v;
+    kept += abs_scalar(v) >= threshold ? 1u : 0u;
+  }
+  return kept;
+}
+
 std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
                    Index base, Index* indices, float* values) {
   const __m256 thr = _mm256_set1_ps(threshold);

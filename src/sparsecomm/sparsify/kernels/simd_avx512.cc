@@ -117,6 +117,27 @@ std::size_t select(const float* x, std::size_t n, std::size_t readable, bool den
   return count;
 }
 
+std::size_t compact(Index* indices, float* values, std::size_t n, float threshold) {
+  const __m512 thr = _mm512_set1_ps(threshold);
+  std::size_t kept = 0;
+  std::size_t i = 0;
+  // The full stores write [kept, kept + 16) with kept <= i: inside what this
+  // or an earlier vector already read.
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512 v = _mm512_loadu_ps(values + i);
+    const __m512i idx = _mm512_loadu_si512(indices + i);
+    emit(_mm512_cmp_ps_mask(abs_ps(v), thr, _CMP_GE_OQ), v, idx, indices, values, kept);
+  }
+  for (; i < n; ++i) {
+    const float v = values[i];
+    const Index index = indices[i];
+    indices[kept] = index;
+    values[kept] = v;
+    kept += (v < 0.0f ? -v : v) >= threshold ? 1u : 0u;
+  }
+  return kept;
+}
+
 std::size_t count_at_least(const float* x, std::size_t n, float threshold) {
   const __m512 thr = _mm512_set1_ps(threshold);
   // Per-lane counters: subtracting an all-ones (-1) lane adds one. Flushed

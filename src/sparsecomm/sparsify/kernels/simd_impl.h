@@ -34,12 +34,16 @@ void require_simd_level(SimdLevel level, const char* component);
 //     elements. x[0, readable) may be prefetched (readable >= n). `dense`
 //     picks the branch-free loop, faster once most vector rounds hold a hit.
 //   count_at_least: the same count, no output.
+//   compact: keeps, in place and in order, the pairs (indices[j], values[j])
+//     with |values[j]| >= threshold (same compare), j < n; returns their
+//     count. Writes only inside [0, n).
 //   abs_sum: sum of |x| with several accumulators and software prefetch (the
 //     read pass: the bandwidth floor).
 //   all_finite: true when no element is NaN or infinite.
 //   moment_sums: MomentSums of x around `shift`.
 // scalar:: lives in threshold_select.cc and estimate.cc.
 namespace scalar {
+std::size_t compact(Index* indices, float* values, std::size_t n, float threshold);
 std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
                    Index base, Index* indices, float* values);
 std::size_t count_at_least(const float* x, std::size_t n, float threshold);
@@ -49,6 +53,7 @@ MomentSums moment_sums(const float* x, std::size_t n, double shift);
 }  // namespace scalar
 
 namespace avx2 {
+std::size_t compact(Index* indices, float* values, std::size_t n, float threshold);
 std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
                    Index base, Index* indices, float* values);
 std::size_t count_at_least(const float* x, std::size_t n, float threshold);
@@ -58,6 +63,7 @@ MomentSums moment_sums(const float* x, std::size_t n, double shift);
 }  // namespace avx2
 
 namespace avx512 {
+std::size_t compact(Index* indices, float* values, std::size_t n, float threshold);
 std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
                    Index base, Index* indices, float* values);
 std::size_t count_at_least(const float* x, std::size_t n, float threshold);

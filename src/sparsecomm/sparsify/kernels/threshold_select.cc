@@ -25,6 +25,18 @@ std::size_t select(const float* x, std::size_t n, std::size_t /*readable*/, bool
   return count;
 }
 
+std::size_t compact(Index* indices, float* values, std::size_t n, float threshold) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = values[i];
+    const Index index = indices[i];
+    indices[kept] = index;
+    values[kept] = v;
+    kept += std::fabs(v) >= threshold ? 1u : 0u;
+  }
+  return kept;
+}
+
 std::size_t count_at_least(const float* x, std::size_t n, float threshold) {
   std::size_t count = 0;
   for (std::size_t i = 0; i < n; ++i) count += std::fabs(x[i]) >= threshold ? 1u : 0u;
@@ -115,6 +127,23 @@ std::size_t threshold_select(std::span<const float> x, float threshold, Index ba
   out.indices.resize(count);
   out.values.resize(count);
   return count - start;
+}
+
+std::size_t compact_at_least(SparseSelection& selection, float threshold, SimdLevel level) {
+  check_threshold(threshold, "compact_at_least");
+  detail::require_simd_level(level, "compact_at_least");
+  if (selection.indices.size() != selection.values.size()) {
+    throw InvalidArgument("[compact_at_least] indices and values differ in size");
+  }
+  using CompactFn = std::size_t (*)(Index*, float*, std::size_t, float);
+  const CompactFn kernel = level == SimdLevel::kAvx512 ? &detail::avx512::compact
+                           : level == SimdLevel::kAvx2 ? &detail::avx2::compact
+                                                       : &detail::scalar::compact;
+  const std::size_t kept =
+      kernel(selection.indices.data(), selection.values.data(), selection.size(), threshold);
+  selection.indices.resize(kept);
+  selection.values.resize(kept);
+  return kept;
 }
 
 std::size_t count_at_least(std::span<const float> x, float threshold, SimdLevel level) {

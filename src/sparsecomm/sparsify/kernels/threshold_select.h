@@ -18,6 +18,12 @@ namespace sparsecomm {
 std::size_t threshold_select(std::span<const float> x, float threshold, Index base,
                              SparseSelection& out, SimdLevel level = detected_simd_level());
 
+// Keeps, in place and in order, the pairs (indices[j], values[j]) of
+// `selection` with |values[j]| >= threshold (same rules as threshold_select);
+// returns how many. Does not allocate.
+std::size_t compact_at_least(SparseSelection& selection, float threshold,
+                             SimdLevel level = detected_simd_level());
+
 // Number of i with |x[i]| >= threshold (same rules, no output).
 std::size_t count_at_least(std::span<const float> x, float threshold,
                            SimdLevel level = detected_simd_level());

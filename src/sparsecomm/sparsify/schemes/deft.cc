@@ -150,18 +150,19 @@ class DeftSparsifier final : public Sparsifier {
     // Pieces are in ascending offset order, so appending keeps indices sorted.
     for (std::size_t l = 0; l < count; ++l) {
       const Range piece = plan_.pieces[l];
-      if (plan_.bin[l] == my_bin || (plan_.bin[l] == kWhole && comm.rank() == leader)) {
-        record_read(piece);
-      }
       if (plan_.bin[l] == my_bin) {
+        record_read(piece);
         topk_.select(accumulated.subspan(piece.begin, piece.size()),
                      static_cast<std::size_t>(plan_.budget[l]), static_cast<Index>(piece.begin),
                      out);
-      } else if (plan_.bin[l] == kWhole && comm.rank() == leader) {
-        // Whole pieces: every rank knows them; the leader lists them once.
-        for (std::size_t i = piece.begin; i < piece.end; ++i) {
-          out.indices.push_back(static_cast<Index>(i));
-          out.values.push_back(accumulated[i]);
+      } else if (plan_.bin[l] == kWhole) {
+        // Whole pieces (k_l == size_l): every rank knows them from the plan,
+        // so they join the union as known ranges, with no index exchange
+        // (their values are still summed). Adjacent ones are merged.
+        if (!out.known.empty() && out.known.back().end == piece.begin) {
+          out.known.back().end = piece.end;
+        } else {
+          out.known.push_back(piece);
         }
       }
     }

@@ -5,6 +5,8 @@
 // accumulated gradient, bin-packs the pieces into n bins by selection cost,
 // and broadcasts the assignment with the per-piece budgets; rank r runs an
 // exact top-k per piece of bin (leader + r) mod n. Selections are disjoint.
+// Pieces with k_l == size_l ("whole") go into every rank's
+// SparseSelection::known: they join the union without any index exchange.
 
 #include <cstdint>
 #include <memory>

@@ -42,30 +42,27 @@ class PartitionedSparsifier final : public Sparsifier {
     read_only(range);
     if (!controller_->started()) start_controller(own, k, comm);
 
-    // One pass over the own partition: every candidate >= the floor, then
-    // the (few) candidates >= the threshold are the selection.
-    candidates_.clear();
-    threshold_select(own, controller_->candidate_floor(), static_cast<Index>(range.begin),
-                     candidates_);
-    const float threshold = controller_->threshold();
-    const std::size_t count = candidates_.size();
-    out.indices.resize(count);
-    out.values.resize(count);
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      const float v = candidates_.values[i];
-      out.indices[kept] = candidates_.indices[i];
-      out.values[kept] = v;
-      kept += std::fabs(v) >= threshold ? 1 : 0;  // branch-free compaction
-    }
-    out.indices.resize(kept);
-    out.values.resize(kept);
+    // One pass over the own partition collects every candidate >= the floor
+    // into `out`; the controller bins them and compacts the (few) candidates
+    // >= the threshold in place: they are the selection.
+    out.clear();
+    threshold_select(own, controller_->candidate_floor(), static_cast<Index>(range.begin), out);
+    const std::size_t controller_counts = controller_->step_counts();
+    const std::size_t block_counts =
+        options_.layout == Layout::kBalanced ? static_cast<std::size_t>(grid_.blocks) : 0;
+    shared_.assign(controller_counts + block_counts, 0);
+    controller_->contribute_and_select(
+        out, std::span<std::int64_t>(shared_.data(), controller_counts));
     if (options_.padding && out.empty() && !range.empty()) {
       const std::size_t i = range.begin + static_cast<std::size_t>(ctx.step) % range.size();
       out.indices.push_back(static_cast<Index>(i));
       out.values.push_back(accumulated[i]);
     }
-    share_counts(out, k, comm);
+    if (block_counts > 0) {
+      count_per_block(owned_partition(ctx.step, comm.rank(), comm.size()), out,
+                      std::span<std::int64_t>(shared_.data() + controller_counts, block_counts));
+    }
+    share_counts(controller_counts, block_counts, k, comm);
   }
 
   void observe(const ExchangeOutcome& outcome, const StepContext& ctx) override {
@@ -154,18 +151,27 @@ class PartitionedSparsifier final : public Sparsifier {
     controller_->start(initial_, k);
   }
 
-  // One all-reduce of [controller counts | per-block selected counts].
-  void share_counts(const SparseSelection& out, std::size_t k, Communicator& comm) {
-    const std::size_t controller_counts = controller_->step_counts();
-    const std::size_t block_counts =
-        options_.layout == Layout::kBalanced ? static_cast<std::size_t>(grid_.blocks) : 0;
-    if (controller_counts + block_counts == 0) return;
-    shared_.assign(controller_counts + block_counts, 0);
-    controller_->contribute(std::span<const float>(candidates_.values.data(), candidates_.size()),
-                            std::span<std::int64_t>(shared_.data(), controller_counts));
-    for (std::size_t i = 0; i < out.size() && block_counts > 0; ++i) {
-      ++shared_[controller_counts + static_cast<std::size_t>(grid_.block_of(out.indices[i]))];
+  // Selected indices per block of partition p (the selection lies in it,
+  // ascending): one binary search per block boundary, no division per index.
+  void count_per_block(int p, const SparseSelection& out, std::span<std::int64_t> counts) const {
+    const Index* at = out.indices.data();
+    const Index* const end = at + out.size();
+    const int first = layout_.first[static_cast<std::size_t>(p)];
+    const int last = layout_.first[static_cast<std::size_t>(p) + 1];
+    for (int b = first; b < last && at != end; ++b) {
+      const Index* const next =
+          b + 1 == last ? end
+                        : std::lower_bound(at, end, static_cast<Index>(grid_.block(b).end));
+      counts[static_cast<std::size_t>(b)] = next - at;
+      at = next;
     }
+  }
+
+  // One all-reduce of shared_ = [controller counts | per-block selected
+  // counts], then the controller's update and (ExDyna) the new boundaries.
+  void share_counts(std::size_t controller_counts, std::size_t block_counts, std::size_t k,
+                    Communicator& comm) {
+    if (controller_counts + block_counts == 0) return;
     allreduce(comm, std::span<std::int64_t>(shared_));
     controller_->update(std::span<const std::int64_t>(shared_.data(), controller_counts), k);
     if (block_counts > 0) {
@@ -190,7 +196,6 @@ class PartitionedSparsifier final : public Sparsifier {
   std::vector<Range> equal_;
   BlockGrid grid_;
   BlockLayout layout_;
-  SparseSelection candidates_;
   std::vector<std::int64_t> initial_;
   std::vector<std::int64_t> shared_;
   std::vector<double> block_average_;
@@ -215,6 +220,10 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
        "histogram controller: first steps that follow the ideal threshold directly"},
       {"mantissa_bits", "7", "histogram controller: bins per binade = 2^mantissa_bits"},
       {"floor_factor", "0.7", "histogram controller: initial candidate floor / threshold"},
+      {"candidates_low", "1.2",
+       "histogram controller, after settling: lowest candidates / k before the floor drops"},
+      {"candidates_high", "2",
+       "histogram controller, after settling: highest candidates / k before the floor rises"},
       {"initial_threshold", "0", "table controller: first threshold (0: 1/(2*sqrt(k)))"},
       {"up_fast", "1.005", "table: factor when K/k > high"},
       {"up_slow", "1.00125", "table: factor when low < K/k <= high"},
@@ -254,6 +263,13 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.histogram.settle_steps = o.integer(scheme, "settle_steps", 20, 0, 1000000);
   p.histogram.mantissa_bits = static_cast<int>(o.integer(scheme, "mantissa_bits", 7, 0, 10));
   p.histogram.floor_factor = o.number(scheme, "floor_factor", 0.7, 0.0, 1.0, true);
+  p.histogram.settled_candidates_low = o.number(scheme, "candidates_low", 1.2, 1.0, 1000.0);
+  p.histogram.settled_candidates_high = o.number(scheme, "candidates_high", 2.0, 1.0, 1000.0);
+  if (!(p.histogram.settled_candidates_high > p.histogram.settled_candidates_low)) {
+    throw InvalidArgument(fmt::format("[{}] option candidates_high={} must exceed candidates_low={}",
+                                      scheme, p.histogram.settled_candidates_high,
+                                      p.histogram.settled_candidates_low));
+  }
   p.table.initial = o.number(scheme, "initial_threshold", 0.0, 0.0, 1e30);
   p.table.up_fast = o.number(scheme, "up_fast", 1.005, 0.0, 10.0, true);
   p.table.up_slow = o.number(scheme, "up_slow", 1.00125, 0.0, 10.0, true);

@@ -1,0 +1,47 @@
+#pragma once
+// SGD with momentum (heavy-ball or Nesterov) and weight decay on one flat
+// parameter vector, applied after gradient synchronization (as the
+// reference ExDyna code and PyTorch's torch.optim.SGD do):
+//
+//   d = g + wd * p
+//   b = mu * b + d              (b starts at d on the first step)
+//   d = nesterov ? d + mu * b : b
+//   p -= lr * d
+//
+// With momentum 0 the buffer is unused (DGC applies momentum itself).
+// Deterministic: one fixed loop order, no threads.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sparsecomm/core/state_io.h"
+
+namespace sparsecomm {
+
+struct SgdOptions {
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+};
+
+class FlatSgd {
+ public:
+  // InvalidArgument for momentum outside [0, 1), negative weight decay, or
+  // Nesterov without momentum.
+  explicit FlatSgd(SgdOptions options);
+
+  // One step on `parameters` with the synchronized `gradient` (same length).
+  void step(std::span<float> parameters, std::span<const float> gradient, double learning_rate);
+
+  const SgdOptions& options() const { return options_; }
+  void save(StateWriter& writer) const;
+  void load(StateReader& reader);
+
+ private:
+  SgdOptions options_;
+  std::vector<float> momentum_buffer_;
+  bool started_ = false;
+};
+
+}  // namespace sparsecomm

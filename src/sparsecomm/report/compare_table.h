@@ -1,0 +1,33 @@
+#pragma once
+// Plain-text reports of runs: an aligned comparison table (one row per run)
+// and a multi-line summary of one run.
+
+#include <span>
+#include <string>
+
+#include "sparsecomm/report/run_files.h"
+
+namespace sparsecomm::report {
+
+// Whether `run` is the dense baseline: method "dense" (any case), or a
+// config "density" >= 1.
+bool is_dense_run(const RunData& run);
+
+// 65536 -> "64 KiB", 1536 -> "1.5 KiB", 100 -> "100 B"; NaN -> "-".
+std::string human_bytes(double bytes);
+
+// The table, '\n'-terminated lines: a header, a rule, then one row per run
+// with method, model, workers, final and best test accuracy (%), wall
+// seconds, mean K/k, mean imbalance, bytes per rank per step, those bytes
+// against the first dense run ("1/48": 48 times fewer; "-" when there is no
+// dense run), the compute/selection/exchange/update seconds and the
+// directory. Unknown figures print as "-". Runs whose summary was derived
+// from metrics.jsonl (no summary.json) are marked "*" with a footnote.
+std::string format_comparison_table(std::span<const RunData> runs);
+
+// A few labelled lines describing one run (what, how long, accuracy,
+// density, traffic, time breakdown) plus its warnings (RunData::warnings,
+// which say when there was no summary.json).
+std::string format_run_summary(const RunData& run);
+
+}  // namespace sparsecomm::report

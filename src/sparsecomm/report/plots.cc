@@ -1,0 +1,343 @@
+#include "sparsecomm/report/plots.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kRollingWindow = 20;
+constexpr const char* kColors[] = {"1f77b4", "d62728", "2ca02c", "ff7f0e",
+                                   "9467bd", "8c564b", "e377c2", "17becf"};
+constexpr const char* kScript = "plots.gp";
+constexpr const char* kLog = "gnuplot.log";
+
+std::string color(std::size_t i, const char* alpha = "00") {  // gnuplot: #AARRGGBB, 00 = opaque
+  return fmt::format("#{}{}", alpha, kColors[i % std::size(kColors)]);
+}
+
+// A number for a gnuplot data file; NaN/inf become "NaN" (a missing point).
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "NaN"; }
+
+// The text of a gnuplot single-quoted string ('' is a literal quote).
+std::string gp_quote(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\n') c = ' ';
+    out += c;
+    if (c == '\'') out += '\'';
+  }
+  return out + "'";
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    throw Error(fmt::format("[report] cannot write {}: {}", path.string(), std::strerror(errno)));
+  }
+}
+
+bool any_finite(std::span<const StepRecord> steps, double StepRecord::*field, bool positive) {
+  return std::any_of(steps.begin(), steps.end(), [&](const StepRecord& r) {
+    return std::isfinite(r.*field) && (!positive || r.*field > 0);
+  });
+}
+
+bool any_accuracy(std::span<const EvalRecord> evals, double EvalRecord::*x) {
+  return std::any_of(evals.begin(), evals.end(), [&](const EvalRecord& r) {
+    return std::isfinite(r.*x) && std::isfinite(r.test_accuracy);
+  });
+}
+
+// run<i>_steps.dat: step epoch wall_s density_ratio rolling_mean bytes_sent bytes_received
+std::string steps_data(const RunData& run, const std::string& label) {
+  std::string out = fmt::format(
+      "# {}: step records of {}\n# step epoch wall_s density_ratio density_ratio_mean{} "
+      "bytes_sent bytes_received\n",
+      label, run.dir.string(), kRollingWindow);
+  double window_sum = 0;
+  std::vector<double> window;  // the finite density ratios of the last kRollingWindow steps
+  for (const StepRecord& r : run.steps) {
+    if (std::isfinite(r.density_ratio)) {
+      window.push_back(r.density_ratio);
+      window_sum += r.density_ratio;
+      if (window.size() > kRollingWindow) {
+        window_sum -= window.front();
+        window.erase(window.begin());
+      }
+    }
+    const double mean = window.empty() ? NAN : window_sum / static_cast<double>(window.size());
+    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {} {}\n", r.step, num(r.epoch),
+                   num(r.wall_s), num(r.density_ratio), num(mean), num(r.bytes_sent),
+                   num(r.bytes_received));
+  }
+  return out;
+}
+
+// run<i>_evals.dat: step epoch wall_s test_accuracy_percent test_loss train_loss
+std::string evals_data(const RunData& run, const std::string& label) {
+  std::string out = fmt::format(
+      "# {}: eval records of {}\n# step epoch wall_s test_accuracy_percent test_loss "
+      "train_loss\n",
+      label, run.dir.string());
+  for (const EvalRecord& r : run.evals) {
+    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {}\n", r.step, num(r.epoch),
+                   num(r.wall_s), num(100.0 * r.test_accuracy), num(r.test_loss),
+                   num(r.train_loss));
+  }
+  return out;
+}
+
+// breakdown.dat: "label" compute selection exchange update (seconds; unknown = 0)
+std::string breakdown_data(std::span<const RunData> runs, const std::vector<std::string>& labels) {
+  std::string out = "# run compute_s selection_s exchange_s update_s\n";
+  const auto zero_if_unknown = [](double v) { return std::isfinite(v) ? v : 0.0; };
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::string label = labels[i];
+    std::replace(label.begin(), label.end(), '"', '\'');
+    const TimeBreakdown& t = runs[i].summary.time_breakdown_s;
+    fmt::format_to(std::back_inserter(out), "\"{}\" {} {} {} {}\n", label,
+                   zero_if_unknown(t.compute), zero_if_unknown(t.selection),
+                   zero_if_unknown(t.exchange), zero_if_unknown(t.update));
+  }
+  return out;
+}
+
+// "" when `program` cannot be run; else its path.
+std::string find_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    return ::access(program.c_str(), X_OK) == 0 ? program : std::string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    const std::size_t colon = dirs.find(':');
+    const std::string_view dir = dirs.substr(0, colon);
+    const fs::path candidate = fs::path(dir.empty() ? "." : std::string(dir)) / program;
+    if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate)) {
+      return candidate.string();
+    }
+    if (colon == std::string_view::npos) return {};
+    dirs.remove_prefix(colon + 1);
+  }
+}
+
+// Runs `args` (args[0] a path) in `cwd` with stdout and stderr to `log`;
+// returns the wait status. No shell, so paths need no quoting.
+int run_program(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& log) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const std::string cwd_text = cwd.string(), log_text = log.string();
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    throw Error(fmt::format("[report] cannot start {}: {}", args[0], std::strerror(errno)));
+  if (pid == 0) {  // child: async-signal-safe calls only
+    const int fd = ::open(log_text.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) ::_exit(126);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) ::dup2(null, 0);
+    if (!cwd_text.empty() && ::chdir(cwd_text.c_str()) != 0) ::_exit(126);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR)
+      throw Error(fmt::format("[report] waiting for {}: {}", args[0], std::strerror(errno)));
+  }
+  return status;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+  return fmt::format("wait status {}", status);
+}
+
+std::string tail_of(const fs::path& path, std::size_t max_chars) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string s = std::move(text).str();
+  if (s.size() > max_chars) s = "..." + s.substr(s.size() - max_chars);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The settings every plot starts from (after `reset`).
+std::string common_settings(const std::string& png) {
+  return fmt::format(
+      "reset\nset output {}\nset datafile missing 'NaN'\nset grid lc rgb '#d0d0d0'\n"
+      "set border lw 1.2\nset key box opaque\nset title font ',13'\n",
+      gp_quote(png));
+}
+
+}  // namespace
+
+std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path& out_dir,
+                                  const PlotOptions& options) {
+  if (runs.empty()) throw InvalidArgument("[report] write_plots: no runs given");
+  const std::string gnuplot = find_program(options.gnuplot);
+  if (gnuplot.empty()) {
+    throw Error(
+        fmt::format("[report] gnuplot ('{}') is not installed or not in PATH: install it with "
+                    "`apt-get install gnuplot-nox` (the setup script installs it)",
+                    options.gnuplot));
+  }
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  if (error) {
+    throw Error(fmt::format("[report] cannot create {}: {}", out_dir.string(), error.message()));
+  }
+  const fs::path log = out_dir / kLog;
+  // pngcairo draws smoother lines and text; plain png is the fallback.
+  const bool cairo = run_program({gnuplot, "-e", "set terminal pngcairo"}, {}, log) == 0;
+
+  const std::vector<std::string> labels = run_labels(runs);
+  const bool single = runs.size() == 1;
+  const std::string about = single ? fmt::format(" - {} ({}, {} workers)", labels[0],
+                                                 runs[0].summary.model, runs[0].summary.workers)
+                                   : std::string();
+
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    write_text(out_dir / fmt::format("run{}_steps.dat", i), steps_data(runs[i], labels[i]));
+    write_text(out_dir / fmt::format("run{}_evals.dat", i), evals_data(runs[i], labels[i]));
+  }
+  write_text(out_dir / "breakdown.dat", breakdown_data(runs, labels));
+
+  std::string script = fmt::format(
+      "# Written by `sparsecomm report` for {} run(s). Redraw by hand with:\n"
+      "#   cd <this directory> && gnuplot {}\n"
+      "set terminal {} size {},{} {}\nset termoption noenhanced\n",
+      runs.size(), kScript, cairo ? "pngcairo" : "png truecolor", options.width, options.height,
+      cairo ? "font 'Sans,11'" : "");
+  std::vector<fs::path> pngs;
+  const auto begin_plot = [&](const char* png) {
+    script += fmt::format("\n# --- {} ---\n", png);
+    script += common_settings(png);
+    pngs.push_back(out_dir / png);
+  };
+  // One "plot" command from its comma-separated items.
+  const auto plot = [&](const std::vector<std::string>& items) {
+    script += "plot " + fmt::format("{}", fmt::join(items, ", \\\n     ")) + "\n";
+  };
+
+  // Test accuracy against wall time and against epoch.
+  const auto accuracy_plot = [&](const char* png, double EvalRecord::*x, int column,
+                                 const char* what, const char* xlabel) {
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (!any_accuracy(runs[i].evals, x)) continue;
+      items.push_back(
+          fmt::format("'run{}_evals.dat' using {}:4 with linespoints lw 2 pt 7 ps 0.6 "
+                      "lc rgb '{}' title {}",
+                      i, column, color(i), gp_quote(single ? "test accuracy" : labels[i])));
+    }
+    if (items.empty()) return;
+    begin_plot(png);
+    script +=
+        fmt::format("set title {}\nset xlabel {}\nset ylabel 'test accuracy (%)'\n",
+                    gp_quote(fmt::format("Test accuracy vs {}{}", what, about)), gp_quote(xlabel));
+    script += "set key bottom right\nset xrange [0:*]\n";
+    plot(items);
+  };
+  accuracy_plot("accuracy_vs_time.png", &EvalRecord::wall_s, 3, "wall time", "wall time (s)");
+  accuracy_plot("accuracy_vs_epoch.png", &EvalRecord::epoch, 2, "epoch", "epoch");
+
+  // K/k per step (faint), its rolling mean (bold), and the target 1.0.
+  {
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (!any_finite(runs[i].steps, &StepRecord::density_ratio, false)) continue;
+      items.push_back(fmt::format("'run{}_steps.dat' using 1:4 with lines lw 1 lc rgb '{}' {}", i,
+                                  color(i, "a0"), single ? "title 'K/k per step'" : "notitle"));
+      items.push_back(fmt::format(
+          "'run{}_steps.dat' using 1:5 with lines lw 2.5 lc rgb '{}' title {}", i, color(i),
+          gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
+                          : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
+    }
+    if (!items.empty()) {
+      items.push_back("1.0 with lines dt 2 lw 1.5 lc rgb 'black' title 'K/k = 1 (target density)'");
+      begin_plot("density_ratio.png");
+      script += fmt::format(
+          "set title {}\nset xlabel 'step'\nset ylabel 'density ratio K/k (union / target)'\n"
+          "set key top right\n",
+          gp_quote("Density ratio K/k per step" + about));
+      plot(items);
+    }
+  }
+
+  // Seconds per phase, one stacked bar per run.
+  const bool any_time = std::any_of(runs.begin(), runs.end(), [](const RunData& run) {
+    const TimeBreakdown& t = run.summary.time_breakdown_s;
+    return t.compute > 0 || t.selection > 0 || t.exchange > 0 || t.update > 0;  // NaN: false
+  });
+  if (any_time) {
+    begin_plot("time_breakdown.png");
+    script += fmt::format(
+        "set title {}\nset ylabel 'seconds (whole run)'\nset yrange [0:*]\n"
+        "set style data histograms\nset style histogram rowstacked\n"
+        "set style fill solid 0.85 border rgb 'black'\nset boxwidth 0.6\n"
+        "set key outside right top\nset grid noxtics\n{}",
+        gp_quote("Time breakdown" + about), runs.size() > 4 ? "set xtics rotate by -30\n" : "");
+    plot({fmt::format("'breakdown.dat' using 2:xtic(1) title 'compute' lc rgb '{}'", color(0)),
+          fmt::format("'' using 3 title 'selection' lc rgb '{}'", color(3)),
+          fmt::format("'' using 4 title 'exchange' lc rgb '{}'", color(1)),
+          fmt::format("'' using 5 title 'update' lc rgb '{}'", color(2))});
+  }
+
+  // Bytes sent per rank per step, log scale.
+  {
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (!any_finite(runs[i].steps, &StepRecord::bytes_sent, true)) continue;
+      items.push_back(
+          fmt::format("'run{}_steps.dat' using 1:($6 > 0 ? $6 / 1024 : NaN) with lines lw 2 "
+                      "lc rgb '{}' title {}",
+                      i, color(i), gp_quote(single ? "bytes sent" : labels[i])));
+    }
+    if (!items.empty()) {
+      begin_plot("bytes_per_step.png");
+      script += fmt::format(
+          "set title {}\nset xlabel 'step'\nset ylabel 'KiB sent per rank per step (log scale)'\n"
+          "set logscale y 10\nset key outside right top\n",
+          gp_quote("Bytes per rank per step" + about));
+      plot(items);
+    }
+  }
+
+  script += "\nunset output\n";
+  write_text(out_dir / kScript, script);
+  const int status = run_program({gnuplot, kScript}, out_dir, log);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Error(fmt::format("[report] gnuplot failed ({}) on {}:\n{}", describe_status(status),
+                            (out_dir / kScript).string(), tail_of(log, 2000)));
+  }
+  for (const fs::path& png : pngs) {
+    if (!fs::is_regular_file(png, error) || fs::file_size(png, error) == 0) {
+      throw Error(
+          fmt::format("[report] gnuplot did not write {} (see {})", png.string(), log.string()));
+    }
+  }
+  return pngs;
+}
+
+}  // namespace sparsecomm::report

@@ -1,0 +1,110 @@
+#pragma once
+// Run directories as `sparsecomm train --out DIR` writes them:
+//   config.json    the run's configuration ("method", "model", "workers",
+//                  "density", ...)
+//   metrics.jsonl  one JSON object per line: {"kind":"step",...} after each
+//                  training step, {"kind":"eval",...} after each evaluation
+//   summary.json   the final figures; absent when the run was interrupted
+// Reading them back (load_run) and the writers the trainer uses
+// (write_json_atomically, append_line).
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sparsecomm::report {
+
+// One {"kind":"step"} line. A field the line lacks, or writes as null (JSON
+// has no NaN/inf, so writers emit null for them), is NaN. Counts are held as
+// double (exact below 2^53) so that "absent" is NaN like everywhere else.
+struct StepRecord {
+  std::int64_t step = 0;
+  double epoch = 0, wall_s = 0, lr = 0, loss = 0;
+  double compute_s = 0, selection_s = 0, exchange_s = 0, update_s = 0;
+  double density_ratio = 0;  // K / k
+  double imbalance = 0;
+  double bytes_sent = 0, bytes_received = 0;  // this rank, this step
+  double residual_norm = 0;
+  double selected = 0, union_size = 0, target = 0, numel = 0;
+};
+
+// One {"kind":"eval"} line; test_accuracy is a fraction in [0, 1].
+struct EvalRecord {
+  std::int64_t step = 0;
+  double epoch = 0, wall_s = 0;
+  double test_accuracy = 0, test_loss = 0, train_loss = 0;
+};
+
+// Seconds spent in each phase of a step, summed over the run.
+struct TimeBreakdown {
+  double compute = 0, selection = 0, exchange = 0, update = 0;
+};
+
+// The figures of summary.json. Numbers that are unknown are NaN.
+struct RunSummary {
+  std::string method, model, backend;
+  int workers = 0;
+  double epochs = 0;
+  std::int64_t steps = 0;
+  double test_accuracy = 0;       // last evaluation, fraction in [0, 1]
+  double best_test_accuracy = 0;  // best evaluation, fraction in [0, 1]
+  double wall_s = 0;
+  TimeBreakdown time_breakdown_s;
+  double bytes_per_rank_per_step = 0;
+  double density_ratio_mean = 0;
+  double imbalance_mean = 0;
+  double samples_per_s = 0;
+};
+
+struct RunData {
+  std::filesystem::path dir;
+  nlohmann::json config;  // config.json (an object)
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+  std::optional<nlohmann::json> summary_json;  // summary.json as written, if present
+  // summary.json's fields; fields it lacks (all of them when there is no
+  // summary.json) derived from config.json and metrics.jsonl as
+  // derive_summary() does.
+  RunSummary summary;
+  bool summary_derived = false;       // no summary.json: `summary` is derived
+  std::vector<std::string> warnings;  // e.g. a truncated last line; for the user
+};
+
+// Reads the run directory `dir`. Throws InvalidArgument when `dir` does not
+// exist or is not a run directory (naming the missing files), and for a
+// malformed file (naming it and, for metrics.jsonl, the line number). A last
+// line of metrics.jsonl that is not complete JSON (a run killed mid-write) is
+// dropped with a warning in RunData::warnings. Unknown keys are ignored;
+// lines of an unknown "kind" are skipped with one warning.
+RunData load_run(const std::filesystem::path& dir);
+
+// The summary computable from config.json and metrics.jsonl alone: method,
+// model, backend and workers from the config; epochs and wall_s of the last
+// record; steps = number of step records; last and best test accuracy; the
+// phase times summed over steps; means of bytes_sent, density_ratio and
+// imbalance over steps (NaN values left out). samples_per_s stays NaN.
+RunSummary derive_summary(const nlohmann::json& config, std::span<const StepRecord> steps,
+                          std::span<const EvalRecord> evals);
+
+// Labels that tell runs apart in legends: the method, or, when methods repeat
+// (or are empty), the directory name; "#<i>" is appended to any label still
+// repeated.
+std::vector<std::string> run_labels(std::span<const RunData> runs);
+
+// Writes `value` (indented, newline-terminated) to a temporary file in the
+// same directory and renames it over `path`, so a reader never sees a
+// partial file. No fsync. Throws Error naming the file on failure.
+void write_json_atomically(const std::filesystem::path& path, const nlohmann::json& value);
+
+// Appends `line` plus '\n' to `path` (created if missing) with one O_APPEND
+// write, so a killed writer leaves at most a truncated last line. `line` must
+// not contain '\n' (InvalidArgument). Throws Error naming the file on failure.
+void append_line(const std::filesystem::path& path, std::string_view line);
+
+}  // namespace sparsecomm::report

@@ -1,0 +1,244 @@
+#include "sparsecomm/sync/gradient_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/collectives/skip_reduce.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/sparsify/kernels/estimate.h"
+#include "sparsecomm/sparsify/registry.h"
+
+namespace sparsecomm {
+namespace {
+
+std::vector<OptionSpec> dense_option_specs() {
+  return {
+      {"allreduce", "ring",
+       "all-reduce algorithm: ring (ours, fixed reduction order) | native (MPI's)"},
+      {"segment_kb", "1024", "ring segment size in KiB (two segments in flight)"},
+  };
+}
+
+std::vector<OptionSpec> skipreduce_option_specs() {
+  return {
+      {"skip", "-1", "skip s in [0, n-1]: each chunk sums n-s contributions (-1: floor(n/2))"},
+      {"min_elements", "100000", "protection: gradients with fewer elements are reduced in full"},
+      {"rescale", "false", "multiply partial sums by n/(n-s) (not with memory=ef)"},
+      {"memory", "none",
+       "none: dropped contributions are lost | ef: each rank keeps its dropped chunks in its "
+       "residual (delayed, not lost)"},
+      {"seed", "0", "key of the rotation draws (identical on all ranks)"},
+      {"segment_kb", "1024", "ring segment size in KiB"},
+  };
+}
+
+// A non-finite average is identical on every rank (it went through the same
+// all-reduce), so every rank decides the same without a message.
+bool handle_nonfinite(std::span<float> average, NonFinitePolicy policy, std::string_view method,
+                      std::int64_t step) {
+  if (all_finite(average)) return false;
+  if (policy == NonFinitePolicy::kStop) {
+    throw NonFiniteGradient(fmt::format(
+        "[{}] step {}: the all-reduced gradient holds NaN or inf (some rank's gradient was not "
+        "finite); lower the learning rate, or pass --nonfinite skip to skip such steps",
+        method, step));
+  }
+  std::fill(average.begin(), average.end(), 0.0f);
+  return true;
+}
+
+void scale(std::span<float> values, float factor) {
+  for (float& v : values) v *= factor;
+}
+
+class DenseSync final : public GradientSync {
+ public:
+  DenseSync(const SchemeOptions& options, NonFinitePolicy policy) : policy_(policy) {
+    options.check_known("dense", dense_option_specs());
+    allreduce_.algorithm =
+        parse_allreduce_algorithm(options.choice("dense", "allreduce", "ring", {"ring", "native"}));
+    allreduce_.segment_bytes =
+        static_cast<std::size_t>(options.integer("dense", "segment_kb", 1024, 1, 1 << 20)) * 1024;
+  }
+  std::string_view method() const override { return "dense"; }
+
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override {
+    StepMetrics m;
+    m.step = ctx.step;
+    m.numel = m.target = m.selected = m.union_size = gradient.size();
+    m.density_ratio = gradient.empty() ? 0.0 : 1.0;
+    AllreduceReport report;
+    Stopwatch watch;
+    allreduce(comm, gradient, allreduce_, &report);
+    scale(gradient, 1.0f / static_cast<float>(comm.size()));
+    m.exchange_s = watch.seconds();
+    m.bytes_sent = report.bytes_sent;
+    m.bytes_received = report.bytes_received;
+    m.skipped_nonfinite = handle_nonfinite(gradient, policy_, method(), ctx.step);
+    return m;
+  }
+
+  void save(StateWriter& writer) const override { writer.tag("dense"); }
+  void load(StateReader& reader) override { reader.expect_tag("dense"); }
+
+ private:
+  AllreduceOptions allreduce_;
+  NonFinitePolicy policy_;
+};
+
+class SkipReduceSync final : public GradientSync {
+ public:
+  SkipReduceSync(const SchemeOptions& options, NonFinitePolicy policy) : policy_(policy) {
+    constexpr std::string_view kName = "skipreduce";
+    options.check_known(kName, skipreduce_option_specs());
+    skip_ = static_cast<int>(options.integer(kName, "skip", -1, -1, 1 << 20));
+    base_.min_elements = static_cast<std::size_t>(options.integer(
+        kName, "min_elements", 100000, 0, std::numeric_limits<std::int64_t>::max()));
+    base_.rescale = options.flag(kName, "rescale", false);
+    base_.seed = static_cast<std::uint64_t>(
+        options.integer(kName, "seed", 0, 0, std::numeric_limits<std::int64_t>::max()));
+    base_.segment_bytes =
+        static_cast<std::size_t>(options.integer(kName, "segment_kb", 1024, 1, 1 << 20)) * 1024;
+    error_feedback_ = options.choice(kName, "memory", "none", {"none", "ef"}) == "ef";
+    if (error_feedback_ && base_.rescale) {
+      throw InvalidArgument(
+          "[skipreduce] rescale=true and memory=ef exclude each other: with error feedback the "
+          "dropped part is delayed, not lost, so it must not be rescaled; drop one of them");
+    }
+  }
+  std::string_view method() const override { return "skipreduce"; }
+
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override {
+    const int n = comm.size();
+    SkipReduceOptions options = base_;
+    options.skip = skip_ >= 0 ? skip_ : n / 2;
+    if (options.skip > n - 1) {
+      throw InvalidArgument(
+          fmt::format("[skipreduce] skip={} needs more ranks: it must lie in [0, n-1] = [0, {}]",
+                      options.skip, n - 1));
+    }
+    options.step = ctx.step;
+    options.bucket = 0;
+
+    StepMetrics m;
+    m.step = ctx.step;
+    m.numel = m.target = m.union_size = gradient.size();
+    m.density_ratio = gradient.empty() ? 0.0 : 1.0;
+    Stopwatch watch;
+    std::size_t dropped = 0;
+    if (error_feedback_) {
+      // a = g + e; the chunks that will drop this rank's contribution stay in
+      // the residual, the rest is sent: decoded + residual = old residual + g.
+      residual_.resize(gradient.size(), 0.0f);
+      for (std::size_t i = 0; i < gradient.size(); ++i) gradient[i] += residual_[i];
+      std::fill(residual_.begin(), residual_.end(), 0.0f);
+      const SkipSchedule schedule = skip_reduce_schedule(n, gradient.size(), options);
+      for (const SkipChunk& chunk : schedule.chunks) {
+        if (!chunk.dropped(comm.rank(), n)) continue;
+        std::copy(gradient.begin() + chunk.begin, gradient.begin() + chunk.end,
+                  residual_.begin() + chunk.begin);
+        dropped += chunk.end - chunk.begin;
+      }
+      double norm = 0.0;
+      for (float e : residual_) norm += static_cast<double>(e) * e;
+      m.residual_norm = std::sqrt(norm);
+    }
+    m.accumulate_s = watch.seconds();
+    Stopwatch exchange_watch;
+    SkipReduceReport report;
+    skip_reduce(comm, gradient, options, &report);
+    scale(gradient, 1.0f / static_cast<float>(n));
+    m.exchange_s = exchange_watch.seconds();
+    if (!error_feedback_) {
+      for (const SkipChunk& chunk : report.schedule.chunks) {
+        if (chunk.dropped(comm.rank(), n)) dropped += chunk.end - chunk.begin;
+      }
+    }
+    m.selected = gradient.size() - dropped;
+    m.skip_subject = report.elements_subject_to_skipping;
+    m.bytes_sent = report.phases.bytes_sent;
+    m.bytes_received = report.phases.bytes_received;
+    m.skipped_nonfinite = handle_nonfinite(gradient, policy_, method(), ctx.step);
+    return m;
+  }
+
+  void save(StateWriter& writer) const override {
+    writer.tag("skipreduce");
+    writer.array<float>(residual_);
+  }
+  void load(StateReader& reader) override {
+    reader.expect_tag("skipreduce");
+    residual_ = reader.array<float>();
+  }
+
+ private:
+  SkipReduceOptions base_;
+  int skip_ = -1;
+  bool error_feedback_ = false;
+  NonFinitePolicy policy_;
+  std::vector<float> residual_;
+};
+
+class SparsifiedSync final : public GradientSync {
+ public:
+  SparsifiedSync(std::string_view method, const SchemeOptions& options, NonFinitePolicy policy)
+      : sync_(make_scheme(method, options), policy) {}
+  std::string_view method() const override { return sync_.sparsifier().name(); }
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override {
+    return sync_.synchronize(gradient, ctx, comm);
+  }
+  bool applies_momentum() const override { return sync_.memory().name() == "momentum"; }
+  void save(StateWriter& writer) const override { sync_.save(writer); }
+  void load(StateReader& reader) override { sync_.load(reader); }
+
+ private:
+  SparseSync sync_;
+};
+
+}  // namespace
+
+const std::vector<SyncMethodInfo>& sync_methods() {
+  static const std::vector<SyncMethodInfo> methods = [] {
+    std::vector<SyncMethodInfo> out;
+    out.push_back({"dense", "all-reduce of the whole gradient", dense_option_specs()});
+    out.push_back({"skipreduce", "Skip-Reduce: index-free pruning inside the ring all-reduce",
+                   skipreduce_option_specs()});
+    for (const SchemeInfo& scheme : scheme_registry()) {
+      out.push_back({scheme.name, scheme.summary, scheme.options});
+    }
+    return out;
+  }();
+  return methods;
+}
+
+std::string sync_method_names() {
+  std::string out;
+  for (const SyncMethodInfo& info : sync_methods()) {
+    if (!out.empty()) out += ", ";
+    out += info.name;
+  }
+  return out;
+}
+
+std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
+                                                 const SchemeOptions& options,
+                                                 NonFinitePolicy nonfinite) {
+  if (method == "dense") return std::make_unique<DenseSync>(options, nonfinite);
+  if (method == "skipreduce") return std::make_unique<SkipReduceSync>(options, nonfinite);
+  for (const SchemeInfo& scheme : scheme_registry()) {
+    if (scheme.name == method) return std::make_unique<SparsifiedSync>(method, options, nonfinite);
+  }
+  throw InvalidArgument(
+      fmt::format("unknown synchronization method '{}'; valid: {}", method, sync_method_names()));
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,64 @@
+#pragma once
+// Every synchronization method by name, behind one interface: what a trainer
+// calls once per step with its flat local gradient.
+//
+//   dense       all-reduce of the whole gradient (our ring, or MPI's native)
+//   skipreduce  Skip-Reduce: index-free pruning inside the ring
+//   <scheme>    any sparsifier of the registry (topk, exdyna, ...) with its
+//               exchange pattern and memory (SparseSync)
+//
+// Methods are built from key=value options (SchemeOptions); unknown names
+// and options are InvalidArgument errors that list what is valid.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/state_io.h"
+#include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sparsify/sparsifier.h"
+#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/sync/step_metrics.h"
+
+namespace sparsecomm {
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual std::string_view method() const = 0;
+
+  // In: this rank's local gradient (same length every step and on every
+  // rank). Out: `gradient` replaced by the synchronized average to apply.
+  // Every rank calls it every step, in the same order as other collectives.
+  virtual StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                                  Communicator& comm) = 0;
+
+  // True when the method applies momentum itself (DGC's momentum
+  // correction): the optimizer must then run without momentum.
+  virtual bool applies_momentum() const { return false; }
+
+  // Everything needed to resume bit-exactly (residuals, thresholds, ...).
+  virtual void save(StateWriter& writer) const = 0;
+  virtual void load(StateReader& reader) = 0;
+};
+
+struct SyncMethodInfo {
+  std::string name;
+  std::string summary;
+  std::vector<OptionSpec> options;
+};
+
+// dense, skipreduce, then the registry's sparsifiers, in a fixed order.
+const std::vector<SyncMethodInfo>& sync_methods();
+// "dense, skipreduce, topk, ..." for messages.
+std::string sync_method_names();
+
+std::unique_ptr<GradientSync> make_gradient_sync(
+    std::string_view method, const SchemeOptions& options,
+    NonFinitePolicy nonfinite = NonFinitePolicy::kStop);
+
+}  // namespace sparsecomm

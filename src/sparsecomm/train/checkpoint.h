@@ -1,0 +1,39 @@
+#pragma once
+// Checkpoint files (no LibTorch). Layout inside a run directory:
+//   checkpoints/step-<N>/rank<r>.state   one per rank: payload + CRC-32
+//   checkpoints/latest.json              {"step": N, "world": n, "fingerprint": ...}
+// A checkpoint becomes the latest only when every rank's file is complete
+// (written to a temporary name, then renamed) and rank 0 has rewritten
+// latest.json atomically; older step directories are removed after that.
+// A crash at any point leaves the previous checkpoint usable.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sparsecomm {
+
+// Writes rank `rank`'s state for step `step` (creating the directories).
+void write_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int rank,
+                           std::span<const std::byte> payload);
+
+// Reads it back; Error when it is missing, truncated or fails its checksum
+// (naming the file).
+std::vector<std::byte> read_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t step,
+                                            int rank);
+
+// Rank 0, after every rank has written: makes `step` the latest checkpoint
+// and removes older ones.
+void commit_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int world,
+                       const nlohmann::json& fingerprint);
+
+// latest.json of `run_dir`, or nullopt when it has no checkpoint.
+std::optional<nlohmann::json> latest_checkpoint(const std::filesystem::path& run_dir);
+
+}  // namespace sparsecomm

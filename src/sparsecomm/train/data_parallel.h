@@ -1,0 +1,83 @@
+#pragma once
+// DataParallel: the public C++ API for users' own LibTorch code, in the
+// spirit of PyTorch's DistributedDataParallel. Wraps any torch::nn::Module
+// (float32 parameters on the CPU) and a synchronization method:
+//
+//   sparsecomm::run_world(world, [&](sparsecomm::Communicator& comm) {
+//     auto model = std::make_shared<MyNet>();
+//     torch::optim::SGD optimizer(model->parameters(), 0.05);
+//     sparsecomm::DataParallel ddp(*model, comm, sparsecomm::make_gradient_sync("exdyna", opts));
+//     for (...) {
+//       ddp.zero_grad();
+//       loss_fn(model->forward(x), y).backward();
+//       ddp.synchronize();        // every param.grad() now holds the synchronized average
+//       optimizer.step();         // any optimizer (or FlatSgd on ddp.parameters())
+//     }
+//   });
+//
+// The constructor moves every parameter into one flat buffer and points
+// every gradient at a slice of a second flat buffer (no copies per step, no
+// allocation per step), then broadcasts rank 0's parameters and buffers so
+// all replicas start equal. Every rank must call synchronize() every step.
+// If user code replaces a gradient tensor (zero_grad with set_to_none), the
+// next synchronize() copies it back into the flat buffer.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/state_io.h"
+#include "sparsecomm/sync/gradient_sync.h"
+
+namespace sparsecomm {
+
+class DataParallel {
+ public:
+  // NotSupported for parameters that are not float32 CPU tensors.
+  DataParallel(torch::nn::Module& module, Communicator& comm, std::unique_ptr<GradientSync> sync);
+
+  void zero_grad();
+
+  // Synchronizes the gradients of this step across all ranks (a collective).
+  // `epoch` is the fractional epoch (DGC's warm-up follows it).
+  StepMetrics synchronize(double epoch = 0.0);
+
+  // Copies rank `root`'s parameters / buffers (BatchNorm statistics) to all.
+  void broadcast_parameters(int root = 0);
+  void broadcast_buffers(int root = 0);
+
+  std::span<float> parameters() { return {flat_parameters_.data_ptr<float>(), numel_}; }
+  std::span<float> gradients() { return {flat_gradients_.data_ptr<float>(), numel_}; }
+  std::span<const LayerSpan> layers() const { return layers_; }
+  std::size_t numel() const { return numel_; }
+  std::int64_t step() const { return step_; }
+  GradientSync& sync() { return *sync_; }
+  Communicator& communicator() { return comm_; }
+
+  // Step counter, synchronization state (residuals, thresholds, layouts)
+  // and the module's buffers: with the parameters, what resuming needs.
+  void save(StateWriter& writer) const;
+  void load(StateReader& reader);
+
+ private:
+  void reattach_gradients();
+
+  torch::nn::Module& module_;
+  Communicator& comm_;
+  std::unique_ptr<GradientSync> sync_;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> grad_views_;
+  std::vector<LayerSpan> layers_;
+  torch::Tensor flat_parameters_;
+  torch::Tensor flat_gradients_;
+  std::size_t numel_ = 0;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace sparsecomm

@@ -1,0 +1,122 @@
+#include "sparsecomm/train/models.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/train/train_config.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace nn = torch::nn;
+
+class Mlp final : public ImageModel {
+ public:
+  Mlp(std::int64_t hidden1, std::int64_t hidden2) {
+    fc1_ = register_module("fc1", nn::Linear(28 * 28, hidden1));
+    fc2_ = register_module("fc2", nn::Linear(hidden1, hidden2));
+    fc3_ = register_module("fc3", nn::Linear(hidden2, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(fc1_(x.flatten(1)));
+    x = torch::relu(fc2_(x));
+    return fc3_(x);
+  }
+
+ private:
+  nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+};
+
+class Cnn final : public ImageModel {
+ public:
+  Cnn() {
+    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)));
+    conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
+    fc1_ = register_module("fc1", nn::Linear(64 * 7 * 7, 128));
+    fc2_ = register_module("fc2", nn::Linear(128, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(conv1_(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2_(x)), 2);
+    x = torch::relu(fc1_(x.flatten(1)));
+    return fc2_(x);
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+nn::Conv2d conv3x3(std::int64_t in, std::int64_t out, std::int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+class BasicBlock final : public nn::Module {
+ public:
+  BasicBlock(std::int64_t in, std::int64_t out, std::int64_t stride) {
+    conv1_ = register_module("conv1", conv3x3(in, out, stride));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
+    conv2_ = register_module("conv2", conv3x3(out, out, 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      shortcut_conv_ = register_module(
+          "shortcut_conv", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      shortcut_bn_ = register_module("shortcut_bn", nn::BatchNorm2d(out));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor y = torch::relu(bn1_(conv1_(x)));
+    y = bn2_(conv2_(y));
+    const torch::Tensor shortcut = shortcut_conv_ ? shortcut_bn_(shortcut_conv_(x)) : x;
+    return torch::relu(y + shortcut);
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, shortcut_conv_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, shortcut_bn_{nullptr};
+};
+
+class ResNet18 final : public ImageModel {
+ public:
+  ResNet18() {
+    stem_ = register_module("stem", conv3x3(1, 64, 1));
+    stem_bn_ = register_module("stem_bn", nn::BatchNorm2d(64));
+    const std::int64_t widths[] = {64, 128, 256, 512};
+    std::int64_t in = 64;
+    for (int stage = 0; stage < 4; ++stage) {
+      for (int block = 0; block < 2; ++block) {
+        const std::int64_t stride = (stage > 0 && block == 0) ? 2 : 1;
+        blocks_.push_back(register_module(fmt::format("layer{}_{}", stage + 1, block),
+                                          std::make_shared<BasicBlock>(in, widths[stage], stride)));
+        in = widths[stage];
+      }
+    }
+    fc_ = register_module("fc", nn::Linear(512, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(stem_bn_(stem_(x)));
+    for (const auto& block : blocks_) x = block->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc_(x);
+  }
+
+ private:
+  nn::Conv2d stem_{nullptr};
+  nn::BatchNorm2d stem_bn_{nullptr};
+  std::vector<std::shared_ptr<BasicBlock>> blocks_;
+  nn::Linear fc_{nullptr};
+};
+
+}  // namespace
+
+std::shared_ptr<ImageModel> make_model(std::string_view name) {
+  if (name == "mlp") return std::make_shared<Mlp>(256, 128);
+  if (name == "cnn") return std::make_shared<Cnn>();
+  if (name == "resnet18") return std::make_shared<ResNet18>();
+  if (name == "wide-mlp") return std::make_shared<Mlp>(4096, 4096);
+  throw InvalidArgument(
+      fmt::format("unknown model '{}'; valid: {}", name, fmt::join(model_names(), ", ")));
+}
+
+}  // namespace sparsecomm

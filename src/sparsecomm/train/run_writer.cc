@@ -1,0 +1,195 @@
+#include "sparsecomm/train/run_writer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// JSON has no NaN/inf: those become null.
+nlohmann::json number(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+double mean(const std::vector<double>& values) {
+  if (values.empty()) return std::nan("");
+  double sum = 0.0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
+double p95(std::vector<double> values) {
+  if (values.empty()) return std::nan("");
+  const std::size_t at = std::min(values.size() - 1, values.size() * 95 / 100);
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
+  return values[at];
+}
+
+// Density control is judged from step 100 on (ALGORITHMS.md) when the run
+// has that many steps.
+constexpr std::int64_t kDensitySettleSteps = 100;
+
+}  // namespace
+
+nlohmann::json step_json(const TrainStep& s) {
+  const StepMetrics& m = s.sync;
+  return {{"kind", "step"},
+          {"step", s.step},
+          {"epoch", number(s.epoch)},
+          {"wall_s", number(s.wall_s)},
+          {"lr", number(s.lr)},
+          {"loss", number(s.loss)},
+          {"compute_s", number(s.compute_s)},
+          {"selection_s", number(s.selection_s)},
+          {"exchange_s", number(s.exchange_s)},
+          {"update_s", number(s.update_s)},
+          {"density_ratio", number(m.density_ratio)},
+          {"imbalance", number(m.imbalance)},
+          {"bytes_sent", m.bytes_sent},
+          {"bytes_received", m.bytes_received},
+          {"residual_norm", number(m.residual_norm)},
+          {"selected", m.selected},
+          {"union_size", m.union_size},
+          {"target", m.target},
+          {"numel", m.numel},
+          {"index_bytes_raw", m.index_bytes_raw},
+          {"index_bytes_encoded", m.index_bytes_encoded},
+          {"skip_subject", m.skip_subject},
+          {"skipped_nonfinite", m.skipped_nonfinite}};
+}
+
+nlohmann::json eval_json(const TrainEval& e) {
+  return {{"kind", "eval"},
+          {"step", e.step},
+          {"epoch", number(e.epoch)},
+          {"wall_s", number(e.wall_s)},
+          {"test_accuracy", number(e.test_accuracy)},
+          {"test_loss", number(e.test_loss)},
+          {"train_loss", number(e.train_loss)}};
+}
+
+RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resume_step)
+    : dir_(std::move(dir)), metrics_path_(dir_ / "metrics.jsonl"), config_(config) {
+  std::error_code error;
+  if (resume_step < 0) {
+    if (fs::exists(metrics_path_)) {
+      throw InvalidArgument(fmt::format(
+          "the output directory {} already holds a run (metrics.jsonl); pass --resume {} to "
+          "continue it, or choose another --out",
+          dir_.string(), dir_.string()));
+    }
+    fs::create_directories(dir_, error);
+    if (error) {
+      throw InvalidArgument(
+          fmt::format("cannot create the output directory {}: {}", dir_.string(), error.message()));
+    }
+    std::ofstream touch(metrics_path_);  // an empty file marks the directory as a run
+    if (!touch) throw Error(fmt::format("cannot write {}", metrics_path_.string()));
+  } else {
+    // Keep what happened before the checkpoint, drop what will be redone.
+    std::ifstream in(metrics_path_);
+    std::string kept;
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json record =
+          nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (record.is_discarded() || !record.is_object() || !record.contains("step")) continue;
+      const std::int64_t step = record.value("step", std::int64_t{0});
+      const bool is_eval = record.value("kind", "") == "eval";
+      if (is_eval ? step > resume_step : step >= resume_step) continue;
+      resumed_wall_s_ = std::max(resumed_wall_s_, record.value("wall_s", 0.0));
+      kept += line;
+      kept += '\n';
+    }
+    const fs::path temp = metrics_path_.string() + ".tmp";
+    {
+      std::ofstream out(temp, std::ios::trunc);
+      out << kept;
+      if (!out) throw Error(fmt::format("cannot write {}", temp.string()));
+    }
+    fs::rename(temp, metrics_path_);
+  }
+  report::write_json_atomically(dir_ / "config.json", to_json(config_));
+}
+
+void RunWriter::write_step(const TrainStep& step) {
+  report::append_line(metrics_path_, step_json(step).dump());
+}
+
+void RunWriter::write_eval(const TrainEval& eval) {
+  report::append_line(metrics_path_, eval_json(eval).dump());
+}
+
+nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s) {
+  const report::RunData run = report::load_run(dir_);
+  const report::RunSummary s = report::derive_summary(run.config, run.steps, run.evals);
+
+  // What derive_summary does not know: density judged after settling, the
+  // Skip-Reduce share, throughput.
+  std::vector<double> ratios;
+  std::vector<double> deviations;
+  const bool settled = std::any_of(run.steps.begin(), run.steps.end(),
+                                   [](const auto& r) { return r.step >= kDensitySettleSteps; });
+  for (const report::StepRecord& r : run.steps) {
+    if (settled && r.step < kDensitySettleSteps) continue;
+    if (!std::isfinite(r.density_ratio)) continue;
+    ratios.push_back(r.density_ratio);
+    deviations.push_back(std::abs(r.density_ratio - 1.0));
+  }
+  std::vector<double> skip_fractions;
+  {
+    std::ifstream in(dir_ / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto record = nlohmann::json::parse(line, nullptr, false);
+      if (record.is_discarded() || record.value("kind", "") != "step") continue;
+      const double numel = record.value("numel", 0.0);
+      if (numel > 0) skip_fractions.push_back(record.value("skip_subject", 0.0) / numel);
+    }
+  }
+  const std::int64_t steps = static_cast<std::int64_t>(run.steps.size());
+  const double samples = static_cast<double>(steps * info.workers * config_.batch);
+
+  nlohmann::json summary = {{"method", config_.method},
+                            {"model", config_.model},
+                            {"dataset", config_.dataset},
+                            {"workers", info.workers},
+                            {"backend", info.backend},
+                            {"threads_per_rank", info.threads},
+                            {"deterministic", config_.deterministic},
+                            {"seed", config_.seed},
+                            {"density", config_.density},
+                            {"numel", info.numel},
+                            {"epochs", number(s.epochs)},
+                            {"steps", steps},
+                            {"test_accuracy", number(s.test_accuracy)},
+                            {"best_test_accuracy", number(s.best_test_accuracy)},
+                            {"wall_s", number(wall_s)},
+                            {"time_breakdown_s",
+                             {{"compute", number(s.time_breakdown_s.compute)},
+                              {"selection", number(s.time_breakdown_s.selection)},
+                              {"exchange", number(s.time_breakdown_s.exchange)},
+                              {"update", number(s.time_breakdown_s.update)}}},
+                            {"bytes_per_rank_per_step", number(s.bytes_per_rank_per_step)},
+                            {"density_ratio_mean", number(mean(ratios))},
+                            {"density_ratio_p95_deviation", number(p95(deviations))},
+                            {"density_ratio_from_step", settled ? kDensitySettleSteps : 0},
+                            {"imbalance_mean", number(s.imbalance_mean)},
+                            {"skip_subject_fraction", number(mean(skip_fractions))},
+                            {"samples_per_s", number(wall_s > 0 ? samples / wall_s : std::nan(""))},
+                            {"resumed_from_step", info.first_step},
+                            {"run_dir", dir_.string()}};
+  report::write_json_atomically(dir_ / "summary.json", summary);
+  return summary;
+}
+
+}  // namespace sparsecomm

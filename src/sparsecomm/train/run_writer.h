@@ -1,0 +1,48 @@
+#pragma once
+// The run directory of `sparsecomm train` (no LibTorch):
+//   config.json    the TrainConfig (reproduces the run)
+//   metrics.jsonl  one line per step ({"kind":"step"}) and per evaluation
+//                  ({"kind":"eval"}); see sparsecomm/report/run_files.h
+//   summary.json   the final figures (written atomically at the end)
+// Used by rank 0 only.
+
+#include <cstdint>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/trainer.h"
+
+namespace sparsecomm {
+
+class RunWriter {
+ public:
+  // New run: creates `dir`; refuses a directory that already holds a run
+  // (its metrics would be lost) with an error that says what to do.
+  // Resumed run (resume_step >= 0): keeps the records of steps before
+  // resume_step (and evaluations up to it), drops later ones (they are
+  // redone), and continues appending.
+  RunWriter(std::filesystem::path dir, const TrainConfig& config, std::int64_t resume_step = -1);
+
+  void write_step(const TrainStep& step);
+  void write_eval(const TrainEval& eval);
+  // Computes, writes and returns summary.json.
+  nlohmann::json finish(const RunInfo& info, double wall_s);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  // Wall seconds of the kept records (a resumed run's clock starts there).
+  double resumed_wall_s() const { return resumed_wall_s_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::filesystem::path metrics_path_;
+  TrainConfig config_;
+  double resumed_wall_s_ = 0.0;
+};
+
+// One {"kind":"step"} / {"kind":"eval"} line of metrics.jsonl.
+nlohmann::json step_json(const TrainStep& step);
+nlohmann::json eval_json(const TrainEval& eval);
+
+}  // namespace sparsecomm

@@ -1,0 +1,129 @@
+#include "sparsecomm/train/train_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/optim/lr_schedule.h"
+#include "sparsecomm/sync/gradient_sync.h"
+
+namespace sparsecomm {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, backend, workers, threads, timeout_s,
+                                                model, dataset, data_dir, train_samples,
+                                                test_samples, method, density, method_options,
+                                                nonfinite, epochs, max_steps, batch, lr, momentum,
+                                                nesterov, weight_decay, warmup_epochs, lr_decay,
+                                                lr_milestones, lr_gamma, seed, deterministic,
+                                                eval_every, out, checkpoint_every, stop_at_step,
+                                                record_gradients, record_steps, plots)
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp"};
+  return names;
+}
+
+namespace {
+
+void require(bool ok, std::string_view field, const std::string& problem) {
+  if (!ok) throw InvalidArgument(fmt::format("--{}: {}", field, problem));
+}
+
+bool one_of(const std::string& value, const std::vector<std::string>& allowed) {
+  return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
+}
+
+}  // namespace
+
+void validate(const TrainConfig& c) {
+  require(one_of(c.backend, {"auto", "thread", "mpi"}), "backend",
+          fmt::format("'{}' is not a backend; valid: auto, thread, mpi", c.backend));
+  require(c.workers >= 0 && c.workers <= 1024, "workers",
+          fmt::format("{} workers: give 1..1024 (0 only under mpirun: the job's size)", c.workers));
+  require(c.threads >= 0 && c.threads <= 256, "threads",
+          fmt::format("{} threads per rank: give 0 (auto) .. 256", c.threads));
+  require(c.timeout_s >= 0.0 && std::isfinite(c.timeout_s), "timeout",
+          fmt::format("timeout {} s must be >= 0 (0: the default)", c.timeout_s));
+  require(one_of(c.model, model_names()), "model",
+          fmt::format("'{}' is not a model; valid: {}", c.model, fmt::join(model_names(), ", ")));
+  require(one_of(c.dataset, {"fashion-mnist", "synthetic"}), "dataset",
+          fmt::format("'{}' is not a dataset; valid: fashion-mnist, synthetic", c.dataset));
+  require(c.train_samples >= 0, "train-samples", "must be >= 0 (0: all)");
+  require(c.test_samples >= 0, "test-samples", "must be >= 0 (0: all)");
+  bool known_method = false;
+  for (const SyncMethodInfo& info : sync_methods()) known_method |= info.name == c.method;
+  require(known_method, "method",
+          fmt::format("'{}' is not a synchronization method; valid: {}", c.method,
+                      sync_method_names()));
+  require(c.density > 0.0 && c.density <= 1.0, "density",
+          fmt::format("{} must lie in (0, 1] (e.g. 0.01 for 1%)", c.density));
+  require(one_of(c.nonfinite, {"stop", "skip"}), "nonfinite",
+          fmt::format("'{}': valid are stop, skip", c.nonfinite));
+  require(c.epochs >= 1, "epochs", fmt::format("{} epochs: give at least 1", c.epochs));
+  require(c.max_steps >= 0, "max-steps", "must be >= 0 (0: epochs * steps per epoch)");
+  require(c.batch >= 1 && c.batch <= 65536, "batch",
+          fmt::format("batch {} must be 1..65536", c.batch));
+  require(c.lr > 0.0 && std::isfinite(c.lr), "lr",
+          fmt::format("learning rate {} must be > 0", c.lr));
+  require(c.momentum >= 0.0 && c.momentum < 1.0, "momentum",
+          fmt::format("{} must lie in [0, 1)", c.momentum));
+  require(!c.nesterov || c.momentum > 0.0, "nesterov", "Nesterov needs --momentum > 0");
+  require(c.weight_decay >= 0.0, "weight-decay", "must be >= 0");
+  require(c.warmup_epochs >= 0.0, "warmup-epochs", "must be >= 0");
+  parse_lr_decay(c.lr_decay);
+  require(std::is_sorted(c.lr_milestones.begin(), c.lr_milestones.end()), "lr-milestones",
+          "give the epochs in increasing order");
+  require(c.lr_gamma > 0.0 && c.lr_gamma <= 1.0, "lr-gamma", "must lie in (0, 1]");
+  require(c.eval_every >= 0, "eval-every", "must be >= 0 (0: at each epoch's end)");
+  require(c.checkpoint_every >= 0, "checkpoint-every", "must be >= 0 (0: off)");
+  require(c.stop_at_step >= 0, "stop-at-step", "must be >= 0 (0: run to the end)");
+  require(c.record_steps >= 1, "record-steps", "must be >= 1");
+}
+
+nlohmann::json to_json(const TrainConfig& config) {
+  nlohmann::json json;
+  to_json(json, config);
+  return json;
+}
+
+void update_from_json(TrainConfig& config, const nlohmann::json& json, const std::string& origin) {
+  if (!json.is_object()) {
+    throw InvalidArgument(
+        fmt::format("{}: a training configuration must be a JSON object", origin));
+  }
+  const nlohmann::json known = to_json(TrainConfig{});
+  for (const auto& [key, value] : json.items()) {
+    if (!known.contains(key)) {
+      std::vector<std::string> keys;
+      for (const auto& [name, unused] : known.items()) keys.push_back(name);
+      throw InvalidArgument(
+          fmt::format("{}: unknown key '{}'; valid keys: {}", origin, key, fmt::join(keys, ", ")));
+    }
+    nlohmann::json merged = to_json(config);
+    merged[key] = value;
+    try {
+      from_json(merged, config);
+    } catch (const nlohmann::json::exception& e) {
+      throw InvalidArgument(fmt::format("{}: key '{}' has a value of the wrong type ({}): {}",
+                                        origin, key, value.dump(), e.what()));
+    }
+  }
+}
+
+std::map<std::string, std::string> effective_method_options(const TrainConfig& config) {
+  std::map<std::string, std::string> options = config.method_options;
+  for (const SyncMethodInfo& info : sync_methods()) {
+    if (info.name != config.method) continue;
+    const bool takes_density = std::any_of(info.options.begin(), info.options.end(),
+                                           [](const OptionSpec& s) { return s.name == "density"; });
+    if (takes_density && !options.count("density")) {
+      options["density"] = fmt::format("{}", config.density);
+    }
+  }
+  return options;
+}
+
+}  // namespace sparsecomm

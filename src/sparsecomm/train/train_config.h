@@ -1,0 +1,79 @@
+#pragma once
+// Everything that defines a training run, as plain data (no LibTorch):
+// the CLI fills it from flags and a JSON config file, the trainer runs it,
+// and the run directory's config.json is exactly to_json() of it, so
+// `sparsecomm train --config RUN/config.json` reproduces the run.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sparsecomm {
+
+struct TrainConfig {
+  // World.
+  std::string backend = "auto";  // auto | thread | mpi
+  int workers = 4;               // thread backend: ranks; mpi: 0 or the job size
+  int threads = 0;               // LibTorch intra-op threads per rank (0: auto)
+  double timeout_s = 0.0;        // a wait longer than this fails, naming the peer (0: the
+                                 // default, 60 s or SPARSECOMM_TIMEOUT_MS)
+
+  // Model and data.
+  std::string model = "cnn";              // mlp | cnn | resnet18 | wide-mlp
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::int64_t train_samples = 0;  // 0: the whole training split; else its first N
+  std::int64_t test_samples = 0;   // 0: the whole test split; else its first N
+
+  // Synchronization.
+  std::string method = "exdyna";                      // dense, skipreduce, or a sparsifier
+  double density = 0.01;                              // for methods that take a density
+  std::map<std::string, std::string> method_options;  // key=value, the method's own
+  std::string nonfinite = "stop";                     // stop | skip
+
+  // Optimization.
+  int epochs = 5;
+  std::int64_t max_steps = 0;  // 0: epochs * steps per epoch; else this many steps in all
+  std::int64_t batch = 64;     // per rank; the global batch is workers * batch
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  double warmup_epochs = 0.0;
+  std::string lr_decay = "cosine";    // none | step | cosine
+  std::vector<double> lr_milestones;  // step decay: epochs at which lr *= lr_gamma
+  double lr_gamma = 0.1;
+  std::uint64_t seed = 42;
+  bool deterministic = false;  // 1 intra-op thread, our ring (fixed order), fixed shards
+
+  // Evaluation and output.
+  std::int64_t eval_every = 0;        // also evaluate every N steps (0: at each epoch's end only)
+  std::string out;                    // run directory ("" : runs/<method>-<model>-<time>)
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at the end / on --stop-at
+  std::int64_t stop_at_step = 0;      // stop (with a checkpoint) after this step; 0: run to the end
+  std::string record_gradients;       // write a gradient trace here ("" : off)
+  std::int64_t record_steps = 20;
+  bool plots = true;  // draw PNG plots at the end
+};
+
+// The models `make_model` knows, in a fixed order.
+const std::vector<std::string>& model_names();
+
+// Checks every field; InvalidArgument naming the field, the bad value and
+// what is valid. Method options are checked when the method is built.
+void validate(const TrainConfig& config);
+
+nlohmann::json to_json(const TrainConfig& config);
+// Strict: an unknown key or a value of the wrong type is an InvalidArgument
+// naming the key (and `origin`, e.g. the file name). Missing keys keep the
+// values already in `config`.
+void update_from_json(TrainConfig& config, const nlohmann::json& json, const std::string& origin);
+
+// The method's option map with `density` added when the method takes one
+// and it is not set explicitly.
+std::map<std::string, std::string> effective_method_options(const TrainConfig& config);
+
+}  // namespace sparsecomm

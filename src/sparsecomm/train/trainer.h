@@ -1,0 +1,76 @@
+#pragma once
+// The training loop behind `sparsecomm train` (no LibTorch in this header).
+//
+// One step on every rank: forward/backward on the rank's batch -> gradients
+// in DataParallel's persistent flat buffer -> the configured synchronization
+// -> FlatSgd step with the synchronized gradient (momentum and weight decay
+// applied after synchronization; DGC's momentum correction replaces the
+// optimizer's momentum) -> metrics. The run directory (config.json,
+// metrics.jsonl, summary.json, checkpoints/, plots) is written by rank 0.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sparsecomm/sync/step_metrics.h"
+#include "sparsecomm/train/train_config.h"
+
+namespace sparsecomm {
+
+// What the run is, once the world and the data are known.
+struct RunInfo {
+  std::string backend;  // thread | mpi
+  int workers = 0;
+  int threads = 0;  // LibTorch intra-op threads per rank
+  std::size_t numel = 0;
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t total_steps = 0;
+  std::int64_t first_step = 0;  // > 0 when resumed
+  std::string run_dir;
+};
+
+// Rank 0's view of one step (its own phase times; K/k and imbalance are the
+// same on every rank).
+struct TrainStep {
+  std::int64_t step = 0;  // 0-based index of the step just done
+  double epoch = 0.0;     // fractional epochs completed after this step
+  double wall_s = 0.0;    // since the run began (resumed runs continue)
+  double lr = 0.0;
+  double loss = 0.0;         // rank 0's training loss on its batch
+  double compute_s = 0.0;    // data, forward, backward
+  double selection_s = 0.0;  // forming a = g + e and the sparsifier's selection
+  double exchange_s = 0.0;
+  double update_s = 0.0;  // optimizer step
+  StepMetrics sync;
+};
+
+struct TrainEval {
+  std::int64_t step = 0;  // steps completed
+  double epoch = 0.0;
+  double wall_s = 0.0;
+  double test_accuracy = 0.0;  // fraction in [0, 1], over the whole test set
+  double test_loss = 0.0;
+  double train_loss = 0.0;  // mean over all ranks' steps since the last evaluation
+};
+
+// Called on rank 0 only, from its thread, in order.
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_start(const RunInfo&) {}
+  virtual void on_step(const TrainStep&) {}
+  virtual void on_eval(const TrainEval&) {}
+  virtual void on_finish(const nlohmann::json& /*summary*/) {}
+};
+
+// Runs the whole training on the configured world (threads in this process,
+// or this process's rank under mpirun). `resume_dir` non-empty: continue
+// from its latest checkpoint (the configuration must match what defines
+// the run: model, method and options, workers, batch, seed, data). Returns
+// summary.json's content (rank 0's; under MPI every process returns its
+// own view, with the same accuracy figures).
+nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer = nullptr,
+                            const std::string& resume_dir = "");
+
+}  // namespace sparsecomm

@@ -1,0 +1,358 @@
+// The report layer on synthetic run directories: loading (truncated last
+// line, malformed lines, missing files, no summary.json), the comparison
+// table, and the gnuplot PNGs.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/report/compare_table.h"
+#include "sparsecomm/report/plots.h"
+#include "sparsecomm/report/run_files.h"
+
+namespace sparsecomm::report {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return std::move(text).str();
+}
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A space in the path: plotting must not depend on shell quoting.
+    root_ = fs::temp_directory_path() /
+            ("sparsecomm report " +
+             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // A run of `steps` steps sending `bytes` per step, evaluated every 10
+  // steps; with summary.json when `finished`.
+  fs::path write_run(const std::string& name, const std::string& method, double density,
+                     double bytes, int steps = 60, bool finished = true) {
+    const fs::path dir = root_ / name;
+    fs::create_directories(dir);
+    write_json_atomically(dir / "config.json", json{{"method", method},
+                                                    {"model", "mlp"},
+                                                    {"workers", 4},
+                                                    {"density", density},
+                                                    {"backend", "thread"}});
+    for (int s = 0; s < steps; ++s) {
+      append_line(dir / "metrics.jsonl", json{{"kind", "step"},
+                                              {"step", s},
+                                              {"epoch", s / 20.0},
+                                              {"wall_s", 0.1 * (s + 1)},
+                                              {"lr", 0.1},
+                                              {"loss", 2.0 / (s + 1)},
+                                              {"compute_s", 0.05},
+                                              {"selection_s", 0.01},
+                                              {"exchange_s", 0.03},
+                                              {"update_s", 0.01},
+                                              {"density_ratio", 1.0 + 0.1 * std::sin(s)},
+                                              {"imbalance", 0.05},
+                                              {"bytes_sent", bytes},
+                                              {"bytes_received", 3 * bytes},
+                                              {"residual_norm", 1.5},
+                                              {"selected", 100},
+                                              {"union_size", 380},
+                                              {"target", 100},
+                                              {"numel", 10000},
+                                              {"extra_key", "ignored"}}
+                                             .dump());
+      if ((s + 1) % 10 == 0) {
+        append_line(dir / "metrics.jsonl", json{{"kind", "eval"},
+                                                {"step", s},
+                                                {"epoch", (s + 1) / 20.0},
+                                                {"wall_s", 0.1 * (s + 1) + 0.02},
+                                                {"test_accuracy", 0.5 + 0.005 * s},
+                                                {"test_loss", 1.0},
+                                                {"train_loss", 0.9}}
+                                               .dump());
+      }
+    }
+    if (finished) {
+      write_json_atomically(
+          dir / "summary.json",
+          json{{"method", method},
+               {"model", "mlp"},
+               {"workers", 4},
+               {"backend", "thread"},
+               {"epochs", 3},
+               {"steps", steps},
+               {"test_accuracy", 0.8123},
+               {"best_test_accuracy", 0.8456},
+               {"wall_s", 12.5},
+               {"time_breakdown_s",
+                {{"compute", 3.0}, {"selection", 0.6}, {"exchange", 1.8}, {"update", 0.6}}},
+               {"bytes_per_rank_per_step", bytes},
+               {"density_ratio_mean", 1.0123},
+               {"imbalance_mean", 0.0456},
+               {"samples_per_s", 5120.0},
+               {"some_future_key", {1, 2}}});
+    }
+    return dir;
+  }
+
+  std::string load_error(const fs::path& dir) {
+    try {
+      load_run(dir);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected load_run to fail for " << dir;
+    return {};
+  }
+
+  fs::path root_;
+};
+
+TEST_F(ReportTest, LoadsAFinishedRun) {
+  const fs::path dir = write_run("topk", "topk", 0.01, 2048);
+  const RunData run = load_run(dir);
+  EXPECT_EQ(run.config.at("method"), "topk");
+  ASSERT_EQ(run.steps.size(), 60u);
+  ASSERT_EQ(run.evals.size(), 6u);
+  EXPECT_EQ(run.steps[7].step, 7);
+  EXPECT_DOUBLE_EQ(run.steps[7].bytes_received, 3 * 2048.0);
+  EXPECT_DOUBLE_EQ(run.steps[7].union_size, 380);
+  EXPECT_DOUBLE_EQ(run.evals[1].test_accuracy, 0.5 + 0.005 * 19);
+  ASSERT_TRUE(run.summary_json.has_value());
+  EXPECT_FALSE(run.summary_derived);
+  EXPECT_EQ(run.summary.method, "topk");
+  EXPECT_EQ(run.summary.workers, 4);
+  EXPECT_EQ(run.summary.steps, 60);
+  EXPECT_DOUBLE_EQ(run.summary.best_test_accuracy, 0.8456);
+  EXPECT_DOUBLE_EQ(run.summary.time_breakdown_s.exchange, 1.8);
+  EXPECT_DOUBLE_EQ(run.summary.samples_per_s, 5120.0);
+  EXPECT_TRUE(run.warnings.empty());
+}
+
+TEST_F(ReportTest, DerivesTheSummaryWhenSummaryJsonIsMissing) {
+  const fs::path dir = write_run("partial", "exdyna", 0.01, 1000, 40, /*finished=*/false);
+  const RunData run = load_run(dir);
+  EXPECT_TRUE(run.summary_derived);
+  EXPECT_FALSE(run.summary_json.has_value());
+  ASSERT_EQ(run.warnings.size(), 1u);
+  EXPECT_NE(run.warnings[0].find("no summary.json"), std::string::npos);
+  const RunSummary& s = run.summary;
+  EXPECT_EQ(s.method, "exdyna");
+  EXPECT_EQ(s.backend, "thread");
+  EXPECT_EQ(s.workers, 4);
+  EXPECT_EQ(s.steps, 40);
+  EXPECT_DOUBLE_EQ(s.epochs, 2.0);
+  EXPECT_NEAR(s.wall_s, 4.02, 1e-12);
+  EXPECT_DOUBLE_EQ(s.test_accuracy, 0.5 + 0.005 * 39);
+  EXPECT_DOUBLE_EQ(s.best_test_accuracy, 0.5 + 0.005 * 39);
+  EXPECT_NEAR(s.time_breakdown_s.compute, 40 * 0.05, 1e-9);
+  EXPECT_DOUBLE_EQ(s.bytes_per_rank_per_step, 1000);
+  EXPECT_DOUBLE_EQ(s.imbalance_mean, 0.05);
+  EXPECT_TRUE(std::isnan(s.samples_per_s));
+  EXPECT_NE(format_run_summary(run).find("no summary.json"), std::string::npos);
+}
+
+TEST_F(ReportTest, ToleratesATruncatedLastLineWithAWarning) {
+  const fs::path dir = write_run("killed", "topk", 0.01, 100, 20, false);
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << R"({"kind":"step","step":20,"epo)";
+  const RunData run = load_run(dir);
+  EXPECT_EQ(run.steps.size(), 20u);
+  ASSERT_EQ(run.warnings.size(), 2u);
+  EXPECT_NE(run.warnings[0].find("metrics.jsonl line 23"), std::string::npos) << run.warnings[0];
+  EXPECT_NE(run.warnings[0].find("incomplete"), std::string::npos);
+}
+
+TEST_F(ReportTest, NullFieldsAreNaNAndUnknownKindsAreSkipped) {
+  const fs::path dir = write_run("nulls", "topk", 0.01, 100, 1, false);
+  append_line(dir / "metrics.jsonl", R"({"kind":"step","step":1,"loss":null})");
+  append_line(dir / "metrics.jsonl", R"({"kind":"checkpoint","step":1})");
+  const RunData run = load_run(dir);
+  ASSERT_EQ(run.steps.size(), 2u);
+  EXPECT_TRUE(std::isnan(run.steps[1].loss));
+  EXPECT_TRUE(std::isnan(run.steps[1].bytes_sent));
+  EXPECT_DOUBLE_EQ(run.summary.bytes_per_rank_per_step, 100);  // the NaN is left out
+  ASSERT_EQ(run.warnings.size(), 2u);
+  EXPECT_NE(run.warnings[0].find("unknown kind \"checkpoint\""), std::string::npos);
+}
+
+TEST_F(ReportTest, MalformedLinesAreErrorsNamingFileAndLine) {
+  const fs::path dir = write_run("bad", "topk", 0.01, 100, 3, false);
+  const std::string good = read_text(dir / "metrics.jsonl");
+  // Invalid JSON in the middle.
+  std::ofstream(dir / "metrics.jsonl") << good << "{not json\n" << good;
+  std::string message = load_error(dir);
+  EXPECT_NE(message.find("metrics.jsonl line 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message;
+  // A wrongly typed field, even on the last line.
+  std::ofstream(dir / "metrics.jsonl") << good << R"({"kind":"step","step":3,"loss":"high"})"
+                                       << "\n";
+  message = load_error(dir);
+  EXPECT_NE(message.find("line 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"loss\""), std::string::npos) << message;
+  // No kind.
+  std::ofstream(dir / "metrics.jsonl") << R"({"step":0})"
+                                       << "\n"
+                                       << good;
+  message = load_error(dir);
+  EXPECT_NE(message.find("line 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("kind"), std::string::npos) << message;
+  // A non-integer step.
+  std::ofstream(dir / "metrics.jsonl") << R"({"kind":"eval","step":"3"})"
+                                       << "\n"
+                                       << good;
+  EXPECT_NE(load_error(dir).find("\"step\" must be an integer"), std::string::npos);
+}
+
+TEST_F(ReportTest, MissingDirectoriesAndFilesAreExplained) {
+  std::string message = load_error(root_ / "nowhere");
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  fs::create_directories(root_ / "empty");
+  message = load_error(root_ / "empty");
+  EXPECT_NE(message.find("not a run directory"), std::string::npos) << message;
+  EXPECT_NE(message.find("config.json and metrics.jsonl missing"), std::string::npos) << message;
+  EXPECT_NE(message.find("sparsecomm train --out DIR"), std::string::npos) << message;
+  const fs::path dir = write_run("no_metrics", "topk", 0.01, 100, 1);
+  fs::remove(dir / "metrics.jsonl");
+  message = load_error(dir);
+  EXPECT_NE(message.find("metrics.jsonl missing"), std::string::npos) << message;
+  std::ofstream(dir / "metrics.jsonl") << "";
+  std::ofstream(dir / "config.json") << "[1, 2]";
+  EXPECT_NE(load_error(dir).find("config.json is not a JSON object"), std::string::npos);
+  std::ofstream(dir / "config.json") << "{\"method\": ";
+  EXPECT_NE(load_error(dir).find("config.json is not valid JSON"), std::string::npos);
+}
+
+TEST_F(ReportTest, WritersReplaceAndAppend) {
+  const fs::path file = root_ / "x.json";
+  write_json_atomically(file, json{{"a", 1}});
+  write_json_atomically(file, json{{"a", 2}});
+  EXPECT_EQ(json::parse(read_text(file)).at("a"), 2);
+  EXPECT_EQ(std::distance(fs::directory_iterator(root_), fs::directory_iterator()), 1)
+      << "no temporary file left behind";
+  append_line(root_ / "l.jsonl", "one");
+  append_line(root_ / "l.jsonl", "two");
+  EXPECT_EQ(read_text(root_ / "l.jsonl"), "one\ntwo\n");
+  EXPECT_THROW(append_line(root_ / "l.jsonl", "a\nb"), InvalidArgument);
+  EXPECT_THROW(write_json_atomically(root_ / "missing_dir" / "x.json", json{}), Error);
+}
+
+TEST_F(ReportTest, ComparisonTableShowsFiguresAndTheRatioToDense) {
+  std::vector<RunData> runs = {load_run(write_run("dense", "dense", 1.0, 48.0 * 1024 * 1024)),
+                               load_run(write_run("topk", "topk", 0.01, 1024.0 * 1024)),
+                               load_run(write_run("partial", "exdyna", 0.01, 1536, 30, false))};
+  const std::string table = format_comparison_table(runs);
+  for (const char* expected : {"method", "final acc %", "vs dense", "dense", "topk", "exdyna*",
+                               "81.23", "84.56", "12.5", "1.012", "0.046", "48 MiB", "1 MiB",
+                               "1.5 KiB", "1/48", "1/32768", "3.00", "1.80", "* no summary.json"}) {
+    EXPECT_NE(table.find(expected), std::string::npos) << expected << " missing in\n" << table;
+  }
+  // Aligned: every row as wide as the header up to the last column.
+  std::istringstream lines(table);
+  std::string header, rule, row;
+  std::getline(lines, header);
+  std::getline(lines, rule);
+  EXPECT_EQ(rule.find_first_not_of('-'), std::string::npos);
+  const std::size_t run_column = header.rfind("run");
+  while (std::getline(lines, row) && row.rfind("*", 0) != 0) {
+    EXPECT_EQ(row.find(root_.string()), run_column) << row;
+  }
+  // Without a dense run there is no ratio.
+  const std::string no_dense = format_comparison_table(std::span(runs).subspan(1));
+  EXPECT_EQ(no_dense.find("1/"), std::string::npos) << no_dense;
+  EXPECT_TRUE(is_dense_run(runs[0]));
+  EXPECT_FALSE(is_dense_run(runs[1]));
+  EXPECT_EQ(human_bytes(65536), "64 KiB");
+  EXPECT_EQ(human_bytes(100), "100 B");
+  EXPECT_EQ(human_bytes(NAN), "-");
+
+  const std::string summary = format_run_summary(runs[1]);
+  for (const char* expected : {"topk", "mlp", "4 workers", "81.23 %", "84.56 %", "1 MiB",
+                               "exchange 1.80 s", "5120 samples/s"}) {
+    EXPECT_NE(summary.find(expected), std::string::npos) << expected << " missing in\n" << summary;
+  }
+}
+
+TEST_F(ReportTest, LabelsUseDirectoryNamesWhenMethodsRepeat) {
+  std::vector<RunData> runs = {load_run(write_run("a", "topk", 0.01, 1)),
+                               load_run(write_run("b", "topk", 0.01, 1)),
+                               load_run(write_run("c", "dense", 1, 1))};
+  EXPECT_EQ(run_labels(runs), (std::vector<std::string>{"a", "b", "dense"}));
+}
+
+// gnuplot-nox is part of the setup; its absence is a failure, not a skip.
+void expect_png(const fs::path& path) {
+  ASSERT_TRUE(fs::is_regular_file(path)) << path;
+  const std::string bytes = read_text(path);
+  ASSERT_GT(bytes.size(), 1000u) << path;
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << path;
+}
+
+TEST_F(ReportTest, WritesPngPlotsWithGnuplot) {
+  ASSERT_EQ(std::system("command -v gnuplot >/dev/null 2>&1"), 0)
+      << "gnuplot is not installed: `apt-get install gnuplot-nox` (the setup script installs "
+         "it); the report plots need it";
+  std::vector<RunData> runs = {load_run(write_run("dense run", "dense", 1.0, 4e6)),
+                               load_run(write_run("top k's run", "topk", 0.01, 8e4)),
+                               load_run(write_run("partial", "exdyna", 0.01, 6e4, 30, false))};
+  const fs::path out = root_ / "compare plots";
+  const std::vector<fs::path> pngs = write_plots(runs, out);
+  std::vector<std::string> names;
+  for (const fs::path& png : pngs) names.push_back(png.filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"accuracy_vs_time.png", "accuracy_vs_epoch.png",
+                                             "density_ratio.png", "time_breakdown.png",
+                                             "bytes_per_step.png"}));
+  for (const fs::path& png : pngs) expect_png(png);
+  for (const char* file : {"plots.gp", "breakdown.dat", "run0_steps.dat", "run2_evals.dat"}) {
+    EXPECT_TRUE(fs::is_regular_file(out / file)) << file;
+  }
+  EXPECT_NE(read_text(out / "breakdown.dat").find("\"exdyna\""), std::string::npos);
+
+  // One run, plotted into its own directory.
+  const std::vector<fs::path> single = write_plots(std::span(runs).subspan(1, 1), runs[1].dir);
+  EXPECT_EQ(single.size(), 5u);
+  for (const fs::path& png : single) expect_png(png);
+}
+
+TEST_F(ReportTest, PlotsSkipWhatARunHasNoDataFor) {
+  const fs::path dir = root_ / "fresh";
+  fs::create_directories(dir);
+  write_json_atomically(dir / "config.json", json{{"method", "topk"}});
+  append_line(dir / "metrics.jsonl", R"({"kind":"step","step":0,"density_ratio":1.1})");
+  const std::vector<RunData> runs = {load_run(dir)};
+  const std::vector<fs::path> pngs = write_plots(runs, dir / "plots");
+  ASSERT_EQ(pngs.size(), 1u);
+  EXPECT_EQ(pngs[0].filename(), "density_ratio.png");
+  expect_png(pngs[0]);
+}
+
+TEST_F(ReportTest, MissingGnuplotSaysHowToInstallIt) {
+  const std::vector<RunData> runs = {load_run(write_run("r", "topk", 0.01, 1))};
+  try {
+    write_plots(runs, root_ / "out", PlotOptions{.gnuplot = "no-such-gnuplot-binary"});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("apt-get install gnuplot-nox"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(write_plots({}, root_ / "out"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace sparsecomm::report

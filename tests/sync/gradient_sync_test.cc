@@ -1,0 +1,135 @@
+// Every synchronization method by name: dense averages exactly, Skip-Reduce
+// with error feedback conserves gradient mass, options are validated.
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sparsecomm/comm/thread/thread_world.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/rng.h"
+#include "sparsecomm/sync/gradient_sync.h"
+
+namespace sparsecomm {
+namespace {
+
+std::vector<float> gradient_of(int rank, std::int64_t step, std::size_t numel) {
+  const Philox rng(99);
+  std::vector<float> g(numel);
+  for (std::size_t i = 0; i < numel; ++i) {
+    g[i] = static_cast<float>(rng.below(2001, static_cast<std::uint64_t>(rank * 1000 + step), i)) /
+               1000.0f -
+           1.0f;
+  }
+  return g;
+}
+
+StepContext context(const Communicator& comm, std::int64_t step) {
+  StepContext ctx;
+  ctx.step = step;
+  ctx.rank = comm.rank();
+  ctx.world = comm.size();
+  return ctx;
+}
+
+TEST(GradientSync, DenseIsTheExactAverageOnEveryRank) {
+  constexpr std::size_t kNumel = 1001;
+  run_thread_world(3, [&](Communicator& comm) {
+    auto sync = make_gradient_sync("dense", SchemeOptions{});
+    std::vector<float> g = gradient_of(comm.rank(), 0, kNumel);
+    const StepMetrics m = sync->synchronize(g, context(comm, 0), comm);
+    for (std::size_t i = 0; i < kNumel; ++i) {
+      double sum = 0.0;
+      for (int r = 0; r < 3; ++r) sum += gradient_of(r, 0, kNumel)[i];
+      EXPECT_NEAR(g[i], sum / 3.0, 1e-6);
+    }
+    EXPECT_EQ(m.union_size, kNumel);
+    EXPECT_DOUBLE_EQ(m.density_ratio, 1.0);
+    EXPECT_GT(m.bytes_sent, 0u);
+  });
+}
+
+// The residual a Skip-Reduce sync saved (its state: tag, then the array).
+std::vector<float> residual_of(const GradientSync& sync) {
+  StateWriter writer;
+  sync.save(writer);
+  StateReader reader(writer.bytes());
+  reader.expect_tag("skipreduce");
+  return reader.array<float>();
+}
+
+TEST(GradientSync, SkipReduceWithErrorFeedbackConservesGradientMass) {
+  constexpr int kWorld = 4;
+  constexpr std::size_t kNumel = 4000;
+  std::vector<std::vector<float>> residuals(kWorld, std::vector<float>(kNumel, 0.0f));
+  std::vector<std::vector<float>> outputs(kWorld);
+  std::vector<double> old_mass(kNumel, 0.0);  // sum over ranks of the residuals before the step
+  run_thread_world(kWorld, [&](Communicator& comm) {
+    SchemeOptions options;
+    options.set("memory=ef");
+    options.set("min_elements=0");
+    options.set("skip=2");
+    auto sync = make_gradient_sync("skipreduce", options);
+    for (std::int64_t step = 0; step < 3; ++step) {
+      std::vector<float> g = gradient_of(comm.rank(), step, kNumel);
+      const StepMetrics m = sync->synchronize(g, context(comm, step), comm);
+      EXPECT_EQ(m.skip_subject, kNumel);
+      EXPECT_EQ(m.selected, kNumel - kNumel / 2);  // s = 2 of 4: half of its chunks dropped
+      residuals[static_cast<std::size_t>(comm.rank())] = residual_of(*sync);
+      outputs[static_cast<std::size_t>(comm.rank())] = g;
+      comm.barrier();
+      // n * average + all residuals = all gradients + all old residuals.
+      if (comm.rank() == 0) {
+        for (std::size_t i = 0; i < kNumel; i += 37) {
+          double lhs = kWorld * static_cast<double>(outputs[0][i]);
+          double rhs = 0.0;
+          for (int r = 0; r < kWorld; ++r) {
+            lhs += residuals[static_cast<std::size_t>(r)][i];
+            rhs += gradient_of(r, step, kNumel)[i];
+          }
+          EXPECT_NEAR(lhs, rhs + old_mass[i], 1e-4) << "step " << step << " element " << i;
+        }
+      }
+      comm.barrier();
+      if (comm.rank() == 0) {
+        for (std::size_t i = 0; i < kNumel; ++i) {
+          double sum = 0.0;
+          for (int r = 0; r < kWorld; ++r) sum += residuals[static_cast<std::size_t>(r)][i];
+          old_mass[i] = sum;
+        }
+      }
+      comm.barrier();
+    }
+  });
+}
+
+TEST(GradientSync, OptionsAndNamesAreValidated) {
+  EXPECT_THROW(make_gradient_sync("nosuch", SchemeOptions{}), InvalidArgument);
+  try {
+    make_gradient_sync("nosuch", SchemeOptions{});
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("dense, skipreduce, topk"), std::string::npos);
+  }
+  SchemeOptions both;
+  both.set("memory=ef");
+  both.set("rescale=true");
+  EXPECT_THROW(make_gradient_sync("skipreduce", both), InvalidArgument);
+  SchemeOptions unknown;
+  unknown.set("bogus=1");
+  EXPECT_THROW(make_gradient_sync("dense", unknown), InvalidArgument);
+  EXPECT_TRUE(make_gradient_sync("dgc", SchemeOptions{})->applies_momentum());
+  EXPECT_FALSE(make_gradient_sync("topk", SchemeOptions{})->applies_momentum());
+  // skip must fit the world, checked when the world is known.
+  run_thread_world(2, [](Communicator& comm) {
+    SchemeOptions options;
+    options.set("skip=3");
+    auto sync = make_gradient_sync("skipreduce", options);
+    std::vector<float> g(10, 1.0f);
+    EXPECT_THROW(sync->synchronize(g, context(comm, 0), comm), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace sparsecomm

@@ -1,0 +1,44 @@
+// --deterministic gives bit-identical parameters on the thread backend and
+// under `mpiexec -n 4` (the real CLI, as a user runs it).
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "sparsecomm/train/checkpoint.h"
+#include "train/train_checks.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+void train(const std::string& launcher, const std::string& backend, const fs::path& out) {
+  const std::string command = fmt::format(
+      "{} {} train --backend {} --workers 4 --deterministic --model cnn --method exdyna "
+      "--train-samples 2048 --test-samples 500 --batch 32 --epochs 1 --checkpoint-every 16 "
+      "--no-plots --out '{}' > '{}.log' 2>&1",
+      launcher, SPARSECOMM_CLI, backend, out.string(), out.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command << " failed; see " << out << ".log";
+}
+
+TEST(Deterministic, ThreadBackendAndMpiGiveIdenticalParameters) {
+  const testing::ScratchDir scratch("deterministic");
+  train("", "thread", scratch.path() / "thread");
+  train(fmt::format("{} -n 4 {}", SPARSECOMM_MPIEXEC, SPARSECOMM_MPIEXEC_FLAGS), "mpi",
+        scratch.path() / "mpi");
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto a = testing::parameters_of_checkpoint(
+        read_rank_checkpoint(scratch.path() / "thread", 16, rank));
+    const auto b =
+        testing::parameters_of_checkpoint(read_rank_checkpoint(scratch.path() / "mpi", 16, rank));
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(a == b) << "rank " << rank << ": parameters differ between thread and MPI";
+  }
+}
+
+}  // namespace
+}  // namespace sparsecomm

@@ -1,0 +1,49 @@
+#pragma once
+// Helpers of the trainer tests: scratch directories and reading the
+// parameters out of a checkpoint payload.
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "sparsecomm/core/state_io.h"
+
+namespace sparsecomm::testing {
+
+// A fresh directory under the system temp dir, removed afterwards.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() /
+              ("sparsecomm-train-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The flat parameters saved in one rank's checkpoint payload (its layout:
+// see RankTrainer::save_checkpoint in src/sparsecomm/train/trainer.cc).
+inline std::vector<float> parameters_of_checkpoint(std::span<const std::byte> payload) {
+  StateReader reader(payload);
+  reader.expect_tag("sparsecomm-checkpoint");
+  reader.value<std::uint32_t>();  // version
+  reader.string();                // fingerprint
+  reader.value<std::int64_t>();   // step
+  reader.value<double>();         // wall time
+  return reader.array<float>();
+}
+
+}  // namespace sparsecomm::testing

@@ -1,0 +1,74 @@
+#include "report_command.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/report/compare_table.h"
+#include "sparsecomm/report/plots.h"
+#include "sparsecomm/report/run_files.h"
+
+namespace sparsecomm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::vector<std::string> dirs;
+  std::string out;
+  bool no_plots = false;
+};
+
+// Where plots go without --out: the run's own directory for one run, else
+// "compare" beside the first run.
+fs::path default_out(const std::vector<std::string>& dirs) {
+  if (dirs.size() == 1) return dirs[0];
+  fs::path first = fs::absolute(dirs[0]).lexically_normal();
+  if (!first.has_filename()) first = first.parent_path();
+  return first.parent_path() / "compare";
+}
+
+void run(const Options& options) {
+  std::vector<report::RunData> runs;
+  for (const std::string& dir : options.dirs) runs.push_back(report::load_run(dir));
+  for (const report::RunData& run : runs) {
+    for (const std::string& warning : run.warnings) {
+      fmt::print(stderr, "sparsecomm: warning: {}\n", warning);
+    }
+  }
+  if (runs.size() == 1) fmt::print("{}\n", report::format_run_summary(runs[0]));
+  fmt::print("{}", report::format_comparison_table(runs));
+  if (options.no_plots) return;
+  const fs::path out = options.out.empty() ? default_out(options.dirs) : fs::path(options.out);
+  const std::vector<fs::path> pngs = report::write_plots(runs, out);
+  fmt::print("\nplots in {}:\n", out.string());
+  for (const fs::path& png : pngs) fmt::print("  {}\n", png.filename().string());
+  fmt::print("data and gnuplot script beside them (redraw: cd '{}' && gnuplot plots.gp)\n",
+             out.string());
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Summarize and compare runs written by `sparsecomm train --out DIR`: a comparison table "
+      "on stdout and PNG plots (gnuplot) of test accuracy against wall time and epoch, the "
+      "density ratio K/k per step, the time breakdown and the bytes per rank per step");
+  cmd->add_option("DIR", options->dirs,
+                  "run directories (config.json, metrics.jsonl, "
+                  "summary.json)")
+      ->required();
+  cmd->add_option("--out,-o", options->out,
+                  "directory for the plots, their .dat files and plots.gp (default: the run's "
+                  "own directory for one run, <parent of the first run>/compare for several)");
+  cmd->add_flag("--no-plots", options->no_plots, "print the table only (no gnuplot needed)");
+  cmd->callback([options] { run(*options); });
+}
+
+}  // namespace sparsecomm::cli

@@ -1,0 +1,334 @@
+#include "train_command.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli_util.h"
+#include "sparsecomm/comm/mpi/mpi_communicator.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/report/compare_table.h"
+#include "sparsecomm/report/plots.h"
+#include "sparsecomm/report/run_files.h"
+#include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sync/gradient_sync.h"
+#include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/trainer.h"
+
+namespace sparsecomm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a person sees on rank 0: a progress bar with ETA on a terminal (plain
+// lines otherwise), one line per evaluation, the summary at the end.
+class ConsoleReporter final : public TrainObserver {
+ public:
+  explicit ConsoleReporter(std::string label)
+      : label_(std::move(label)), terminal_(isatty(fileno(stderr)) != 0) {}
+
+  void on_start(const RunInfo& info) override {
+    info_ = info;
+    fmt::print(
+        "[{}] {} ranks ({} backend, {} intra-op thread{} each), {} parameters, {} steps "
+        "({} per epoch){} -> {}\n",
+        label_, info.workers, info.backend, info.threads, info.threads == 1 ? "" : "s", info.numel,
+        info.total_steps, info.steps_per_epoch,
+        info.first_step > 0 ? fmt::format(", resumed at step {}", info.first_step) : "",
+        info.run_dir);
+    std::fflush(stdout);
+    clock_ = Stopwatch();
+  }
+
+  void on_step(const TrainStep& s) override {
+    window_.steps += 1;
+    window_.loss += s.loss;
+    window_.compute += s.compute_s;
+    window_.selection += s.selection_s;
+    window_.exchange += s.exchange_s;
+    window_.update += s.update_s;
+    window_.bytes += static_cast<double>(s.sync.bytes_sent);
+    window_.density += s.sync.density_ratio;
+    window_.imbalance += s.sync.imbalance;
+    if (!terminal_ || clock_.seconds() < next_draw_s_) return;
+    next_draw_s_ = clock_.seconds() + 0.2;
+    const std::int64_t done = s.step + 1;
+    const std::int64_t per_epoch = info_.steps_per_epoch;
+    const std::int64_t in_epoch = (done - 1) % per_epoch + 1;
+    const double rate = static_cast<double>(done - info_.first_step) / clock_.seconds();
+    const double eta = rate > 0 ? static_cast<double>(per_epoch - in_epoch) / rate : 0.0;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * in_epoch / per_epoch);
+    fmt::print(stderr, "\r  epoch {:>3} [{}{}] {:>3}% {}/{}  loss {:.4f}  ETA {:>4.0f}s ",
+               (done - 1) / per_epoch + 1, std::string(static_cast<std::size_t>(filled), '#'),
+               std::string(static_cast<std::size_t>(kWidth - filled), '.'),
+               100 * in_epoch / per_epoch, in_epoch, per_epoch, s.loss, eta);
+    bar_drawn_ = true;
+  }
+
+  void on_eval(const TrainEval& e) override {
+    if (bar_drawn_) fmt::print(stderr, "\r{:<100}\r", "");
+    bar_drawn_ = false;
+    const double n = std::max(1.0, window_.steps);
+    fmt::print(
+        "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  K/k {:.3f}  imbalance {:.3f}  "
+        "{}/rank/step  time: compute {:.1f}s selection {:.2f}s exchange {:.2f}s update {:.2f}s  "
+        "[{:.0f}s]\n",
+        e.epoch, e.train_loss, 100.0 * e.test_accuracy, window_.density / n, window_.imbalance / n,
+        format_bytes(window_.bytes / n), window_.compute, window_.selection, window_.exchange,
+        window_.update, e.wall_s);
+    std::fflush(stdout);
+    window_ = {};
+  }
+
+ private:
+  struct Window {
+    double steps = 0, loss = 0, compute = 0, selection = 0, exchange = 0, update = 0, bytes = 0,
+           density = 0, imbalance = 0;
+  };
+  std::string label_;
+  bool terminal_;
+  RunInfo info_;
+  Stopwatch clock_;
+  double next_draw_s_ = 0.0;
+  bool bar_drawn_ = false;
+  Window window_;
+};
+
+void load_config_file(TrainConfig& config, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw InvalidArgument(fmt::format("--config {}: cannot open the file", path));
+  }
+  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    throw InvalidArgument(fmt::format("--config {}: not valid JSON", path));
+  }
+  update_from_json(config, json, path);
+}
+
+struct TrainFlags {
+  TrainConfig config;
+  std::string config_file;
+  std::vector<std::string> method_options;
+  std::string compare;
+  std::string resume;
+  bool no_plots = false;
+  std::string lr_milestones;
+};
+
+int run_one(const TrainConfig& config, const std::string& resume) {
+  ConsoleReporter reporter(config.method);
+  const nlohmann::json summary = run_training(config, &reporter, resume);
+  if (summary.is_null()) return 0;  // not rank 0
+  const report::RunData run = report::load_run(summary.at("run_dir").get<std::string>());
+  fmt::print("\n{}\n", report::format_run_summary(run));
+  return 0;
+}
+
+void run_compare(const TrainConfig& base, const std::vector<std::string>& methods) {
+  const fs::path root = base.out.empty() ? fs::path("runs") / "compare" : fs::path(base.out);
+  std::vector<fs::path> dirs;
+  bool rank0 = true;
+  for (const std::string& method : methods) {
+    TrainConfig config = base;
+    config.method = method;
+    config.out = (root / method).string();
+    ConsoleReporter reporter(method);
+    const nlohmann::json summary = run_training(config, &reporter);
+    rank0 = !summary.is_null();
+    dirs.push_back(config.out);
+  }
+  if (!rank0) return;
+  std::vector<report::RunData> runs;
+  for (const fs::path& dir : dirs) runs.push_back(report::load_run(dir));
+  fmt::print("\n{}\n", report::format_comparison_table(runs));
+  const fs::path plots_dir = root / "plots";
+  if (base.plots) {
+    for (const fs::path& file : report::write_plots(runs, plots_dir)) {
+      fmt::print("  plot: {}\n", file.string());
+    }
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  TrainConfig& c = flags->config;
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Data-parallel training of a LibTorch model on Fashion-MNIST with a chosen gradient "
+      "synchronization. With no arguments: 4 ranks as threads, the CNN, ExDyna at density 1%, "
+      "5 epochs.");
+  cmd->add_option("--config", flags->config_file,
+                  "JSON file of settings (a run's config.json reproduces it); flags override it");
+  cmd->add_option("--workers,-n", c.workers, "ranks (thread backend); under mpirun: the job size")
+      ->capture_default_str();
+  cmd->add_option("--backend", c.backend, "auto | thread | mpi (auto: mpi under mpirun)")
+      ->capture_default_str();
+  cmd->add_option("--threads", c.threads,
+                  "LibTorch intra-op threads per rank (0: 1 per thread rank; under mpirun the "
+                  "cores shared among the local ranks)")
+      ->capture_default_str();
+  cmd->add_option("--model", c.model, "mlp | cnn | resnet18 | wide-mlp")->capture_default_str();
+  cmd->add_option("--dataset", c.dataset, "fashion-mnist | synthetic")->capture_default_str();
+  cmd->add_option("--data-dir", c.data_dir, "where the Fashion-MNIST IDX files are")
+      ->capture_default_str();
+  cmd->add_option("--train-samples", c.train_samples, "use the first N training samples (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--test-samples", c.test_samples, "use the first N test samples (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--method,-m", c.method, "synchronization: " + sync_method_names())
+      ->capture_default_str();
+  cmd->add_option("--density,-d", c.density, "target density for sparsifying methods (0.01 = 1%)")
+      ->capture_default_str();
+  cmd->add_option("--method-option,-o", flags->method_options,
+                  "the method's own key=value options (repeatable); see `sparsecomm methods`");
+  cmd->add_option("--nonfinite", c.nonfinite, "NaN/inf gradients: stop | skip")
+      ->capture_default_str();
+  cmd->add_option("--epochs,-e", c.epochs, "epochs")->capture_default_str();
+  cmd->add_option("--max-steps", c.max_steps, "total steps instead of whole epochs (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--batch,-b", c.batch, "batch size per rank (global batch = workers x batch)")
+      ->capture_default_str();
+  cmd->add_option("--lr", c.lr, "learning rate (after warm-up)")->capture_default_str();
+  cmd->add_option("--momentum", c.momentum, "SGD momentum (DGC: its momentum correction instead)")
+      ->capture_default_str();
+  cmd->add_flag("--nesterov", c.nesterov, "Nesterov momentum");
+  cmd->add_option("--weight-decay", c.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd->add_option("--warmup-epochs", c.warmup_epochs, "linear learning-rate warm-up")
+      ->capture_default_str();
+  cmd->add_option("--lr-decay", c.lr_decay, "none | step | cosine")->capture_default_str();
+  cmd->add_option("--lr-milestones", flags->lr_milestones,
+                  "step decay: comma-separated epochs at which lr *= --lr-gamma");
+  cmd->add_option("--lr-gamma", c.lr_gamma, "step decay factor")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "seed of initialization and data order")->capture_default_str();
+  cmd->add_flag("--deterministic", c.deterministic,
+                "bit-identical across runs and backends: 1 intra-op thread, our ring all-reduce, "
+                "fixed shard order");
+  cmd->add_option("--eval-every", c.eval_every, "also evaluate every N steps (0: per epoch)")
+      ->capture_default_str();
+  cmd->add_option("--out", c.out, "run directory (default runs/<method>-<model>-<time>)");
+  cmd->add_option("--checkpoint-every", c.checkpoint_every, "checkpoint every N steps (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--stop-at-step", c.stop_at_step,
+                  "stop after this step with a checkpoint (resume with --resume)")
+      ->capture_default_str();
+  cmd->add_option("--resume", flags->resume, "continue the run in DIR from its latest checkpoint");
+  cmd->add_option("--record-gradients", c.record_gradients,
+                  "write a gradient trace (ALGORITHMS.md format) to DIR");
+  cmd->add_option("--record-steps", c.record_steps, "steps to record")->capture_default_str();
+  cmd->add_option("--timeout", c.timeout_s,
+                  "seconds a rank waits for a peer before failing (0: 60 s or "
+                  "SPARSECOMM_TIMEOUT_MS)")
+      ->capture_default_str();
+  cmd->add_flag("--no-plots", flags->no_plots, "do not draw PNG plots");
+  cmd->add_option("--compare", flags->compare,
+                  "train each of these methods in turn (comma-separated) on the same seed and "
+                  "data, then print one table and draw comparison plots");
+
+  // Defaults come from the config file (or a resumed run's config.json),
+  // then explicit flags override: read those files before parsing flags.
+  cmd->callback([flags, cmd] {
+    TrainConfig config;
+    const std::string file =
+        !flags->config_file.empty()
+            ? flags->config_file
+            : (!flags->resume.empty() ? (fs::path(flags->resume) / "config.json").string() : "");
+    if (!file.empty()) load_config_file(config, file);
+    // Every flag the user gave overrides the file.
+    const TrainConfig& given = flags->config;
+    nlohmann::json overrides = nlohmann::json::object();
+    const nlohmann::json given_json = to_json(given);
+    const std::vector<std::pair<std::string, std::string>> flag_keys = {
+        {"--workers", "workers"},
+        {"--backend", "backend"},
+        {"--threads", "threads"},
+        {"--model", "model"},
+        {"--dataset", "dataset"},
+        {"--data-dir", "data_dir"},
+        {"--train-samples", "train_samples"},
+        {"--test-samples", "test_samples"},
+        {"--method", "method"},
+        {"--density", "density"},
+        {"--nonfinite", "nonfinite"},
+        {"--epochs", "epochs"},
+        {"--max-steps", "max_steps"},
+        {"--batch", "batch"},
+        {"--lr", "lr"},
+        {"--momentum", "momentum"},
+        {"--nesterov", "nesterov"},
+        {"--weight-decay", "weight_decay"},
+        {"--warmup-epochs", "warmup_epochs"},
+        {"--lr-decay", "lr_decay"},
+        {"--lr-gamma", "lr_gamma"},
+        {"--seed", "seed"},
+        {"--deterministic", "deterministic"},
+        {"--eval-every", "eval_every"},
+        {"--out", "out"},
+        {"--checkpoint-every", "checkpoint_every"},
+        {"--stop-at-step", "stop_at_step"},
+        {"--record-gradients", "record_gradients"},
+        {"--record-steps", "record_steps"},
+        {"--timeout", "timeout_s"}};
+    for (const auto& [flag, key] : flag_keys) {
+      if (cmd->count(flag) > 0) overrides[key] = given_json.at(key);
+    }
+    update_from_json(config, overrides, "the command line");
+    if (!flags->resume.empty() && cmd->count("--out") == 0) config.out.clear();
+    if (!flags->method_options.empty()) {
+      SchemeOptions parsed;
+      for (const std::string& item : flags->method_options) parsed.set(item);
+      for (const auto& [key, value] : parsed.values()) config.method_options[key] = value;
+    }
+    if (!flags->lr_milestones.empty()) {
+      config.lr_milestones.clear();
+      for (const std::string& item : split_list(flags->lr_milestones, "--lr-milestones")) {
+        config.lr_milestones.push_back(std::stod(item));
+      }
+    }
+    if (flags->no_plots) config.plots = false;
+    // Under mpirun the job's size is the number of workers unless given.
+    if (launched_by_mpirun() && cmd->count("--workers") == 0 && file.empty()) config.workers = 0;
+
+    if (!flags->compare.empty()) {
+      if (!flags->resume.empty())
+        throw InvalidArgument("--compare and --resume exclude each other");
+      const std::vector<std::string> methods = split_list(flags->compare, "--compare");
+      for (const std::string& method : methods) {
+        TrainConfig check = config;
+        check.method = method;
+        validate(check);
+      }
+      run_compare(config, methods);
+      return;
+    }
+    run_one(config, flags->resume);
+  });
+}
+
+void add_methods_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "methods", "List the synchronization methods and their options (--method-option key=value)");
+  cmd->callback([] {
+    for (const SyncMethodInfo& info : sync_methods()) {
+      fmt::print("{}\n  {}\n", info.name, info.summary);
+      for (const OptionSpec& option : info.options) {
+        fmt::print("    {:<18} default {:<10} {}\n", option.name, option.default_value,
+                   option.help);
+      }
+    }
+  });
+}
+
+}  // namespace sparsecomm::cli
