@@ -56,6 +56,33 @@ TEST(Partition, BlockGridFollowsTheReferenceRules) {
   EXPECT_EQ(empty.block(0).size(), 0u);
 }
 
+TEST(Partition, SpreadRemainderKeepsEveryBlockWithinOneAlignmentStep) {
+  for (const std::size_t numel : {std::size_t{421642}, std::size_t{1000000}, std::size_t{32768},
+                                  std::size_t{1000}, std::size_t{5}, std::size_t{0}}) {
+    const BlockGrid grid = make_block_grid(numel, 1024, 32, /*spread_remainder=*/true);
+    std::size_t next = 0;
+    std::size_t smallest = numel, largest = 0;
+    for (int b = 0; b < grid.blocks; ++b) {
+      const Range r = grid.block(b);
+      ASSERT_EQ(r.begin, next) << "numel " << numel << " block " << b;
+      next = r.end;
+      smallest = std::min(smallest, r.size());
+      largest = std::max(largest, r.size());
+      for (const std::size_t i : {r.begin, r.end - 1}) {
+        if (r.size() > 0) {
+          EXPECT_EQ(grid.block_of(i), b) << "numel " << numel << " i " << i;
+        }
+      }
+    }
+    EXPECT_EQ(next, numel);
+    if (numel >= 32 * 1024) {
+      EXPECT_LT(largest - smallest, 64u) << "numel " << numel;
+    }
+  }
+  // The reference rule, for comparison: 6.7% of this model in one block.
+  EXPECT_EQ(make_block_grid(421642, 1024, 32).block(1023).size(), 384u + 28426u);
+}
+
 TEST(Partition, InitialLayoutSpreadsBlocks) {
   const BlockLayout layout = initial_layout(10, 4);
   EXPECT_EQ(layout.first, (std::vector<int>{0, 3, 6, 8, 10}));

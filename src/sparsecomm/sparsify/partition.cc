@@ -29,28 +29,45 @@ std::vector<Range> equal_partitions(std::size_t numel, int parts) {
 }
 
 Range BlockGrid::block(int b) const {
-  const std::size_t begin = static_cast<std::size_t>(b) * block_size;
-  const std::size_t end = b + 1 == blocks ? numel : begin + block_size;
+  const auto start = [this](int i) {
+    return static_cast<std::size_t>(i) * block_size +
+           static_cast<std::size_t>(std::min(i, wide_blocks)) * alignment;
+  };
+  const std::size_t begin = start(b);
+  const std::size_t end = b + 1 == blocks ? numel : start(b + 1);
   return {std::min(begin, numel), end};
 }
 
 int BlockGrid::block_of(std::size_t i) const {
-  if (block_size == 0) return 0;
-  return static_cast<int>(
-      std::min<std::size_t>(i / block_size, static_cast<std::size_t>(blocks - 1)));
+  const std::size_t wide = block_size + alignment;
+  const std::size_t wide_end = static_cast<std::size_t>(wide_blocks) * wide;
+  std::size_t b = 0;
+  if (i < wide_end) {
+    b = i / wide;
+  } else if (block_size > 0) {
+    b = static_cast<std::size_t>(wide_blocks) + (i - wide_end) / block_size;
+  }
+  return static_cast<int>(std::min<std::size_t>(b, static_cast<std::size_t>(blocks - 1)));
 }
 
-BlockGrid make_block_grid(std::size_t numel, int requested_blocks, std::size_t alignment) {
+BlockGrid make_block_grid(std::size_t numel, int requested_blocks, std::size_t alignment,
+                          bool spread_remainder) {
   if (requested_blocks < 1 || alignment < 1) {
     throw InvalidArgument(fmt::format("[exdyna] blocks ({}) and alignment ({}) must be >= 1",
                                       requested_blocks, alignment));
   }
   BlockGrid grid;
   grid.numel = numel;
+  grid.alignment = alignment;
   const auto requested = static_cast<std::size_t>(requested_blocks);
   if (numel >= alignment * requested) {
     grid.blocks = requested_blocks;
     grid.block_size = (numel / requested) / alignment * alignment;
+    if (spread_remainder) {
+      const std::size_t remainder = numel - grid.block_size * requested;
+      grid.wide_blocks =
+          static_cast<int>(std::min<std::size_t>(remainder / alignment, requested - 1));
+    }
   } else {
     grid.blocks = static_cast<int>(std::max<std::size_t>(1, numel / alignment));
     grid.block_size = numel < alignment ? numel : alignment;

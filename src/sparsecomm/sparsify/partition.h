@@ -22,15 +22,24 @@ std::vector<Range> equal_partitions(std::size_t numel, int parts);
 // of `alignment`), the last block also taking the remainder. Small vectors
 // (numel < alignment * requested) get max(1, numel / alignment) blocks of
 // `alignment` (the last takes the rest); numel == 0 gives one empty block.
+//
+// spread_remainder: the reference gives the whole remainder (up to
+// (alignment - 1) * blocks elements, e.g. 6.7% of a 421,642-element model
+// with B = 1024) to the last block, which no balancer can then split; with
+// spreading, the first `wide_blocks` blocks take `alignment` elements more
+// each and the last block keeps only what is left (< alignment).
 struct BlockGrid {
   std::size_t numel = 0;
   std::size_t block_size = 0;
+  std::size_t alignment = 1;
   int blocks = 1;
+  int wide_blocks = 0;  // blocks [0, wide_blocks) have block_size + alignment elements
   Range block(int b) const;
   // The block holding element i (i < numel).
   int block_of(std::size_t i) const;
 };
-BlockGrid make_block_grid(std::size_t numel, int requested_blocks, std::size_t alignment);
+BlockGrid make_block_grid(std::size_t numel, int requested_blocks, std::size_t alignment,
+                          bool spread_remainder = false);
 
 // A layout: partition i is blocks [first[i], first[i+1]); first has n+1
 // entries, first[0] = 0, first[n] = blocks. Partitions may be empty.

@@ -127,7 +127,8 @@ class PartitionedSparsifier final : public Sparsifier {
       equal_ = equal_partitions(numel, world);
       return;
     }
-    grid_ = make_block_grid(numel, options_.blocks, static_cast<std::size_t>(options_.alignment));
+    grid_ = make_block_grid(numel, options_.blocks, static_cast<std::size_t>(options_.alignment),
+                            options_.spread_remainder);
     if (!keep_layout || layout_.parts() != world || layout_.first.back() != grid_.blocks) {
       layout_ = initial_layout(grid_.blocks, world);
     }
@@ -237,6 +238,9 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
                      "counts (boundaries from all-reduced per-block counts) or sweep (reference)"});
     specs.push_back({"blocks", "1024", "block count B"});
     specs.push_back({"alignment", "32", "block size multiple"});
+    specs.push_back({"spread_remainder", faithful ? "false" : "true",
+                     "spread d - S*B over the blocks in alignment units (false: the reference "
+                     "puts it all in the last block)"});
     specs.push_back({"band", "1.05", "sweep: balance band factor"});
     specs.push_back(
         {"min_blocks", "0",
@@ -286,6 +290,7 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.layout = balancer == "sweep" ? Layout::kSweep : Layout::kBalanced;
   p.blocks = static_cast<int>(o.integer(scheme, "blocks", 1024, 1, 1 << 24));
   p.alignment = static_cast<int>(o.integer(scheme, "alignment", 32, 1, 1 << 20));
+  p.spread_remainder = o.flag(scheme, "spread_remainder", !faithful);
   p.sweep.band = o.number(scheme, "band", 1.05, 1.0, 10.0);
   const auto min_blocks = static_cast<int>(o.integer(scheme, "min_blocks", 0, 0, 1 << 24));
   p.sweep.min_blocks = min_blocks;

@@ -31,6 +31,7 @@ struct PartitionedOptions {
   TableControllerOptions table;
   int blocks = 1024;               // ExDyna block count B
   int alignment = 32;              // block size multiple
+  bool spread_remainder = true;    // false: the reference's remainder-in-the-last-block
   SweepOptions sweep;              // faithful sweep band and min blocks
   BalanceOptions balance;          // default balancer (min_blocks 0 -> 1)
   double balance_smoothing = 0.1;  // weight of the newest block counts in their running average
