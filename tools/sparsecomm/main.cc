@@ -13,9 +13,9 @@
 #include "bench_exchange.h"
 #include "bench_sparsifiers.h"
 #include "report_command.h"
-#include "train_command.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
+#include "train_command.h"
 
 namespace {
 

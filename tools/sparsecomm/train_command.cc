@@ -204,7 +204,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", c.lr, "learning rate (after warm-up)")->capture_default_str();
   cmd->add_option("--momentum", c.momentum, "SGD momentum (DGC: its momentum correction instead)")
       ->capture_default_str();
-  cmd->add_flag("--nesterov", c.nesterov, "Nesterov momentum");
+  cmd->add_option("--nesterov", c.nesterov, "Nesterov momentum (true|false)")
+      ->capture_default_str();
   cmd->add_option("--weight-decay", c.weight_decay, "L2 weight decay")->capture_default_str();
   cmd->add_option("--warmup-epochs", c.warmup_epochs, "linear learning-rate warm-up")
       ->capture_default_str();

@@ -38,11 +38,11 @@ struct TrainConfig {
   int epochs = 5;
   std::int64_t max_steps = 0;  // 0: epochs * steps per epoch; else this many steps in all
   std::int64_t batch = 64;     // per rank; the global batch is workers * batch
-  double lr = 0.05;
+  double lr = 0.1;
   double momentum = 0.9;
-  bool nesterov = false;
+  bool nesterov = true;
   double weight_decay = 5e-4;
-  double warmup_epochs = 0.0;
+  double warmup_epochs = 0.5;
   std::string lr_decay = "cosine";    // none | step | cosine
   std::vector<double> lr_milestones;  // step decay: epochs at which lr *= lr_gamma
   double lr_gamma = 0.1;

@@ -51,8 +51,8 @@ class PartitionedSparsifier final : public Sparsifier {
     const std::size_t block_counts =
         options_.layout == Layout::kBalanced ? static_cast<std::size_t>(grid_.blocks) : 0;
     shared_.assign(controller_counts + block_counts, 0);
-    controller_->contribute_and_select(
-        out, std::span<std::int64_t>(shared_.data(), controller_counts));
+    controller_->contribute_and_select(out,
+                                       std::span<std::int64_t>(shared_.data(), controller_counts));
     if (options_.padding && out.empty() && !range.empty()) {
       const std::size_t i = range.begin + static_cast<std::size_t>(ctx.step) % range.size();
       out.indices.push_back(static_cast<Index>(i));
@@ -161,8 +161,7 @@ class PartitionedSparsifier final : public Sparsifier {
     const int last = layout_.first[static_cast<std::size_t>(p) + 1];
     for (int b = first; b < last && at != end; ++b) {
       const Index* const next =
-          b + 1 == last ? end
-                        : std::lower_bound(at, end, static_cast<Index>(grid_.block(b).end));
+          b + 1 == last ? end : std::lower_bound(at, end, static_cast<Index>(grid_.block(b).end));
       counts[static_cast<std::size_t>(b)] = next - at;
       at = next;
     }
@@ -270,9 +269,9 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.histogram.settled_candidates_low = o.number(scheme, "candidates_low", 1.2, 1.0, 1000.0);
   p.histogram.settled_candidates_high = o.number(scheme, "candidates_high", 2.0, 1.0, 1000.0);
   if (!(p.histogram.settled_candidates_high > p.histogram.settled_candidates_low)) {
-    throw InvalidArgument(fmt::format("[{}] option candidates_high={} must exceed candidates_low={}",
-                                      scheme, p.histogram.settled_candidates_high,
-                                      p.histogram.settled_candidates_low));
+    throw InvalidArgument(
+        fmt::format("[{}] option candidates_high={} must exceed candidates_low={}", scheme,
+                    p.histogram.settled_candidates_high, p.histogram.settled_candidates_low));
   }
   p.table.initial = o.number(scheme, "initial_threshold", 0.0, 0.0, 1e30);
   p.table.up_fast = o.number(scheme, "up_fast", 1.005, 0.0, 10.0, true);
