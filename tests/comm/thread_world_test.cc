@@ -78,6 +78,31 @@ TEST(ThreadWorld, AThrowingRankFailsEveryPendingCallPromptly) {
   }
 }
 
+// The same for a rank that polls with Request::test() instead of waiting
+// (a server loop): the poll reports the failure instead of spinning forever.
+TEST(ThreadWorld, PollingAPendingRequestReportsAFailedPeer) {
+  std::string polled;
+  const std::string rethrown = failure_of(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          std::this_thread::sleep_for(milliseconds(20));
+          throw std::runtime_error("injected failure");
+        }
+        std::byte byte{};
+        Request pending = comm.irecv({&byte, 1}, 1, 7);
+        try {
+          while (!pending.test()) std::this_thread::sleep_for(milliseconds(1));
+        } catch (const PeerFailure& e) {
+          polled = e.what();
+          throw;
+        }
+      },
+      milliseconds(20000));
+  EXPECT_EQ(rethrown, "injected failure");
+  EXPECT_NE(polled.find("rank 1 failed: injected failure"), std::string::npos) << polled;
+}
+
 // A rank that never arrives: the waiting rank's timeout names the operation
 // and the missing peer.
 TEST(ThreadWorld, ARankThatNeverArrivesIsATimeoutNamingIt) {

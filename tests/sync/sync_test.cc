@@ -124,7 +124,7 @@ TEST(Metrics, JsonLineHasEveryField) {
             R"("density_ratio":4,"imbalance":0.25,"residual_norm":0.0015,"accumulate_s":0.001,)"
             R"("selection_s":2e-05,"exchange_s":0.5,"bytes_sent":123,"bytes_received":456,)"
             R"("index_bytes_raw":44,"index_bytes_encoded":20,"skip_subject":7,)"
-            R"("skipped_nonfinite":false})");
+            R"("overlapped_s":0,"skipped_nonfinite":false})");
   m.residual_norm = std::nan("");
   m.skipped_nonfinite = true;
   const std::string line = to_json_line(m);

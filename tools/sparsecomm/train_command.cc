@@ -45,6 +45,9 @@ class ConsoleReporter final : public TrainObserver {
         info.total_steps, info.steps_per_epoch,
         info.first_step > 0 ? fmt::format(", resumed at step {}", info.first_step) : "",
         info.run_dir);
+    if (info.buckets > 1 || info.pipelining.rfind("not pipelined: ", 0) == 0) {
+      fmt::print("[{}] {}\n", label_, info.pipelining);
+    }
     std::fflush(stdout);
     clock_ = Stopwatch();
   }
@@ -196,6 +199,9 @@ void add_train_command(CLI::App& app) {
                   "the method's own key=value options (repeatable); see `sparsecomm methods`");
   cmd->add_option("--nonfinite", c.nonfinite, "NaN/inf gradients: stop | skip")
       ->capture_default_str();
+  cmd->add_option("--bucket-mb", c.bucket_mb,
+                  "pipelining: synchronize buckets of this many MiB while backward runs (0: off)")
+      ->capture_default_str();
   cmd->add_option("--epochs,-e", c.epochs, "epochs")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps, "total steps instead of whole epochs (0: off)")
       ->capture_default_str();
@@ -263,6 +269,7 @@ void add_train_command(CLI::App& app) {
         {"--method", "method"},
         {"--density", "density"},
         {"--nonfinite", "nonfinite"},
+        {"--bucket-mb", "bucket_mb"},
         {"--epochs", "epochs"},
         {"--max-steps", "max_steps"},
         {"--batch", "batch"},
@@ -286,7 +293,12 @@ void add_train_command(CLI::App& app) {
       if (cmd->count(flag) > 0) overrides[key] = given_json.at(key);
     }
     update_from_json(config, overrides, "the command line");
-    if (!flags->resume.empty() && cmd->count("--out") == 0) config.out.clear();
+    if (!flags->resume.empty()) {
+      // A resumed run continues in its own directory and, unless told
+      // otherwise, to its end: the stop that wrote the checkpoint is done.
+      if (cmd->count("--out") == 0) config.out.clear();
+      if (cmd->count("--stop-at-step") == 0) config.stop_at_step = 0;
+    }
     if (!flags->method_options.empty()) {
       SchemeOptions parsed;
       for (const std::string& item : flags->method_options) parsed.set(item);

@@ -53,7 +53,9 @@ class Request {
   class Impl {
    public:
     virtual ~Impl() = default;
-    // Polls once; true when complete. Throws the operation's error.
+    // Polls once; true when complete. Throws the operation's error, or
+    // PeerFailure when the world was aborted (a polling loop cannot spin on a
+    // request that can no longer complete).
     virtual bool test() = 0;
     // Blocks until complete (true) or until `deadline` (false). Throws the
     // operation's error, or PeerFailure when the world was aborted.

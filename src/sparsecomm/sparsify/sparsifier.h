@@ -21,6 +21,7 @@ struct StepContext {
   int rank = 0;
   int world = 1;
   std::span<const LayerSpan> layers;  // name, offset, size of each tensor
+  std::int64_t bucket = 0;            // pipelined synchronization: which bucket of the step
 };
 
 // The exchange's shared outcome, identical on all ranks.

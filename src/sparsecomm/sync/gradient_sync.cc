@@ -126,7 +126,7 @@ class SkipReduceSync final : public GradientSync {
                       options.skip, n - 1));
     }
     options.step = ctx.step;
-    options.bucket = 0;
+    options.bucket = ctx.bucket;
 
     StepMetrics m;
     m.step = ctx.step;
@@ -197,6 +197,10 @@ class SparsifiedSync final : public GradientSync {
     return sync_.synchronize(gradient, ctx, comm);
   }
   bool applies_momentum() const override { return sync_.memory().name() == "momentum"; }
+  bool bucketable() const override {
+    const std::string_view name = method();
+    return name != "micro" && name != "exdyna" && name != "exdyna-faithful";
+  }
   void save(StateWriter& writer) const override { sync_.save(writer); }
   void load(StateReader& reader) override { sync_.load(reader); }
 

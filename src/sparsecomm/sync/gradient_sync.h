@@ -41,6 +41,12 @@ class GradientSync {
   // correction): the optimizer must then run without momentum.
   virtual bool applies_momentum() const { return false; }
 
+  // True when the method may synchronize a gradient in independent pieces
+  // (pipelined buckets, one instance per bucket). False for the global
+  // schemes whose partitions and threshold span the whole vector (MiCRO,
+  // ExDyna): they run once on the whole gradient after backward.
+  virtual bool bucketable() const { return true; }
+
   // Everything needed to resume bit-exactly (residuals, thresholds, ...).
   virtual void save(StateWriter& writer) const = 0;
   virtual void load(StateReader& reader) = 0;

@@ -25,6 +25,7 @@ struct StepMetrics {
   std::uint64_t index_bytes_raw = 0;
   std::uint64_t index_bytes_encoded = 0;
   std::size_t skip_subject = 0;    // Skip-Reduce: elements whose reduction may skip ranks
+  double overlapped_s = 0.0;       // pipelined: selection + exchange done before backward ended
   bool skipped_nonfinite = false;  // the step was skipped: some rank had NaN/inf
 };
 

@@ -1,10 +1,17 @@
 #include "sparsecomm/train/data_parallel.h"
 
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
 
 namespace sparsecomm {
 namespace {
@@ -22,12 +29,239 @@ std::span<std::byte> tensor_bytes(const torch::Tensor& t) {
   return {static_cast<std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.nbytes())};
 }
 
+// Adds `m` (one bucket's metrics) into `total` (the step's).
+void accumulate(StepMetrics& total, const StepMetrics& m) {
+  total.numel += m.numel;
+  total.target += m.target;
+  total.selected += m.selected;
+  total.union_size += m.union_size;
+  total.imbalance = std::max(total.imbalance, m.imbalance);
+  total.residual_norm =
+      std::sqrt(total.residual_norm * total.residual_norm + m.residual_norm * m.residual_norm);
+  total.accumulate_s += m.accumulate_s;
+  total.selection_s += m.selection_s;
+  total.exchange_s += m.exchange_s;
+  total.bytes_sent += m.bytes_sent;
+  total.bytes_received += m.bytes_received;
+  total.index_bytes_raw += m.index_bytes_raw;
+  total.index_bytes_encoded += m.index_bytes_encoded;
+  total.skip_subject += m.skip_subject;
+  total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;
+}
+
+}  // namespace
+
+// The communication thread of a pipelined DataParallel. Per step: the
+// AccumulateGrad post-hooks count each bucket's arrived parameters; the
+// thread synchronizes buckets strictly in bucket order (so every rank issues
+// the same collectives in the same order, whatever order hooks fire in),
+// each as soon as it is complete; synchronize() completes the buckets whose
+// parameters got no gradient and waits for the thread.
+class DataParallel::Pipeline {
+ public:
+  Pipeline(DataParallel& owner, std::vector<int> bucket_of_param)
+      : owner_(owner), bucket_of_param_(std::move(bucket_of_param)) {
+    const std::size_t buckets = owner_.bucket_ranges_.size();
+    expected_.assign(buckets, 0);
+    for (const int b : bucket_of_param_) ++expected_[static_cast<std::size_t>(b)];
+    arrived_.assign(buckets, 0);
+    metrics_.assign(buckets, {});
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~Pipeline() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  // Starts a step (idempotent within a step).
+  void begin_step(std::int64_t step, double epoch) {
+    std::lock_guard lock(mutex_);
+    if (active_) return;
+    active_ = true;
+    step_ = step;
+    epoch_ = epoch;
+    std::fill(arrived_.begin(), arrived_.end(), 0);
+    done_ = false;
+    error_ = nullptr;
+    hook_arrivals_ = 0;
+    clock_ = Stopwatch();
+    backward_done_s_ = -1.0;
+    overlapped_s_ = 0.0;
+    changed_.notify_all();
+  }
+
+  // From an AccumulateGrad post-hook (the backward thread): parameter
+  // `param`'s gradient is in the flat buffer.
+  void parameter_ready(std::size_t param) {
+    std::lock_guard lock(mutex_);
+    if (!active_) return;  // a backward outside a step (e.g. user code): ignore
+    ++arrived_[static_cast<std::size_t>(bucket_of_param_[param])];
+    ++hook_arrivals_;
+    changed_.notify_all();
+  }
+
+  // After backward: finishes the step and returns the combined metrics.
+  StepMetrics finish_step() {
+    std::unique_lock lock(mutex_);
+    backward_done_s_ = clock_.seconds();
+    // Parameters that got no gradient this step (their slice is zero).
+    arrived_ = expected_;
+    changed_.notify_all();
+    done_changed_.wait(lock, [this] { return done_; });
+    active_ = false;
+    if (error_) std::rethrow_exception(error_);
+    StepMetrics total;
+    total.step = step_;
+    for (const StepMetrics& m : metrics_) accumulate(total, m);
+    total.density_ratio = total.target == 0 ? 0.0
+                                            : static_cast<double>(total.union_size) /
+                                                  static_cast<double>(total.target);
+    total.overlapped_s = overlapped_s_;
+    last_hook_arrivals_ = hook_arrivals_;
+    return total;
+  }
+
+  std::size_t last_hook_arrivals() const { return last_hook_arrivals_; }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [this] { return stopping_ || (active_ && !done_); });
+      if (stopping_) return;
+      for (std::size_t b = 0; b < expected_.size(); ++b) {
+        changed_.wait(lock, [&] { return stopping_ || arrived_[b] >= expected_[b]; });
+        if (stopping_) return;
+        const StepContext ctx = owner_.context(static_cast<std::int64_t>(b), epoch_);
+        const Range range = owner_.bucket_ranges_[b];
+        lock.unlock();
+        const double start = clock_.seconds();
+        try {
+          metrics_[b] = owner_.syncs_[b]->synchronize(
+              owner_.gradients().subspan(range.begin, range.size()), ctx, owner_.comm_);
+        } catch (...) {
+          lock.lock();
+          error_ = std::current_exception();
+          break;
+        }
+        const double end = clock_.seconds();
+        lock.lock();
+        // The part of this bucket's work done while backward was running.
+        const double backward_end = backward_done_s_ < 0 ? end : backward_done_s_;
+        overlapped_s_ += std::max(0.0, std::min(end, backward_end) - start);
+      }
+      done_ = true;
+      done_changed_.notify_all();
+    }
+  }
+
+  DataParallel& owner_;
+  std::vector<int> bucket_of_param_;
+  std::vector<int> expected_;
+  std::vector<int> arrived_;
+  std::vector<StepMetrics> metrics_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::condition_variable done_changed_;
+  bool active_ = false;
+  bool done_ = true;
+  bool stopping_ = false;
+  std::int64_t step_ = 0;
+  double epoch_ = 0.0;
+  Stopwatch clock_;
+  double backward_done_s_ = -1.0;
+  double overlapped_s_ = 0.0;
+  std::size_t hook_arrivals_ = 0;       // this step's parameters announced by hooks
+  std::size_t last_hook_arrivals_ = 0;  // the same, for the last finished step
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+namespace {
+
+// Marks a parameter ready once AccumulateGrad has added its gradient.
+class ReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit ReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ready_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> ready_;
+};
+
 }  // namespace
 
 DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
                            std::unique_ptr<GradientSync> sync)
-    : module_(module), comm_(comm), sync_(std::move(sync)) {
-  if (!sync_) throw InvalidArgument("[DataParallel] no synchronization method given");
+    : module_(module), comm_(comm) {
+  if (!sync) throw InvalidArgument("[DataParallel] no synchronization method given");
+  syncs_.push_back(std::move(sync));
+  init_flat_buffers();
+  bucket_ranges_ = {Range{0, numel_}};
+  bucket_layers_ = {layers_};
+}
+
+DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
+                           const GradientSyncFactory& make_sync, DataParallelOptions options)
+    : module_(module), comm_(comm) {
+  syncs_.push_back(make_sync());
+  if (!syncs_.front()) throw InvalidArgument("[DataParallel] no synchronization method given");
+  init_flat_buffers();
+  if (options.bucket_bytes == 0 || !syncs_.front()->bucketable() || params_.empty()) {
+    bucket_ranges_ = {Range{0, numel_}};
+    bucket_layers_ = {layers_};
+    return;
+  }
+  // Buckets of whole tensors in reverse registration order: each is a
+  // contiguous range of the flat vector (parameters are laid out in
+  // registration order), filled from the end.
+  std::vector<int> bucket_of_param(params_.size(), 0);
+  std::size_t end = numel_;
+  std::size_t bytes = 0;
+  int bucket = 0;
+  for (std::size_t i = params_.size(); i-- > 0;) {
+    bucket_of_param[i] = bucket;
+    bytes += layers_[i].size * sizeof(float);
+    if (bytes >= options.bucket_bytes || i == 0) {
+      const Range range{layers_[i].offset, end};
+      bucket_ranges_.push_back(range);
+      std::vector<LayerSpan> relative;
+      for (std::size_t j = i; j < params_.size() && layers_[j].offset < end; ++j) {
+        relative.push_back({layers_[j].name, layers_[j].offset - range.begin, layers_[j].size});
+      }
+      bucket_layers_.push_back(std::move(relative));
+      end = range.begin;
+      bytes = 0;
+      ++bucket;
+    }
+  }
+  while (syncs_.size() < bucket_ranges_.size()) syncs_.push_back(make_sync());
+  pipeline_ = std::make_unique<Pipeline>(*this, bucket_of_param);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(accumulator->add_post_hook(
+        std::make_unique<ReadyHook>([this, i] { pipeline_->parameter_ready(i); })));
+    grad_accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+DataParallel::~DataParallel() {
+  // The accumulators may outlive this object (a graph still holds them).
+  for (std::size_t i = 0; i < grad_accumulators_.size(); ++i) {
+    grad_accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+}
+
+void DataParallel::init_flat_buffers() {
   for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
     const torch::Tensor& p = item.value();
     if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
@@ -42,13 +276,15 @@ DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
   const auto options = torch::TensorOptions().dtype(torch::kFloat32);
   flat_parameters_ = torch::empty({static_cast<std::int64_t>(numel_)}, options);
   flat_gradients_ = torch::zeros({static_cast<std::int64_t>(numel_)}, options);
-  torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor& p = params_[i];
-    torch::Tensor home = alias(flat_parameters_, layers_[i].offset, p.sizes());
-    home.copy_(p);
-    p.set_data(home);
-    grad_views_.push_back(alias(flat_gradients_, layers_[i].offset, p.sizes()));
+  {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      torch::Tensor& p = params_[i];
+      torch::Tensor home = alias(flat_parameters_, layers_[i].offset, p.sizes());
+      home.copy_(p);
+      p.set_data(home);
+      grad_views_.push_back(alias(flat_gradients_, layers_[i].offset, p.sizes()));
+    }
   }
   reattach_gradients();
   broadcast_parameters(0);
@@ -74,18 +310,37 @@ void DataParallel::reattach_gradients() {
 void DataParallel::zero_grad() {
   std::memset(flat_gradients_.data_ptr<float>(), 0, numel_ * sizeof(float));
   reattach_gradients();
+  if (pipeline_) pipeline_->begin_step(step_, epoch_hint_);
 }
 
-StepMetrics DataParallel::synchronize(double epoch) {
-  reattach_gradients();
+std::size_t DataParallel::hook_arrivals() const {
+  return pipeline_ ? pipeline_->last_hook_arrivals() : 0;
+}
+
+StepContext DataParallel::context(std::int64_t bucket, double epoch) const {
   StepContext ctx;
   ctx.step = step_;
   ctx.epoch = epoch;
   ctx.rank = comm_.rank();
   ctx.world = comm_.size();
-  ctx.layers = layers_;
-  StepMetrics metrics = sync_->synchronize(gradients(), ctx, comm_);
+  ctx.layers = bucket_layers_[static_cast<std::size_t>(bucket)];
+  ctx.bucket = bucket;
+  return ctx;
+}
+
+StepMetrics DataParallel::synchronize(double epoch) {
+  StepMetrics metrics;
+  if (pipeline_) {
+    // A step whose zero_grad() did not start it (user code that zeroes
+    // otherwise) runs entirely here.
+    pipeline_->begin_step(step_, epoch);
+    metrics = pipeline_->finish_step();
+  } else {
+    reattach_gradients();
+    metrics = syncs_.front()->synchronize(gradients(), context(0, epoch), comm_);
+  }
   ++step_;
+  epoch_hint_ = epoch;
   return metrics;
 }
 
@@ -112,7 +367,8 @@ void DataParallel::save(StateWriter& writer) const {
     const auto bytes = tensor_bytes(buffer);
     writer.array<std::byte>(bytes);
   }
-  sync_->save(writer);
+  writer.value<std::uint64_t>(syncs_.size());
+  for (const auto& sync : syncs_) sync->save(writer);
 }
 
 void DataParallel::load(StateReader& reader) {
@@ -131,7 +387,14 @@ void DataParallel::load(StateReader& reader) {
                             count, buffers.size()));
   }
   for (const torch::Tensor& buffer : buffers) reader.array_into<std::byte>(tensor_bytes(buffer));
-  sync_->load(reader);
+  const auto syncs = reader.value<std::uint64_t>();
+  if (syncs != syncs_.size()) {
+    throw Error(fmt::format(
+        "[DataParallel] the saved state has {} synchronization buckets, this run {} (another "
+        "--bucket-mb?)",
+        syncs, syncs_.size()));
+  }
+  for (const auto& sync : syncs_) sync->load(reader);
 }
 
 }  // namespace sparsecomm

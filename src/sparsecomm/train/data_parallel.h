@@ -23,6 +23,7 @@
 // next synchronize() copies it back into the flat buffer.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,10 +38,32 @@
 
 namespace sparsecomm {
 
+// Builds one synchronization instance (one per bucket when pipelined).
+using GradientSyncFactory = std::function<std::unique_ptr<GradientSync>()>;
+
+struct DataParallelOptions {
+  // Pipelining: parameters are grouped, in reverse registration order (the
+  // order backward produces them), into buckets of at least this many bytes
+  // of whole tensors; each bucket is synchronized on a communication thread
+  // as soon as all its gradients are accumulated, while backward goes on.
+  // 0: no pipelining (one synchronization after backward). Methods that are
+  // not bucketable (MiCRO, ExDyna) always run unpipelined.
+  std::size_t bucket_bytes = 0;
+};
+
 class DataParallel {
  public:
   // NotSupported for parameters that are not float32 CPU tensors.
   DataParallel(torch::nn::Module& module, Communicator& comm, std::unique_ptr<GradientSync> sync);
+  // Pipelined when options.bucket_bytes > 0 and the method is bucketable:
+  // then call zero_grad() before each forward (it starts the step), and
+  // synchronize() after backward (it finishes buckets whose parameters got
+  // no gradient, waits for all, and returns the step's combined metrics).
+  DataParallel(torch::nn::Module& module, Communicator& comm, const GradientSyncFactory& make_sync,
+               DataParallelOptions options);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
 
   void zero_grad();
 
@@ -57,8 +80,15 @@ class DataParallel {
   std::span<const LayerSpan> layers() const { return layers_; }
   std::size_t numel() const { return numel_; }
   std::int64_t step() const { return step_; }
-  GradientSync& sync() { return *sync_; }
+  GradientSync& sync() { return *syncs_.front(); }
   Communicator& communicator() { return comm_; }
+  // Buckets in synchronization order (one covering everything when not
+  // pipelined), as ranges of the flat vector.
+  std::span<const Range> buckets() const { return bucket_ranges_; }
+  bool pipelined() const { return pipeline_ != nullptr; }
+  // Pipelined: how many parameters the backward hooks announced in the last
+  // step (the others were completed when synchronize() was called).
+  std::size_t hook_arrivals() const;
 
   // Step counter, synchronization state (residuals, thresholds, layouts)
   // and the module's buffers: with the parameters, what resuming needs.
@@ -66,18 +96,27 @@ class DataParallel {
   void load(StateReader& reader);
 
  private:
+  class Pipeline;
+  void init_flat_buffers();
   void reattach_gradients();
+  StepContext context(std::int64_t bucket, double epoch) const;
 
   torch::nn::Module& module_;
   Communicator& comm_;
-  std::unique_ptr<GradientSync> sync_;
+  std::vector<std::unique_ptr<GradientSync>> syncs_;  // one per bucket
+  std::vector<Range> bucket_ranges_;
+  std::vector<std::vector<LayerSpan>> bucket_layers_;  // offsets relative to the bucket
+  std::unique_ptr<Pipeline> pipeline_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> grad_views_;
   std::vector<LayerSpan> layers_;
   torch::Tensor flat_parameters_;
   torch::Tensor flat_gradients_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep hooks alive
+  std::vector<std::uintptr_t> hook_keys_;
   std::size_t numel_ = 0;
   std::int64_t step_ = 0;
+  double epoch_hint_ = 0.0;  // the last step's epoch, for a pipelined step's buckets
 };
 
 }  // namespace sparsecomm

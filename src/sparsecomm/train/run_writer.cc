@@ -64,6 +64,7 @@ nlohmann::json step_json(const TrainStep& s) {
           {"index_bytes_raw", m.index_bytes_raw},
           {"index_bytes_encoded", m.index_bytes_encoded},
           {"skip_subject", m.skip_subject},
+          {"overlapped_s", number(m.overlapped_s)},
           {"skipped_nonfinite", m.skipped_nonfinite}};
 }
 
@@ -146,6 +147,8 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s) {
     deviations.push_back(std::abs(r.density_ratio - 1.0));
   }
   std::vector<double> skip_fractions;
+  double overlapped = 0.0;
+  double communication = 0.0;
   {
     std::ifstream in(dir_ / "metrics.jsonl");
     std::string line;
@@ -154,40 +157,49 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s) {
       if (record.is_discarded() || record.value("kind", "") != "step") continue;
       const double numel = record.value("numel", 0.0);
       if (numel > 0) skip_fractions.push_back(record.value("skip_subject", 0.0) / numel);
+      const auto seconds = [&](const char* key) {
+        return record.contains(key) && record[key].is_number() ? record[key].get<double>() : 0.0;
+      };
+      overlapped += seconds("overlapped_s");
+      communication += seconds("selection_s") + seconds("exchange_s");
     }
   }
   const std::int64_t steps = static_cast<std::int64_t>(run.steps.size());
   const double samples = static_cast<double>(steps * info.workers * config_.batch);
 
-  nlohmann::json summary = {{"method", config_.method},
-                            {"model", config_.model},
-                            {"dataset", config_.dataset},
-                            {"workers", info.workers},
-                            {"backend", info.backend},
-                            {"threads_per_rank", info.threads},
-                            {"deterministic", config_.deterministic},
-                            {"seed", config_.seed},
-                            {"density", config_.density},
-                            {"numel", info.numel},
-                            {"epochs", number(s.epochs)},
-                            {"steps", steps},
-                            {"test_accuracy", number(s.test_accuracy)},
-                            {"best_test_accuracy", number(s.best_test_accuracy)},
-                            {"wall_s", number(wall_s)},
-                            {"time_breakdown_s",
-                             {{"compute", number(s.time_breakdown_s.compute)},
-                              {"selection", number(s.time_breakdown_s.selection)},
-                              {"exchange", number(s.time_breakdown_s.exchange)},
-                              {"update", number(s.time_breakdown_s.update)}}},
-                            {"bytes_per_rank_per_step", number(s.bytes_per_rank_per_step)},
-                            {"density_ratio_mean", number(mean(ratios))},
-                            {"density_ratio_p95_deviation", number(p95(deviations))},
-                            {"density_ratio_from_step", settled ? kDensitySettleSteps : 0},
-                            {"imbalance_mean", number(s.imbalance_mean)},
-                            {"skip_subject_fraction", number(mean(skip_fractions))},
-                            {"samples_per_s", number(wall_s > 0 ? samples / wall_s : std::nan(""))},
-                            {"resumed_from_step", info.first_step},
-                            {"run_dir", dir_.string()}};
+  nlohmann::json summary = {
+      {"method", config_.method},
+      {"model", config_.model},
+      {"dataset", config_.dataset},
+      {"workers", info.workers},
+      {"backend", info.backend},
+      {"threads_per_rank", info.threads},
+      {"deterministic", config_.deterministic},
+      {"seed", config_.seed},
+      {"density", config_.density},
+      {"numel", info.numel},
+      {"epochs", number(s.epochs)},
+      {"steps", steps},
+      {"test_accuracy", number(s.test_accuracy)},
+      {"best_test_accuracy", number(s.best_test_accuracy)},
+      {"wall_s", number(wall_s)},
+      {"time_breakdown_s",
+       {{"compute", number(s.time_breakdown_s.compute)},
+        {"selection", number(s.time_breakdown_s.selection)},
+        {"exchange", number(s.time_breakdown_s.exchange)},
+        {"update", number(s.time_breakdown_s.update)}}},
+      {"bytes_per_rank_per_step", number(s.bytes_per_rank_per_step)},
+      {"density_ratio_mean", number(mean(ratios))},
+      {"density_ratio_p95_deviation", number(p95(deviations))},
+      {"density_ratio_from_step", settled ? kDensitySettleSteps : 0},
+      {"imbalance_mean", number(s.imbalance_mean)},
+      {"skip_subject_fraction", number(mean(skip_fractions))},
+      {"buckets", info.buckets},
+      {"pipelining", info.pipelining},
+      {"overlap_fraction", number(communication > 0 ? overlapped / communication : 0.0)},
+      {"samples_per_s", number(wall_s > 0 ? samples / wall_s : std::nan(""))},
+      {"resumed_from_step", info.first_step},
+      {"run_dir", dir_.string()}};
   report::write_json_atomically(dir_ / "summary.json", summary);
   return summary;
 }

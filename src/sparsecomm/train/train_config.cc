@@ -15,11 +15,11 @@ namespace sparsecomm {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, backend, workers, threads, timeout_s,
                                                 model, dataset, data_dir, train_samples,
                                                 test_samples, method, density, method_options,
-                                                nonfinite, epochs, max_steps, batch, lr, momentum,
-                                                nesterov, weight_decay, warmup_epochs, lr_decay,
-                                                lr_milestones, lr_gamma, seed, deterministic,
-                                                eval_every, out, checkpoint_every, stop_at_step,
-                                                record_gradients, record_steps, plots)
+                                                nonfinite, bucket_mb, epochs, max_steps, batch, lr,
+                                                momentum, nesterov, weight_decay, warmup_epochs,
+                                                lr_decay, lr_milestones, lr_gamma, seed,
+                                                deterministic, eval_every, out, checkpoint_every,
+                                                stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp"};
@@ -62,6 +62,8 @@ void validate(const TrainConfig& c) {
           fmt::format("{} must lie in (0, 1] (e.g. 0.01 for 1%)", c.density));
   require(one_of(c.nonfinite, {"stop", "skip"}), "nonfinite",
           fmt::format("'{}': valid are stop, skip", c.nonfinite));
+  require(c.bucket_mb >= 0.0 && std::isfinite(c.bucket_mb), "bucket-mb",
+          fmt::format("{} MiB: give 0 (no pipelining) or a positive bucket size", c.bucket_mb));
   require(c.epochs >= 1, "epochs", fmt::format("{} epochs: give at least 1", c.epochs));
   require(c.max_steps >= 0, "max-steps", "must be >= 0 (0: epochs * steps per epoch)");
   require(c.batch >= 1 && c.batch <= 65536, "batch",

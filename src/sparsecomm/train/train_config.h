@@ -33,6 +33,7 @@ struct TrainConfig {
   double density = 0.01;                              // for methods that take a density
   std::map<std::string, std::string> method_options;  // key=value, the method's own
   std::string nonfinite = "stop";                     // stop | skip
+  double bucket_mb = 0.0;  // pipelining: bucket size in MiB (0: synchronize after backward)
 
   // Optimization.
   int epochs = 5;

@@ -139,10 +139,14 @@ class RankTrainer {
       torch::manual_seed(config_.seed);
       model_ = make_model(config_.model);
     }
+    DataParallelOptions parallel;
+    parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
+    if (config_.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
+    const SchemeOptions method_options(plan.method_options);
+    const NonFinitePolicy nonfinite = parse_nonfinite_policy(config_.nonfinite);
     ddp_ = std::make_unique<DataParallel>(
         *model_, comm_,
-        make_gradient_sync(config_.method, SchemeOptions(plan.method_options),
-                           parse_nonfinite_policy(config_.nonfinite)));
+        [&] { return make_gradient_sync(config_.method, method_options, nonfinite); }, parallel);
     SgdOptions sgd;
     sgd.momentum = ddp_->sync().applies_momentum() ? 0.0 : config_.momentum;
     sgd.nesterov = config_.nesterov && sgd.momentum > 0.0;
@@ -188,6 +192,17 @@ class RankTrainer {
       info_.steps_per_epoch = steps_per_epoch_;
       info_.total_steps = total_steps_;
       info_.first_step = step;
+      info_.buckets = ddp_->buckets().size();
+      if (ddp_->pipelined()) {
+        info_.pipelining =
+            fmt::format("pipelined: {} buckets of >= {} MiB", info_.buckets, config_.bucket_mb);
+      } else if (config_.bucket_mb > 0) {
+        info_.pipelining = fmt::format(
+            "not pipelined: {} selects over the whole gradient, so it runs after backward",
+            config_.method);
+      } else {
+        info_.pipelining = "not pipelined (--bucket-mb 0)";
+      }
       info_.run_dir = plan_.run_dir.string();
       if (plan_.observer) plan_.observer->on_start(info_);
     }
@@ -481,6 +496,12 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
           resume_dir));
     }
     plan.resume_step = (*latest)["step"].get<std::int64_t>();
+    if (config.stop_at_step > 0 && config.stop_at_step <= *plan.resume_step) {
+      throw InvalidArgument(fmt::format(
+          "--stop-at-step {}: the checkpoint in {} is already at step {}; give a later step, "
+          "or 0 to run to the end",
+          config.stop_at_step, resume_dir, *plan.resume_step));
+    }
   } else {
     plan.run_dir = config.out.empty() ? default_run_dir(config) : fs::path(config.out);
   }

@@ -27,6 +27,8 @@ struct RunInfo {
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;
   std::int64_t first_step = 0;  // > 0 when resumed
+  std::size_t buckets = 1;      // > 1: pipelined with backward
+  std::string pipelining;       // what the run does about pipelining, in words
   std::string run_dir;
 };
 

@@ -233,9 +233,18 @@ std::string ThreadRequest::describe() const {
 }
 
 bool ThreadRequest::test() {
-  std::lock_guard lock(state_->mutex);
-  if (state_->status == OpState::kFailed) std::rethrow_exception(state_->error);
-  return state_->status == OpState::kDone;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->status == OpState::kFailed) std::rethrow_exception(state_->error);
+    if (state_->status == OpState::kDone) return true;
+  }
+  // Like wait_until: a request that can no longer complete because another
+  // rank failed reports that failure, so a polling loop cannot spin forever.
+  if (comm_.world().aborted()) {
+    cancel();
+    comm_.throw_if_aborted(describe());
+  }
+  return false;
 }
 
 bool ThreadRequest::wait_until(Clock::time_point deadline) {

@@ -1,0 +1,240 @@
+#pragma once
+// The parameter-server engine (torch-free): servers own shards of the flat
+// parameter vector, workers push (possibly sparsified) gradients and pull
+// fresh parameters, under one of the synchronization models of
+// sync_model.h. The trainer drives a PsWorker with one flat gradient per
+// step; every server rank calls run_server() once.
+//
+// Roles (layout.h): ranks [0, W) are workers, [W, W + S) servers; server s
+// owns shard s; server 0 (rank W) also runs the clock/consistency
+// controller. A worker's clock c is the number of steps it has pushed.
+//
+// A worker's step, in this order (PsWorker enforces it):
+//   begin_step()   gated models (bsp, ssp, dssp): a BEGIN request to the
+//                  controller, then block for its GRANT; asp: nothing
+//   pull(params)   optional (BSP needs it for synchronous semantics): a
+//                  PULL request to every server; each answers its version
+//                  and its shard
+//   push(g, lr)    a PUSH to every server (an empty sparse push too), each
+//                  with the worker's clock, the shard version it last
+//                  pulled and the learning rate; c += 1
+//   ...            finish(): a DONE to every server
+//
+// Messages (user tags 29100..29104; exact sizes, in send order per pair):
+//   29100 worker -> server   RequestHeader (40 bytes): kind (PUSH | PULL |
+//                            BEGIN | DONE), sparse flag, clock, count,
+//                            pulled version, learning rate
+//   29101 worker -> server   PUSH payload right after its header: dense:
+//                            `count` = shard-size floats; sparse: `count`
+//                            uint32 shard-relative indices (strictly
+//                            ascending) then `count` floats (no payload
+//                            when count is 0). Never densified on the wire.
+//   29102 server -> worker   PULL reply: the shard's version (int64)
+//   29103 server -> worker   PULL reply: the shard's floats, received
+//                            straight into the worker's parameter slice
+//   29104 controller -> worker  GRANT (GrantReply: min clock, blocked flag,
+//                            DSSP extra-step decision)
+// Workers post their reply receives before sending a request, so a server
+// never blocks on a reply. A server keeps one header receive posted per
+// worker and polls them (Request::test); it handles a worker's requests in
+// its send order. A request that may not be served yet (BSP: a push for a
+// later step, a pull before the previous step is applied; the controller:
+// a BEGIN past the staleness bound) is *held*: no further request of that
+// worker is received until it is served, which preserves per-worker order.
+//
+// Update rule (ALGORITHMS.md): BSP: the server stages the W pushes of a step
+// (the W pushes must all carry the same learning rate), sums them in worker
+// order (deterministic whatever the arrival order), divides by W and makes
+// one optimizer step. ASP/SSP/DSSP: each push is applied on arrival, divided
+// by W. The optimizer is FlatSgd with momentum over the whole shard (a
+// sparse push touches few coordinates, momentum decays all of them). A
+// shard's version counts optimizer steps (BSP: steps; otherwise pushes); an
+// update's staleness is the version when applied minus the version the
+// worker had pulled. Each push is received and applied exactly once by the
+// single-threaded server loop; the server sums an order-independent
+// fingerprint of every push (worker, clock, payload bytes) that workers
+// compute too (tests compare them).
+//
+// Consistency (controller, clocks counted from the pushes it has received;
+// workers that sent DONE leave the minimum): BSP grants a BEGIN at clock c
+// when c - min c_q <= 0 and servers answer a BSP pull only once the
+// previous step is applied everywhere; SSP(s) when c - min c_q <= s; DSSP
+// like SSP(s_L), but a worker past the bound (once it and the slowest
+// worker have pushed twice) is granted r = dssp_grant(...) extra steps,
+// used while it is past s_L; with none left it waits until it is back
+// within s_L (so it never begins a step more than s_U ahead).
+//
+// Sparse pushes: a worker runs its scheme's memory (error feedback) and
+// sparsifier over its whole gradient once per step, then splits the
+// selection by shard; only per-worker schemes are allowed (topk, threshold,
+// randomk, dgc, gaussiank): the partition-based ones (micro, exdyna,
+// exdyna-faithful, cltk, deft) need collectives among the workers, which PS
+// mode does not provide. Selection runs on a view of the worker group that
+// refuses communication (rank = worker index, size = W). Values travel as
+// fp32 with raw indices: the exchange options (exchange, values,
+// encode_indices) are refused. DGC's momentum correction replaces the
+// optimizer's momentum: the servers' SGD momentum must then be 0.
+//
+// Failure: every blocking wait is bounded by the communicator's timeout; a
+// server that hears from no worker within it throws TimeoutError naming the
+// workers it waits for; on the thread backend a failed rank aborts the
+// world and every other rank gets PeerFailure naming it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/ps/layout.h"
+#include "sparsecomm/ps/sync_model.h"
+#include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sparsify/registry.h"
+
+namespace sparsecomm {
+
+// What every rank of a PS world is started with (the same on all ranks).
+struct PsOptions {
+  SyncModel model;
+  // "dense" or a per-worker scheme of the registry (ps_push_methods()).
+  std::string push = "dense";
+  SchemeOptions scheme_options;   // the scheme's options (density=..., ...)
+  SgdOptions sgd;                 // the servers' optimizer
+  std::vector<LayerSpan> layers;  // passed to the sparsifier's StepContext
+};
+
+// "dense, topk, threshold, randomk, dgc, gaussiank".
+std::string ps_push_methods();
+// InvalidArgument for an unknown push method, a partition-based scheme, an
+// exchange option, invalid scheme or SGD options, or DGC with momentum.
+void validate_ps_options(const PsOptions& options);
+
+// --- server side ---
+
+struct AppliedPush {
+  int worker = 0;
+  std::int64_t clock = 0;           // the worker's step
+  std::int64_t pulled_version = 0;  // the shard version the worker had pulled
+  std::int64_t staleness = 0;       // version when applied - pulled_version
+  double time_s = 0.0;              // since the server started
+  std::size_t values = 0;           // elements in the push
+  std::size_t bytes = 0;            // header + payload
+};
+
+// One BEGIN the controller granted.
+struct BeginGrant {
+  int worker = 0;
+  std::int64_t clock = 0;      // the worker's clock (steps pushed)
+  std::int64_t min_clock = 0;  // min over running workers when granted
+  bool blocked = false;        // held before it was granted
+  bool extra = false;          // DSSP: granted as an extra step
+  std::int64_t dssp_r = -1;    // DSSP: r decided on this request (-1: none)
+  double wait_s = 0.0;         // how long it was held
+  double time_s = 0.0;
+};
+
+struct WaitStats {
+  std::int64_t count = 0;  // BEGINs held
+  double seconds = 0.0;
+};
+
+struct ServerLog {
+  int server = 0;
+  Range shard;
+  std::int64_t version = 0;       // optimizer steps applied
+  std::int64_t pushes = 0;        // pushes applied (every one exactly once)
+  std::size_t values = 0;         // elements over all pushes
+  double value_sum = 0.0;         // sum of all pushed values (unscaled)
+  std::uint64_t fingerprint = 0;  // sum of push fingerprints
+  std::int64_t pulls = 0;
+  std::size_t bytes_received = 0;
+  std::size_t bytes_sent = 0;
+  std::vector<AppliedPush> applied;  // in apply order
+  std::vector<BeginGrant> grants;    // controller only, in grant order
+  std::vector<WaitStats> waits;      // controller only, per worker
+  std::vector<float> parameters;     // the shard at the end
+  double seconds = 0.0;              // run time
+};
+
+// Serves the shard of server layout.server_index(comm.rank()) until every
+// worker has sent DONE. `initial_shard` holds that shard's initial
+// parameters (layout.shard(s).size() floats). Throws InvalidArgument for
+// bad options or sizes, CommError on protocol violations or failures.
+ServerLog run_server(Communicator& comm, const ServerLayout& layout, const PsOptions& options,
+                     std::span<const float> initial_shard);
+
+// --- worker side ---
+
+struct PushReport {
+  std::int64_t step = 0;       // the clock this push carried
+  std::size_t target = 0;      // sparse: the scheme's k; dense: d
+  std::size_t values = 0;      // elements sent over all servers
+  std::size_t bytes_sent = 0;  // headers + payloads
+  double select_s = 0.0;       // memory + selection
+  double send_s = 0.0;         // until every server took the push
+  double residual_norm = 0.0;  // sparse: ||residual|| after the push
+};
+
+// What a worker sent to one server (for checks against its ServerLog).
+struct SentToServer {
+  std::int64_t pushes = 0;
+  std::size_t values = 0;
+  double value_sum = 0.0;
+  std::uint64_t fingerprint = 0;
+};
+
+struct WorkerLog {
+  std::int64_t begins = 0;
+  std::int64_t blocked = 0;      // begins the controller held
+  double wait_s = 0.0;           // time spent in begin_step()
+  std::int64_t extra_steps = 0;  // DSSP extra steps granted to this worker
+  std::int64_t pulls = 0;
+  std::size_t bytes_pushed = 0;
+  std::size_t bytes_pulled = 0;
+  std::vector<SentToServer> sent;  // per server
+};
+
+class PsWorker {
+ public:
+  // comm.rank() must be a worker of `layout`, which must span comm.size()
+  // ranks. InvalidArgument otherwise or for bad options.
+  PsWorker(Communicator& comm, const ServerLayout& layout, PsOptions options);
+  ~PsWorker();
+  PsWorker(const PsWorker&) = delete;
+  PsWorker& operator=(const PsWorker&) = delete;
+
+  // Blocks until the model lets this worker begin its next step (ASP: at
+  // once, no message). Call once before each push().
+  void begin_step();
+  // Fresh parameters from every server into `parameters` (d floats).
+  void pull(std::span<float> parameters);
+  // Pushes this step's local gradient (d floats, finite: NonFiniteGradient
+  // otherwise) to every server; sparse methods sparsify it first (with this
+  // worker's residual). Returns when every server has taken it.
+  PushReport push(std::span<const float> gradient, double learning_rate, double epoch = 0.0);
+  // Tells every server this worker is done. Call once at the end.
+  void finish();
+
+  std::int64_t clock() const { return clock_; }
+  const WorkerLog& log() const { return log_; }
+  int worker() const { return worker_; }
+
+ private:
+  struct Sparse;
+  Communicator& comm_;
+  ServerLayout layout_;
+  PsOptions options_;
+  int worker_;
+  std::int64_t clock_ = 0;
+  bool in_step_ = false;
+  bool finished_ = false;
+  std::vector<std::int64_t> versions_;  // per server: the version last pulled
+  WorkerLog log_;
+  std::unique_ptr<Sparse> sparse_;  // null for dense pushes
+};
+
+}  // namespace sparsecomm

@@ -1,0 +1,554 @@
+// run_server(): the server side of the protocol in parameter_server.h, and
+// the clock/consistency controller on server 0.
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/ps/protocol.h"
+
+namespace sparsecomm {
+namespace {
+
+using ps::RequestHeader;
+using ps::RequestKind;
+
+// Idle polls that only yield before the server starts sleeping between polls.
+constexpr int kIdleYields = 64;
+constexpr auto kIdleSleep = std::chrono::microseconds(100);
+
+const char* kind_name(std::uint32_t kind) {
+  switch (static_cast<RequestKind>(kind)) {
+    case RequestKind::kPush:
+      return "PUSH";
+    case RequestKind::kPull:
+      return "PULL";
+    case RequestKind::kBegin:
+      return "BEGIN";
+    case RequestKind::kDone:
+      return "DONE";
+  }
+  return "unknown request";
+}
+
+class Server {
+ public:
+  Server(Communicator& comm, const ServerLayout& layout, const PsOptions& options,
+         std::span<const float> initial)
+      : comm_(comm),
+        layout_(layout),
+        options_(options),
+        server_(layout.server_index(comm.rank())),
+        shard_(layout.shard(server_)),
+        controller_(server_ == 0),
+        sgd_(options.sgd),
+        params_(initial.begin(), initial.end()),
+        gradient_(shard_.size(), 0.0f),
+        slots_(static_cast<std::size_t>(layout.workers())),
+        clocks_(controller_ ? slots_.size() : 0) {
+    log_.server = server_;
+    log_.shard = shard_;
+    if (controller_) log_.waits.assign(slots_.size(), WaitStats{});
+  }
+
+  ServerLog run() {
+    for (int p = 0; p < workers(); ++p) post(p);
+    running_ = workers();
+    last_progress_ = Clock::now();
+    int idle = 0;
+    while (running_ > 0) {
+      bool progress = false;
+      for (int p = 0; p < workers(); ++p) {
+        Slot& slot = slot_of(p);
+        if (!slot.posted || !slot.request.test()) continue;
+        slot.posted = false;
+        progress = true;
+        receive(p);
+      }
+      if (progress) {
+        serve_held();
+        last_progress_ = Clock::now();
+        idle = 0;
+        continue;
+      }
+      idle_check();
+      if (++idle < kIdleYields) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kIdleSleep);
+      }
+    }
+    if (staged_ > 0) {
+      throw CommError(who() + fmt::format("BSP step {}: only {} of {} workers pushed it before "
+                                          "all finished; every worker must run the same number "
+                                          "of steps",
+                                          version_, staged_, workers()));
+    }
+    log_.version = version_;
+    log_.parameters = std::move(params_);
+    log_.seconds = now_s();
+    return std::move(log_);
+  }
+
+ private:
+  struct Slot {
+    RequestHeader header;
+    Request request;
+    bool posted = false;
+    bool held = false;
+    bool done = false;
+    std::int64_t pushes = 0;  // pushes received from this worker
+    Clock::time_point held_since;
+    // The controller's DSSP decision for the current BEGIN.
+    bool grant_evaluated = false;
+    std::int64_t dssp_r = -1;
+    // BSP: the push staged for the current step.
+    bool staged = false;
+    RequestHeader staged_header;
+    std::vector<float> dense;
+    std::vector<std::uint32_t> sparse;  // indices, then value bits
+    std::uint64_t staged_fingerprint = 0;
+    double staged_sum = 0.0;
+  };
+  // The controller's view of one worker.
+  struct WorkerClock {
+    std::int64_t clock = 0;  // pushes received
+    double last_push = 0.0;
+    double previous_push = 0.0;
+    bool in_episode = false;  // DSSP: past s_L on granted extra steps
+    std::int64_t remaining = 0;
+  };
+
+  int workers() const { return layout_.workers(); }
+  Slot& slot_of(int p) { return slots_[static_cast<std::size_t>(p)]; }
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  std::string who() const {
+    return fmt::format("[ps] server {} (rank {}): ", server_, comm_.rank());
+  }
+  static std::string worker_name(int p) { return fmt::format("worker {} (rank {})", p, p); }
+  bool bsp() const { return options_.model.kind == SyncModelKind::kBsp; }
+
+  void post(int p) {
+    Slot& slot = slot_of(p);
+    slot.request =
+        comm_.irecv(ps::writable_bytes_of(slot.header), layout_.worker_rank(p), ps::kTagRequest);
+    slot.posted = true;
+  }
+
+  // A request arrived from worker p: check it, serve it or hold it.
+  void receive(int p) {
+    Slot& slot = slot_of(p);
+    const RequestHeader& h = slot.header;
+    log_.bytes_received += sizeof(RequestHeader);
+    const auto kind = static_cast<RequestKind>(h.kind);
+    if (kind != RequestKind::kPush && kind != RequestKind::kPull && kind != RequestKind::kBegin &&
+        kind != RequestKind::kDone) {
+      throw CommError(who() + fmt::format("{} sent request kind {}; is it running the same "
+                                          "sparsecomm?",
+                                          worker_name(p), h.kind));
+    }
+    if (kind == RequestKind::kBegin && !controller_) {
+      throw CommError(who() + fmt::format("{} sent BEGIN to a server that is not the controller "
+                                          "(rank {})",
+                                          worker_name(p), layout_.controller_rank()));
+    }
+    slot.grant_evaluated = false;
+    slot.dssp_r = -1;
+    if (serve(p)) {
+      if (!slot.done) post(p);
+    } else {
+      slot.held = true;
+      slot.held_since = Clock::now();
+    }
+  }
+
+  // Serves every held request that can be served now, until none can.
+  void serve_held() {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (int p = 0; p < workers(); ++p) {
+        Slot& slot = slot_of(p);
+        if (!slot.held || !serve(p)) continue;
+        slot.held = false;
+        if (!slot.done) post(p);
+        changed = true;
+      }
+    }
+  }
+
+  // False: the request must wait (held).
+  bool serve(int p) {
+    Slot& slot = slot_of(p);
+    switch (static_cast<RequestKind>(slot.header.kind)) {
+      case RequestKind::kPush:
+        return serve_push(p);
+      case RequestKind::kPull:
+        return serve_pull(p);
+      case RequestKind::kBegin:
+        return serve_begin(p);
+      case RequestKind::kDone:
+        slot.done = true;  // it leaves the controller's minimum
+        --running_;
+        return true;
+    }
+    return true;
+  }
+
+  bool serve_push(int p) {
+    Slot& slot = slot_of(p);
+    const RequestHeader h = slot.header;
+    if (h.clock != slot.pushes) {
+      throw CommError(who() + fmt::format("{} pushed step {}, expected step {} (pushes must "
+                                          "carry consecutive clocks)",
+                                          worker_name(p), h.clock, slot.pushes));
+    }
+    if (bsp() && h.clock > version_) return false;  // a later step: wait for this one
+    if (bsp() && (h.clock < version_ || slot.staged)) {
+      throw CommError(who() + fmt::format("{} pushed step {} but the shard is at step {}",
+                                          worker_name(p), h.clock, version_));
+    }
+    const std::size_t n = shard_.size();
+    if (h.sparse == 0 && h.count != n) {
+      throw CommError(who() + fmt::format("{} pushed a dense gradient of {} floats, the shard "
+                                          "has {}",
+                                          worker_name(p), h.count, n));
+    }
+    if (h.sparse != 0 && h.count > n) {
+      throw CommError(who() + fmt::format("{} pushed {} sparse values into a shard of {}",
+                                          worker_name(p), h.count, n));
+    }
+    // Receive the payload (sent right after the header).
+    std::span<const std::byte> payload;
+    std::vector<float>& dense = bsp() ? slot.dense : dense_payload_;
+    std::vector<std::uint32_t>& words = bsp() ? slot.sparse : sparse_payload_;
+    const auto count = static_cast<std::size_t>(h.count);
+    if (h.sparse == 0) {
+      dense.resize(n);
+      comm_.recv(std::as_writable_bytes(std::span<float>(dense)), layout_.worker_rank(p),
+                 ps::kTagPushPayload);
+      payload = std::as_bytes(std::span<const float>(dense));
+    } else {
+      words.resize(2 * count);
+      if (count > 0) {
+        comm_.recv(std::as_writable_bytes(std::span<std::uint32_t>(words)), layout_.worker_rank(p),
+                   ps::kTagPushPayload);
+      }
+      check_indices(p, words, count);
+      payload = std::as_bytes(std::span<const std::uint32_t>(words));
+    }
+    log_.bytes_received += payload.size();
+    ++slot.pushes;
+    if (controller_) {
+      WorkerClock& c = clocks_[static_cast<std::size_t>(p)];
+      c.clock = slot.pushes;
+      c.previous_push = c.last_push;
+      c.last_push = now_s();
+    }
+    const std::uint64_t fingerprint = ps::push_fingerprint(p, h.clock, payload);
+    const double sum = payload_sum(h, dense, words);
+    if (bsp()) {
+      slot.staged = true;
+      slot.staged_header = h;
+      slot.staged_fingerprint = fingerprint;
+      slot.staged_sum = sum;
+      if (++staged_ == workers()) apply_bsp_step();
+      return true;
+    }
+    // ASP/SSP/DSSP: apply on arrival, scaled by 1/W.
+    const float w = static_cast<float>(workers());
+    if (h.sparse == 0) {
+      for (float& v : dense) v /= w;
+      sgd_.step(params_, dense, h.learning_rate);
+    } else {
+      for (std::size_t j = 0; j < count; ++j) {
+        gradient_[words[j]] = std::bit_cast<float>(words[count + j]) / w;
+      }
+      sgd_.step(params_, gradient_, h.learning_rate);
+      for (std::size_t j = 0; j < count; ++j) gradient_[words[j]] = 0.0f;
+    }
+    record_applied(p, h, fingerprint, sum, sizeof(RequestHeader) + payload.size());
+    ++version_;
+    return true;
+  }
+
+  static double payload_sum(const RequestHeader& h, const std::vector<float>& dense,
+                            const std::vector<std::uint32_t>& words) {
+    double sum = 0.0;
+    if (h.sparse == 0) {
+      for (const float v : dense) sum += v;
+    } else {
+      const auto count = static_cast<std::size_t>(h.count);
+      for (std::size_t j = 0; j < count; ++j) sum += std::bit_cast<float>(words[count + j]);
+    }
+    return sum;
+  }
+
+  void check_indices(int p, const std::vector<std::uint32_t>& words, std::size_t count) const {
+    for (std::size_t j = 0; j < count; ++j) {
+      if (words[j] >= shard_.size() || (j > 0 && words[j] <= words[j - 1])) {
+        throw CommError(who() + fmt::format("{} pushed index {} at position {}: indices must be "
+                                            "strictly ascending and below the shard size {}",
+                                            worker_name(p), words[j], j, shard_.size()));
+      }
+    }
+  }
+
+  void record_applied(int p, const RequestHeader& h, std::uint64_t fingerprint, double sum,
+                      std::size_t bytes) {
+    AppliedPush applied;
+    applied.worker = p;
+    applied.clock = h.clock;
+    applied.pulled_version = h.pulled_version;
+    applied.staleness = version_ - h.pulled_version;
+    applied.time_s = now_s();
+    applied.values = static_cast<std::size_t>(h.count);
+    applied.bytes = bytes;
+    log_.applied.push_back(applied);
+    ++log_.pushes;
+    log_.values += applied.values;
+    log_.value_sum += sum;
+    log_.fingerprint += fingerprint;
+  }
+
+  // BSP: all W pushes of step version_ are staged; sum them in worker
+  // order, divide by W, one optimizer step.
+  void apply_bsp_step() {
+    const double lr = slot_of(0).staged_header.learning_rate;
+    for (int p = 0; p < workers(); ++p) {
+      const Slot& slot = slot_of(p);
+      if (slot.staged_header.learning_rate != lr) {
+        throw InvalidArgument(who() + fmt::format("BSP step {}: worker 0 pushed learning rate {}, "
+                                                  "{} pushed {}; every worker must pass the same "
+                                                  "learning rate",
+                                                  version_, lr, worker_name(p),
+                                                  slot.staged_header.learning_rate));
+      }
+      if (slot.staged_header.sparse == 0) {
+        for (std::size_t i = 0; i < gradient_.size(); ++i) gradient_[i] += slot.dense[i];
+      } else {
+        const auto count = static_cast<std::size_t>(slot.staged_header.count);
+        for (std::size_t j = 0; j < count; ++j) {
+          gradient_[slot.sparse[j]] += std::bit_cast<float>(slot.sparse[count + j]);
+        }
+      }
+    }
+    const float w = static_cast<float>(workers());
+    for (float& g : gradient_) g /= w;
+    sgd_.step(params_, gradient_, lr);
+    std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+    for (int p = 0; p < workers(); ++p) {
+      Slot& slot = slot_of(p);
+      const std::size_t payload = slot.staged_header.sparse == 0
+                                      ? shard_.size() * sizeof(float)
+                                      : static_cast<std::size_t>(slot.staged_header.count) * 8;
+      record_applied(p, slot.staged_header, slot.staged_fingerprint, slot.staged_sum,
+                     sizeof(RequestHeader) + payload);
+      slot.staged = false;
+    }
+    staged_ = 0;
+    ++version_;
+  }
+
+  bool serve_pull(int p) {
+    const RequestHeader& h = slot_of(p).header;
+    // BSP: a worker at clock c reads the parameters after step c - 1.
+    if (bsp() && version_ < h.clock) return false;
+    comm_.send(ps::bytes_of(version_), layout_.worker_rank(p), ps::kTagPullVersion);
+    comm_.send(std::as_bytes(std::span<const float>(params_)), layout_.worker_rank(p),
+               ps::kTagPullPayload);
+    ++log_.pulls;
+    log_.bytes_sent += sizeof(version_) + params_.size() * sizeof(float);
+    return true;
+  }
+
+  // Min clock over the workers still running.
+  std::int64_t min_clock() const {
+    std::int64_t min = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t q = 0; q < slots_.size(); ++q) {
+      if (!slots_[q].done) min = std::min(min, clocks_[q].clock);
+    }
+    return min;
+  }
+
+  // The running worker with the smallest clock (ties: the oldest last push).
+  std::size_t slowest() const {
+    std::size_t best = 0;
+    bool found = false;
+    for (std::size_t q = 0; q < slots_.size(); ++q) {
+      if (slots_[q].done) continue;
+      if (!found || clocks_[q].clock < clocks_[best].clock ||
+          (clocks_[q].clock == clocks_[best].clock &&
+           clocks_[q].last_push < clocks_[best].last_push)) {
+        best = q;
+        found = true;
+      }
+    }
+    return best;
+  }
+
+  bool serve_begin(int p) {
+    Slot& slot = slot_of(p);
+    const RequestHeader& h = slot.header;
+    WorkerClock& c = clocks_[static_cast<std::size_t>(p)];
+    if (h.clock != c.clock) {
+      throw CommError(who() + fmt::format("{} asked to begin at clock {}, but pushed {} steps",
+                                          worker_name(p), h.clock, c.clock));
+    }
+    const std::int64_t min = min_clock();
+    const std::int64_t ahead = h.clock - min;
+    const SyncModel& model = options_.model;
+    bool grant = false;
+    bool extra = false;
+    switch (model.kind) {
+      case SyncModelKind::kAsp:
+        grant = true;
+        break;
+      case SyncModelKind::kBsp:
+        grant = ahead <= 0;
+        break;
+      case SyncModelKind::kSsp:
+        grant = ahead <= model.staleness;
+        break;
+      case SyncModelKind::kDssp:
+        if (ahead <= model.staleness) {
+          grant = true;
+          c.in_episode = false;
+          c.remaining = 0;
+        } else if (ahead <= model.staleness_upper) {
+          if (c.in_episode && c.remaining > 0) {
+            grant = extra = true;
+            --c.remaining;
+          } else if (!c.in_episode && !slot.grant_evaluated) {
+            slot.grant_evaluated = true;
+            const WorkerClock& slow = clocks_[slowest()];
+            // Fall back to SSP(s_L) until both have push intervals.
+            if (c.clock >= 2 && slow.clock >= 2) {
+              slot.dssp_r = dssp_grant(c.last_push, c.last_push - c.previous_push, slow.last_push,
+                                       slow.last_push - slow.previous_push,
+                                       model.staleness_upper - model.staleness);
+              if (slot.dssp_r > 0) {
+                c.in_episode = true;
+                c.remaining = slot.dssp_r - 1;
+                grant = extra = true;
+              }
+            }
+          }
+        }
+        break;
+    }
+    if (!grant) return false;
+    BeginGrant record;
+    record.worker = p;
+    record.clock = h.clock;
+    record.min_clock = min;
+    record.blocked = slot.held;
+    record.extra = extra;
+    record.dssp_r = slot.dssp_r;
+    record.wait_s =
+        slot.held ? std::chrono::duration<double>(Clock::now() - slot.held_since).count() : 0.0;
+    record.time_s = now_s();
+    log_.grants.push_back(record);
+    if (record.blocked) {
+      WaitStats& waits = log_.waits[static_cast<std::size_t>(p)];
+      ++waits.count;
+      waits.seconds += record.wait_s;
+    }
+    const ps::GrantReply reply{min, record.blocked ? 1 : 0, extra ? 1 : 0, slot.dssp_r};
+    comm_.send(ps::bytes_of(reply), layout_.worker_rank(p), ps::kTagGrant);
+    log_.bytes_sent += sizeof(reply);
+    return true;
+  }
+
+  // Nothing arrived: detect a stuck protocol, a silent worker, an aborted world.
+  // (An aborted world surfaces from test() on the posted receives.)
+  void idle_check() {
+    const auto now = Clock::now();
+    bool any_held = false;
+    bool any_posted = false;
+    std::string held;
+    std::string waiting;
+    for (int p = 0; p < workers(); ++p) {
+      const Slot& slot = slot_of(p);
+      if (slot.held) {
+        any_held = true;
+        held += fmt::format("{}{} {} at clock {}", held.empty() ? "" : ", ", worker_name(p),
+                            kind_name(slot.header.kind), slot.header.clock);
+      }
+      if (slot.posted) {
+        any_posted = true;
+        waiting += fmt::format("{}{}", waiting.empty() ? "" : ", ", worker_name(p));
+      }
+    }
+    if (any_held && !any_posted) {
+      throw CommError(who() +
+                      fmt::format("stuck under {}: every running worker waits ({}) and no other "
+                                  "request can come; under BSP every worker must run the same "
+                                  "number of steps and call pull() after begin_step()",
+                                  options_.model.name(), held));
+    }
+    if (now - last_progress_ > comm_.timeout()) {
+      throw TimeoutError(who() + fmt::format("no request from {} for {} ms{}{}", waiting,
+                                             comm_.timeout().count(),
+                                             held.empty() ? "" : "; held: ", held));
+    }
+  }
+
+  Communicator& comm_;
+  const ServerLayout& layout_;
+  const PsOptions& options_;
+  int server_;
+  Range shard_;
+  bool controller_;
+  FlatSgd sgd_;
+  std::vector<float> params_;
+  std::vector<float> gradient_;  // dense scratch, all zero between pushes
+  std::vector<float> dense_payload_;
+  std::vector<std::uint32_t> sparse_payload_;
+  std::vector<Slot> slots_;
+  std::vector<WorkerClock> clocks_;  // controller only
+  std::int64_t version_ = 0;
+  int staged_ = 0;  // BSP: pushes staged for step version_
+  int running_ = 0;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_progress_;
+  ServerLog log_;
+};
+
+}  // namespace
+
+ServerLog run_server(Communicator& comm, const ServerLayout& layout, const PsOptions& options,
+                     std::span<const float> initial_shard) {
+  if (layout.world_size() != comm.size()) {
+    throw InvalidArgument(fmt::format("[ps] rank {}: the layout ({}) has {} ranks, the world {}",
+                                      comm.rank(), layout.describe(), layout.world_size(),
+                                      comm.size()));
+  }
+  if (!layout.is_server_rank(comm.rank())) {
+    throw InvalidArgument(
+        fmt::format("[ps] rank {} is a worker, not a server ({}); drive it "
+                    "with a PsWorker",
+                    comm.rank(), layout.describe()));
+  }
+  validate_ps_options(options);
+  const int server = layout.server_index(comm.rank());
+  const Range shard = layout.shard(server);
+  if (initial_shard.size() != shard.size()) {
+    throw InvalidArgument(fmt::format(
+        "[ps] server {} (rank {}): initial shard of {} floats, its "
+        "shard [{}, {}) has {}",
+        server, comm.rank(), initial_shard.size(), shard.begin, shard.end, shard.size()));
+  }
+  Server s(comm, layout, options, initial_shard);
+  return s.run();
+}
+
+}  // namespace sparsecomm
