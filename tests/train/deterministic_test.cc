@@ -16,20 +16,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void train(const std::string& launcher, const std::string& backend, const fs::path& out) {
+void train(const std::string& launcher, const std::string& backend, const fs::path& out,
+           const std::string& extra) {
   const std::string command = fmt::format(
-      "{} {} train --backend {} --workers 4 --deterministic --model cnn --method exdyna "
+      "{} {} train --backend {} --workers 4 --deterministic --model cnn {} "
       "--train-samples 2048 --test-samples 500 --batch 32 --epochs 1 --checkpoint-every 16 "
       "--no-plots --out '{}' > '{}.log' 2>&1",
-      launcher, SPARSECOMM_CLI, backend, out.string(), out.string());
+      launcher, SPARSECOMM_CLI, backend, extra, out.string(), out.string());
   ASSERT_EQ(std::system(command.c_str()), 0) << command << " failed; see " << out << ".log";
 }
 
-TEST(Deterministic, ThreadBackendAndMpiGiveIdenticalParameters) {
+class Deterministic : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Deterministic, ThreadBackendAndMpiGiveIdenticalParameters) {
   const testing::ScratchDir scratch("deterministic");
-  train("", "thread", scratch.path() / "thread");
+  train("", "thread", scratch.path() / "thread", GetParam());
   train(fmt::format("{} -n 4 {}", SPARSECOMM_MPIEXEC, SPARSECOMM_MPIEXEC_FLAGS), "mpi",
-        scratch.path() / "mpi");
+        scratch.path() / "mpi", GetParam());
   for (int rank = 0; rank < 4; ++rank) {
     const auto a = testing::parameters_of_checkpoint(
         read_rank_checkpoint(scratch.path() / "thread", 16, rank));
@@ -39,6 +42,11 @@ TEST(Deterministic, ThreadBackendAndMpiGiveIdenticalParameters) {
     EXPECT_TRUE(a == b) << "rank " << rank << ": parameters differ between thread and MPI";
   }
 }
+
+// ExDyna after backward, and dense pipelined in buckets of ~64 KiB (the
+// communication thread's collectives must match across backends too).
+INSTANTIATE_TEST_SUITE_P(Methods, Deterministic,
+                         ::testing::Values("--method exdyna", "--method dense --bucket-mb 0.0625"));
 
 }  // namespace
 }  // namespace sparsecomm

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "sparsecomm/comm/thread/thread_world.h"
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/train/data_parallel.h"
@@ -156,6 +157,105 @@ TEST(Pipeline, CollectivesKeepTheirOrderWhenHooksFireInDifferentOrders) {
   ASSERT_EQ(pipelined.size(), reference.size());
   for (std::size_t i = 0; i < reference.size(); ++i) {
     EXPECT_NEAR(pipelined[i], reference[i], 1e-6) << i;
+  }
+}
+
+// Wraps a bucket's synchronization and records, per step, its input
+// gradient, its output and the residual it keeps (read from its saved
+// state: sparse_sync, scheme name, memory.ef, then the residual).
+class RecordingSync final : public GradientSync {
+ public:
+  struct Step {
+    std::vector<float> gradient, output, residual;
+  };
+  explicit RecordingSync(std::unique_ptr<GradientSync> inner) : inner_(std::move(inner)) {}
+  std::string_view method() const override { return inner_->method(); }
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override {
+    Step step;
+    step.gradient.assign(gradient.begin(), gradient.end());
+    const StepMetrics m = inner_->synchronize(gradient, ctx, comm);
+    step.output.assign(gradient.begin(), gradient.end());
+    StateWriter writer;
+    inner_->save(writer);
+    StateReader reader(writer.bytes());
+    reader.expect_tag("sparse_sync");
+    reader.string();
+    reader.expect_tag("memory.ef");
+    reader.value<std::uint8_t>();
+    step.residual = reader.array<float>();
+    steps.push_back(std::move(step));
+    return m;
+  }
+  bool bucketable() const override { return inner_->bucketable(); }
+  void save(StateWriter& writer) const override { inner_->save(writer); }
+  void load(StateReader& reader) override { inner_->load(reader); }
+  std::vector<Step> steps;
+
+ private:
+  std::unique_ptr<GradientSync> inner_;
+};
+
+TEST(Pipeline, BucketedTopkWithErrorFeedbackConservesGradientMass) {
+  // Over all ranks and each bucket, every step:
+  //   n * average + sum of new residuals = sum of gradients + sum of old residuals.
+  std::vector<std::vector<RecordingSync*>> recorders(kWorld);
+  std::vector<std::vector<std::vector<RecordingSync::Step>>> records(kWorld);  // rank, bucket, step
+  torch::manual_seed(3);
+  const torch::Tensor images = torch::randn({kSteps, kWorld, 8, 1, 28, 28});
+  const torch::Tensor labels = torch::randint(0, 10, {kSteps, kWorld, 8});
+  static std::mutex construction;
+  run_thread_world(kWorld, [&](Communicator& comm) {
+    std::shared_ptr<ImageModel> model;
+    {
+      std::lock_guard lock(construction);
+      torch::manual_seed(1);
+      model = make_model("mlp");
+    }
+    SchemeOptions options;
+    options.set("density=0.02");
+    auto& mine = recorders[static_cast<std::size_t>(comm.rank())];
+    DataParallel ddp(
+        *model, comm,
+        [&] {
+          auto recorder = std::make_unique<RecordingSync>(make_gradient_sync("topk", options));
+          mine.push_back(recorder.get());
+          return recorder;
+        },
+        DataParallelOptions{64 << 10});
+    EXPECT_TRUE(ddp.pipelined());
+    FlatSgd sgd(SgdOptions{0.9, false, 0.0});
+    for (int t = 0; t < kSteps; ++t) {
+      ddp.zero_grad();
+      torch::nn::functional::cross_entropy(model->forward(images[t][comm.rank()]),
+                                           labels[t][comm.rank()])
+          .backward();
+      ddp.synchronize();
+      sgd.step(ddp.parameters(), ddp.gradients(), 0.05);
+    }
+    // The recorders die with ddp: keep what they saw.
+    for (const RecordingSync* recorder : mine) {
+      records[static_cast<std::size_t>(comm.rank())].push_back(recorder->steps);
+    }
+  });
+  const std::size_t buckets = records[0].size();
+  ASSERT_GT(buckets, 1u);
+  for (std::size_t b = 0; b < buckets; ++b) {
+    for (int t = 0; t < kSteps; ++t) {
+      const std::size_t size = records[0][b][static_cast<std::size_t>(t)].output.size();
+      for (std::size_t i = 0; i < size; ++i) {
+        double lhs = kWorld * double{records[0][b][static_cast<std::size_t>(t)].output[i]};
+        double rhs = 0.0;
+        for (int r = 0; r < kWorld; ++r) {
+          const auto& steps = records[static_cast<std::size_t>(r)][b];
+          lhs += steps[static_cast<std::size_t>(t)].residual[i];
+          rhs += steps[static_cast<std::size_t>(t)].gradient[i];
+          if (t > 0) rhs += steps[static_cast<std::size_t>(t - 1)].residual[i];
+        }
+        ASSERT_NEAR(lhs, rhs, 1e-5 * (1.0 + std::abs(rhs)))
+            << "bucket " << b << " step " << t << " element " << i;
+      }
+    }
   }
 }
 

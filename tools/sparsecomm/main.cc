@@ -11,6 +11,7 @@
 
 #include "bench_collectives.h"
 #include "bench_exchange.h"
+#include "bench_pipeline.h"
 #include "bench_sparsifiers.h"
 #include "report_command.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   sparsecomm::cli::add_bench_collectives_command(*bench);
   sparsecomm::cli::add_bench_exchange_command(*bench);
   sparsecomm::cli::add_bench_sparsifiers_command(*bench);
+  sparsecomm::cli::add_bench_pipeline_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

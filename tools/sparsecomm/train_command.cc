@@ -16,6 +16,7 @@
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
@@ -38,10 +39,14 @@ class ConsoleReporter final : public TrainObserver {
 
   void on_start(const RunInfo& info) override {
     info_ = info;
+    const std::string world =
+        info.servers > 0 ? fmt::format("{} workers + {} server{} ({})", info.workers, info.servers,
+                                       info.servers == 1 ? "" : "s", info.sync)
+                         : fmt::format("{} ranks", info.workers);
     fmt::print(
-        "[{}] {} ranks ({} backend, {} intra-op thread{} each), {} parameters, {} steps "
+        "[{}] {} ({} backend, {} intra-op thread{} each), {} parameters, {} steps "
         "({} per epoch){} -> {}\n",
-        label_, info.workers, info.backend, info.threads, info.threads == 1 ? "" : "s", info.numel,
+        label_, world, info.backend, info.threads, info.threads == 1 ? "" : "s", info.numel,
         info.total_steps, info.steps_per_epoch,
         info.first_step > 0 ? fmt::format(", resumed at step {}", info.first_step) : "",
         info.run_dir);
@@ -138,15 +143,42 @@ int run_one(const TrainConfig& config, const std::string& resume) {
   return 0;
 }
 
-void run_compare(const TrainConfig& base, const std::vector<std::string>& methods) {
+// One --compare item: "METHOD" or "METHOD@SYNC" (SYNC: bsp | asp | ssp | dssp,
+// taking the bounds of --staleness / --staleness-low/-high, or ssp:S |
+// dssp:L:U with its own bounds). Returns the configuration and its label.
+std::pair<TrainConfig, std::string> compare_item(const TrainConfig& base, const std::string& item) {
+  TrainConfig config = base;
+  const auto at = item.find('@');
+  config.method = item.substr(0, at);
+  std::string label = item;
+  if (at != std::string::npos) {
+    const std::string sync = item.substr(at + 1);
+    if (sync.find(':') != std::string::npos) {
+      const SyncModel model = parse_sync_model(sync);
+      config.sync = sync.substr(0, sync.find(':'));
+      config.staleness = model.kind == SyncModelKind::kSsp ? model.staleness : 0;
+      config.staleness_low = model.kind == SyncModelKind::kDssp ? model.staleness : 0;
+      config.staleness_high = model.kind == SyncModelKind::kDssp ? model.staleness_upper : 0;
+    } else {
+      config.sync = sync;
+      if (sync != "ssp") config.staleness = 0;
+      if (sync != "dssp") config.staleness_low = config.staleness_high = 0;
+    }
+    for (char& ch : label) {
+      if (ch == ':') ch = '-';
+    }
+  }
+  return {config, label};
+}
+
+void run_compare(const TrainConfig& base, const std::vector<std::string>& items) {
   const fs::path root = base.out.empty() ? fs::path("runs") / "compare" : fs::path(base.out);
   std::vector<fs::path> dirs;
   bool rank0 = true;
-  for (const std::string& method : methods) {
-    TrainConfig config = base;
-    config.method = method;
-    config.out = (root / method).string();
-    ConsoleReporter reporter(method);
+  for (const std::string& item : items) {
+    auto [config, label] = compare_item(base, item);
+    config.out = (root / label).string();
+    ConsoleReporter reporter(label);
     const nlohmann::json summary = run_training(config, &reporter);
     rank0 = !summary.is_null();
     dirs.push_back(config.out);
@@ -171,12 +203,33 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train",
       "Data-parallel training of a LibTorch model on Fashion-MNIST with a chosen gradient "
-      "synchronization. With no arguments: 4 ranks as threads, the CNN, ExDyna at density 1%, "
-      "5 epochs.");
+      "synchronization, or through parameter servers (--servers, --sync). With no arguments: 4 "
+      "ranks as threads, the CNN, ExDyna at density 1%, 5 epochs.");
   cmd->add_option("--config", flags->config_file,
                   "JSON file of settings (a run's config.json reproduces it); flags override it");
-  cmd->add_option("--workers,-n", c.workers, "ranks (thread backend); under mpirun: the job size")
+  cmd->add_option("--workers,-n", c.workers,
+                  "ranks (thread backend); under mpirun: the job size. With --servers S: the "
+                  "number of workers, and the world is workers + S ranks (mpirun -n W+S)")
       ->capture_default_str();
+  cmd->add_option("--servers", c.servers,
+                  "parameter-server mode: S servers own shards of the parameters and W = "
+                  "--workers workers push gradients and pull parameters (0: all-reduce). "
+                  "Per-worker push methods only (dense, topk, threshold, randomk, dgc, "
+                  "gaussiank); no checkpoints, --resume or --bucket-mb in this mode yet")
+      ->capture_default_str();
+  cmd->add_option("--sync", c.sync,
+                  "parameter-server synchronization: bsp (default) | asp | ssp | dssp")
+      ->capture_default_str();
+  cmd->add_option("--staleness", c.staleness, "ssp: a worker may be at most s steps ahead")
+      ->capture_default_str();
+  cmd->add_option("--staleness-low", c.staleness_low, "dssp: the lower bound s_L")
+      ->capture_default_str();
+  cmd->add_option("--staleness-high", c.staleness_high,
+                  "dssp: the upper bound s_U (the server grants up to s_U - s_L extra steps)")
+      ->capture_default_str();
+  cmd->add_option("--slowdown", c.slowdown,
+                  "RANK:FACTOR (repeatable): that worker sleeps (FACTOR - 1) x its compute time "
+                  "each step, a straggler");
   cmd->add_option("--backend", c.backend, "auto | thread | mpi (auto: mpi under mpirun)")
       ->capture_default_str();
   cmd->add_option("--threads", c.threads,
@@ -241,8 +294,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-plots", flags->no_plots, "do not draw PNG plots");
   cmd->add_option("--compare", flags->compare,
-                  "train each of these methods in turn (comma-separated) on the same seed and "
-                  "data, then print one table and draw comparison plots");
+                  "train each of these in turn (comma-separated) on the same seed and data, then "
+                  "print one table and draw comparison plots; an item is METHOD or, with "
+                  "--servers, METHOD@SYNC (bsp, asp, ssp, dssp with the --staleness flags, or "
+                  "ssp:S, dssp:L:U), e.g. topk@bsp,topk@ssp:2,topk@dssp:1:4");
 
   // Defaults come from the config file (or a resumed run's config.json),
   // then explicit flags override: read those files before parsing flags.
@@ -270,6 +325,12 @@ void add_train_command(CLI::App& app) {
         {"--density", "density"},
         {"--nonfinite", "nonfinite"},
         {"--bucket-mb", "bucket_mb"},
+        {"--servers", "servers"},
+        {"--sync", "sync"},
+        {"--staleness", "staleness"},
+        {"--staleness-low", "staleness_low"},
+        {"--staleness-high", "staleness_high"},
+        {"--slowdown", "slowdown"},
         {"--epochs", "epochs"},
         {"--max-steps", "max_steps"},
         {"--batch", "batch"},
@@ -319,9 +380,11 @@ void add_train_command(CLI::App& app) {
         throw InvalidArgument("--compare and --resume exclude each other");
       const std::vector<std::string> methods = split_list(flags->compare, "--compare");
       for (const std::string& method : methods) {
-        TrainConfig check = config;
-        check.method = method;
-        validate(check);
+        try {
+          validate(compare_item(config, method).first);
+        } catch (const InvalidArgument& e) {
+          throw InvalidArgument(fmt::format("--compare item '{}': {}", method, e.what()));
+        }
       }
       run_compare(config, methods);
       return;

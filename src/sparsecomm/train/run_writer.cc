@@ -52,6 +52,7 @@ nlohmann::json step_json(const TrainStep& s) {
           {"selection_s", number(s.selection_s)},
           {"exchange_s", number(s.exchange_s)},
           {"update_s", number(s.update_s)},
+          {"wait_s", number(s.wait_s)},
           {"density_ratio", number(m.density_ratio)},
           {"imbalance", number(m.imbalance)},
           {"bytes_sent", m.bytes_sent},
@@ -130,7 +131,7 @@ void RunWriter::write_eval(const TrainEval& eval) {
   report::append_line(metrics_path_, eval_json(eval).dump());
 }
 
-nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s) {
+nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohmann::json& extra) {
   const report::RunData run = report::load_run(dir_);
   const report::RunSummary s = report::derive_summary(run.config, run.steps, run.evals);
 
@@ -199,7 +200,10 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s) {
       {"overlap_fraction", number(communication > 0 ? overlapped / communication : 0.0)},
       {"samples_per_s", number(wall_s > 0 ? samples / wall_s : std::nan(""))},
       {"resumed_from_step", info.first_step},
-      {"run_dir", dir_.string()}};
+      {"run_dir", dir_.string()},
+      {"servers", info.servers},
+      {"sync", info.sync.empty() ? std::string("allreduce") : info.sync}};
+  for (const auto& [key, value] : extra.items()) summary[key] = value;
   report::write_json_atomically(dir_ / "summary.json", summary);
   return summary;
 }

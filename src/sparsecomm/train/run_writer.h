@@ -27,8 +27,10 @@ class RunWriter {
 
   void write_step(const TrainStep& step);
   void write_eval(const TrainEval& eval);
-  // Computes, writes and returns summary.json.
-  nlohmann::json finish(const RunInfo& info, double wall_s);
+  // Computes, writes and returns summary.json; the keys of `extra` (an
+  // object) are added to it.
+  nlohmann::json finish(const RunInfo& info, double wall_s,
+                        const nlohmann::json& extra = nlohmann::json::object());
 
   const std::filesystem::path& dir() const { return dir_; }
   // Wall seconds of the kept records (a resumed run's clock starts there).

@@ -8,18 +8,18 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/optim/lr_schedule.h"
+#include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/sync/gradient_sync.h"
 
 namespace sparsecomm {
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, backend, workers, threads, timeout_s,
-                                                model, dataset, data_dir, train_samples,
-                                                test_samples, method, density, method_options,
-                                                nonfinite, bucket_mb, epochs, max_steps, batch, lr,
-                                                momentum, nesterov, weight_decay, warmup_epochs,
-                                                lr_decay, lr_milestones, lr_gamma, seed,
-                                                deterministic, eval_every, out, checkpoint_every,
-                                                stop_at_step, record_gradients, record_steps, plots)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
+    TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
+    test_samples, method, density, method_options, nonfinite, bucket_mb, servers, sync, staleness,
+    staleness_low, staleness_high, slowdown, epochs, max_steps, batch, lr, momentum, nesterov,
+    weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
+    out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp"};
@@ -64,6 +64,52 @@ void validate(const TrainConfig& c) {
           fmt::format("'{}': valid are stop, skip", c.nonfinite));
   require(c.bucket_mb >= 0.0 && std::isfinite(c.bucket_mb), "bucket-mb",
           fmt::format("{} MiB: give 0 (no pipelining) or a positive bucket size", c.bucket_mb));
+  require(
+      c.servers >= 0 && c.servers <= (1 << 24), "servers",
+      fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));
+  if (!ps_mode(c)) {
+    require(c.sync.empty(), "sync",
+            fmt::format("'{}' needs parameter servers: add --servers S (S >= 1)", c.sync));
+    require(c.staleness == 0 && c.staleness_low == 0 && c.staleness_high == 0, "staleness",
+            "staleness bounds need parameter servers: add --servers S and --sync ssp|dssp");
+  } else {
+    const std::string sync = c.sync.empty() ? "bsp" : c.sync;
+    require(one_of(sync, {"bsp", "asp", "ssp", "dssp"}), "sync",
+            fmt::format("'{}' is not a synchronization model; valid: bsp, asp, ssp, dssp", sync));
+    require(c.staleness >= 0, "staleness",
+            fmt::format("{}: the staleness bound must be >= 0", c.staleness));
+    require(c.staleness_low >= 0, "staleness-low",
+            fmt::format("{}: the staleness bound must be >= 0", c.staleness_low));
+    require(c.staleness_high >= 0, "staleness-high",
+            fmt::format("{}: the staleness bound must be >= 0", c.staleness_high));
+    require(sync == "ssp" || c.staleness == 0, "staleness",
+            fmt::format("--staleness is SSP's bound; --sync {} takes none{}", sync,
+                        sync == "dssp" ? " (use --staleness-low and --staleness-high)" : ""));
+    require(sync == "dssp" || (c.staleness_low == 0 && c.staleness_high == 0), "staleness-low",
+            fmt::format("--staleness-low/--staleness-high are DSSP's bounds; --sync {} takes none",
+                        sync));
+    require(c.staleness_high >= c.staleness_low, "staleness-high",
+            fmt::format("s_U = {} is below s_L = {}: DSSP needs s_L <= s_U", c.staleness_high,
+                        c.staleness_low));
+    const std::vector<std::string> methods = {"dense",   "topk", "threshold",
+                                              "randomk", "dgc",  "gaussiank"};
+    require(one_of(c.method, methods), "method",
+            fmt::format("'{}' is not allowed in parameter-server mode (it needs collectives among "
+                        "the workers, or is not a per-worker scheme); valid: {}",
+                        c.method, ps_push_methods()));
+    require(c.nonfinite == "stop", "nonfinite",
+            "parameter-server mode stops on NaN/inf gradients; drop --nonfinite skip");
+    require(c.bucket_mb == 0.0, "bucket-mb",
+            "pipelining is not available in parameter-server mode; drop --bucket-mb");
+    require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
+            "checkpoints (and --stop-at-step) are not supported in parameter-server mode yet");
+    require(c.record_gradients.empty(), "record-gradients",
+            "gradient traces are not supported in parameter-server mode");
+    require(!c.deterministic, "deterministic",
+            "--deterministic is for all-reduce mode; BSP with dense pushes is already "
+            "order-independent on the servers");
+  }
+  parse_slowdowns(c);
   require(c.epochs >= 1, "epochs", fmt::format("{} epochs: give at least 1", c.epochs));
   require(c.max_steps >= 0, "max-steps", "must be >= 0 (0: epochs * steps per epoch)");
   require(c.batch >= 1 && c.batch <= 65536, "batch",
@@ -83,6 +129,47 @@ void validate(const TrainConfig& c) {
   require(c.checkpoint_every >= 0, "checkpoint-every", "must be >= 0 (0: off)");
   require(c.stop_at_step >= 0, "stop-at-step", "must be >= 0 (0: run to the end)");
   require(c.record_steps >= 1, "record-steps", "must be >= 1");
+}
+
+std::string sync_model_name(const TrainConfig& c) {
+  const std::string sync = c.sync.empty() ? "bsp" : c.sync;
+  if (sync == "ssp") return make_sync_model(sync, c.staleness).name();
+  if (sync == "dssp") return make_sync_model(sync, c.staleness_low, c.staleness_high).name();
+  return make_sync_model(sync).name();
+}
+
+std::map<int, double> parse_slowdowns(const TrainConfig& c) {
+  std::map<int, double> out;
+  for (const std::string& item : c.slowdown) {
+    const auto colon = item.find(':');
+    int rank = -1;
+    double factor = 0.0;
+    bool ok = colon != std::string::npos;
+    if (ok) {
+      try {
+        std::size_t used = 0;
+        rank = std::stoi(item.substr(0, colon), &used);
+        ok = used == colon;
+        const std::string f = item.substr(colon + 1);
+        factor = std::stod(f, &used);
+        ok = ok && used == f.size();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    require(ok, "slowdown", fmt::format("'{}': give RANK:FACTOR, e.g. 1:2", item));
+    require(rank >= 0, "slowdown", fmt::format("'{}': rank {} must be >= 0", item, rank));
+    require(factor >= 1.0 && std::isfinite(factor), "slowdown",
+            fmt::format("'{}': factor {} must be >= 1 (the worker sleeps (FACTOR-1) x its "
+                        "compute time each step)",
+                        item, factor));
+    require(!out.count(rank), "slowdown", fmt::format("rank {} is given twice", rank));
+    require(c.workers == 0 || rank < c.workers, "slowdown",
+            fmt::format("'{}': rank {} is not a worker (workers are ranks 0..{}{})", item, rank,
+                        c.workers - 1, ps_mode(c) ? "; servers follow them" : ""));
+    out[rank] = factor;
+  }
+  return out;
 }
 
 nlohmann::json to_json(const TrainConfig& config) {

@@ -35,6 +35,16 @@ struct TrainConfig {
   std::string nonfinite = "stop";                     // stop | skip
   double bucket_mb = 0.0;  // pipelining: bucket size in MiB (0: synchronize after backward)
 
+  // Parameter-server mode (servers > 0): `workers` workers train, `servers`
+  // servers own shards of the parameters; the world is workers + servers
+  // ranks. 0: all-reduce data parallelism.
+  int servers = 0;
+  std::string sync;                   // bsp | asp | ssp | dssp ("" : bsp; needs servers > 0)
+  std::int64_t staleness = 0;         // ssp: s
+  std::int64_t staleness_low = 0;     // dssp: s_L
+  std::int64_t staleness_high = 0;    // dssp: s_U (>= s_L)
+  std::vector<std::string> slowdown;  // "RANK:FACTOR": that worker sleeps (FACTOR-1) x compute
+
   // Optimization.
   int epochs = 5;
   std::int64_t max_steps = 0;  // 0: epochs * steps per epoch; else this many steps in all
@@ -59,6 +69,14 @@ struct TrainConfig {
   std::int64_t record_steps = 20;
   bool plots = true;  // draw PNG plots at the end
 };
+
+// Parameter-server mode helpers.
+inline bool ps_mode(const TrainConfig& config) { return config.servers > 0; }
+// The --sync model's canonical name ("bsp", "ssp:2", "dssp:1:4").
+std::string sync_model_name(const TrainConfig& config);
+// --slowdown as rank -> factor (validated: rank >= 0, factor >= 1, each
+// rank once). Whether the rank is a worker is checked once the world is known.
+std::map<int, double> parse_slowdowns(const TrainConfig& config);
 
 // The models `make_model` knows, in a fixed order.
 const std::vector<std::string>& model_names();

@@ -1,8 +1,10 @@
 #include "sparsecomm/train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +22,7 @@
 #include "sparsecomm/data/synthetic_images.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/traces/gradient_stream.h"
@@ -174,6 +177,8 @@ class RankTrainer {
     lr.total_steps = total_steps_;
     schedule_ = std::make_unique<LrSchedule>(lr);
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
+    const auto slowdowns = parse_slowdowns(config_);
+    if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
   }
 
   void run() {
@@ -264,6 +269,10 @@ class RankTrainer {
         torch::nn::functional::cross_entropy(model_->forward(images), labels);
     loss.backward();
     record.loss = loss.item<double>();
+    if (slowdown_ > 1.0) {
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>((slowdown_ - 1.0) * compute.seconds()));
+    }
     record.compute_s = compute.seconds();
     train_loss_sum_ += record.loss;
     train_loss_count_ += 1;
@@ -430,6 +439,431 @@ class RankTrainer {
   std::unique_ptr<TraceWriter> own_trace_;
   Stopwatch clock_;
   double wall_offset_ = 0.0;
+  double slowdown_ = 1.0;
+  RunInfo info_;
+};
+
+// --- parameter-server mode ---------------------------------------------------
+
+// A model whose parameters live in one flat buffer and whose gradients
+// accumulate into a second one (as DataParallel lays them out, without its
+// broadcast: in PS mode every rank builds the same seeded model and the
+// servers hold the authoritative copy).
+struct FlatModel {
+  std::shared_ptr<ImageModel> model;
+  torch::Tensor parameters;  // [numel] float
+  torch::Tensor gradients;   // [numel] float
+  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> grad_views;
+  std::vector<LayerSpan> layers;
+  std::size_t numel = 0;
+
+  std::span<float> parameter_span() { return {parameters.data_ptr<float>(), numel}; }
+  std::span<float> gradient_span() { return {gradients.data_ptr<float>(), numel}; }
+
+  // Zeroes the gradients and points every parameter's grad at its slice
+  // (again, should anything have replaced it).
+  void zero_grad() {
+    gradients.zero_();
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const torch::Tensor& grad = params[i].grad();
+      if (grad.defined() && grad.data_ptr() == grad_views[i].data_ptr()) continue;
+      params[i].mutable_grad() = grad_views[i];
+    }
+  }
+  // After backward: copies back a gradient LibTorch did not accumulate in place.
+  void collect_gradients() {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const torch::Tensor& grad = params[i].grad();
+      if (!grad.defined()) {
+        grad_views[i].zero_();
+      } else if (grad.data_ptr() != grad_views[i].data_ptr()) {
+        grad_views[i].copy_(grad);
+        params[i].mutable_grad() = grad_views[i];
+      }
+    }
+  }
+};
+
+torch::Tensor flat_alias(const torch::Tensor& owner, std::size_t offset, at::IntArrayRef shape) {
+  return torch::from_blob(
+      owner.data_ptr<float>() + offset, shape, [keep = owner](void*) {},
+      torch::TensorOptions().dtype(torch::kFloat32));
+}
+
+std::unique_ptr<FlatModel> make_flat_model(const TrainConfig& config) {
+  auto flat = std::make_unique<FlatModel>();
+  {
+    std::lock_guard lock(model_construction_mutex());
+    torch::manual_seed(config.seed);
+    flat->model = make_model(config.model);
+  }
+  for (const auto& item : flat->model->named_parameters(/*recurse=*/true)) {
+    const auto size = static_cast<std::size_t>(item.value().numel());
+    flat->layers.push_back({item.key(), flat->numel, size});
+    flat->numel += size;
+    flat->params.push_back(item.value());
+  }
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
+  flat->parameters = torch::empty({static_cast<std::int64_t>(flat->numel)}, options);
+  flat->gradients = torch::zeros({static_cast<std::int64_t>(flat->numel)}, options);
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < flat->params.size(); ++i) {
+    torch::Tensor& p = flat->params[i];
+    torch::Tensor home = flat_alias(flat->parameters, flat->layers[i].offset, p.sizes());
+    home.copy_(p);
+    p.set_data(home);
+    flat->grad_views.push_back(flat_alias(flat->gradients, flat->layers[i].offset, p.sizes()));
+  }
+  flat->zero_grad();
+  return flat;
+}
+
+std::size_t model_numel(const TrainConfig& config) {
+  std::shared_ptr<ImageModel> model;
+  {
+    std::lock_guard lock(model_construction_mutex());
+    model = make_model(config.model);
+  }
+  std::size_t numel = 0;
+  for (const auto& p : model->parameters()) numel += static_cast<std::size_t>(p.numel());
+  return numel;
+}
+
+PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers) {
+  const TrainConfig& c = plan.config;
+  PsOptions options;
+  options.model = parse_sync_model(sync_model_name(c));
+  options.push = c.method;
+  options.scheme_options = SchemeOptions(plan.method_options);
+  // DGC's momentum correction replaces the servers' momentum.
+  options.sgd.momentum = c.method == "dgc" ? 0.0 : c.momentum;
+  options.sgd.nesterov = c.nesterov && options.sgd.momentum > 0.0;
+  options.sgd.weight_decay = c.weight_decay;
+  options.layers = layers;
+  return options;
+}
+
+// Totals every rank contributes to at the end (fixed point, one all-reduce
+// over the whole world): per worker its wait (us) and blocked begins, per
+// server its staleness sum, count and maximum.
+struct PsTotals {
+  int workers = 0;
+  int servers = 0;
+  std::vector<std::int64_t> values;
+  PsTotals(int w, int s) : workers(w), servers(s), values(2 * w + 3 * s, 0) {}
+  std::int64_t& wait_us(int worker) { return values[static_cast<std::size_t>(worker)]; }
+  std::int64_t& blocked(int worker) { return values[static_cast<std::size_t>(workers + worker)]; }
+  std::int64_t& server(int s, int field) {
+    return values[static_cast<std::size_t>(2 * workers + 3 * s + field)];
+  }
+};
+
+void write_server_log(const fs::path& path, const ServerLog& log, const std::string& sync) {
+  std::ofstream out(path, std::ios::trunc);
+  const auto line = [&](const nlohmann::json& j) { out << j.dump() << '\n'; };
+  for (const BeginGrant& g : log.grants) {
+    line({{"kind", "begin"},
+          {"worker", g.worker},
+          {"clock", g.clock},
+          {"min_clock", g.min_clock},
+          {"blocked", g.blocked},
+          {"extra", g.extra},
+          {"dssp_r", g.dssp_r},
+          {"wait_s", g.wait_s},
+          {"time_s", g.time_s}});
+  }
+  for (const AppliedPush& a : log.applied) {
+    line({{"kind", "push"},
+          {"worker", a.worker},
+          {"clock", a.clock},
+          {"pulled_version", a.pulled_version},
+          {"staleness", a.staleness},
+          {"time_s", a.time_s},
+          {"values", a.values},
+          {"bytes", a.bytes}});
+  }
+  nlohmann::json waits = nlohmann::json::array();
+  for (const WaitStats& w : log.waits)
+    waits.push_back({{"count", w.count}, {"seconds", w.seconds}});
+  line({{"kind", "server"},
+        {"server", log.server},
+        {"sync", sync},
+        {"shard", {log.shard.begin, log.shard.end}},
+        {"version", log.version},
+        {"pushes", log.pushes},
+        {"pulls", log.pulls},
+        {"values", log.values},
+        {"bytes_received", log.bytes_received},
+        {"bytes_sent", log.bytes_sent},
+        {"waits", waits},
+        {"seconds", log.seconds}});
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+}
+
+// One server rank: serves its shard of the seeded initial parameters, writes
+// its log (server<i>.jsonl in the run directory), joins the final totals.
+void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout) {
+  std::unique_ptr<FlatModel> flat = make_flat_model(plan.config);
+  const int index = layout.server_index(comm.rank());
+  const Range shard = layout.shard(index);
+  const PsOptions options = ps_options(plan, flat->layers);
+  const ServerLog log =
+      run_server(comm, layout, options, flat->parameter_span().subspan(shard.begin, shard.size()));
+  write_server_log(plan.run_dir / fmt::format("server{}.jsonl", index), log, options.model.name());
+  PsTotals totals(layout.workers(), layout.servers());
+  std::int64_t max_staleness = 0;
+  for (const AppliedPush& a : log.applied) {
+    totals.server(index, 0) += a.staleness;
+    max_staleness = std::max(max_staleness, a.staleness);
+  }
+  totals.server(index, 1) = static_cast<std::int64_t>(log.applied.size());
+  totals.server(index, 2) = max_staleness;
+  allreduce(comm, std::span<std::int64_t>(totals.values));
+}
+
+// One worker rank: the same model, data order and learning-rate schedule as
+// the all-reduce trainer (with W workers instead of W ranks), but each step
+// is begin_step -> pull -> forward/backward -> push to the servers. Rank 0
+// evaluates alone, on parameters it pulls right before evaluating.
+class PsRankWorker {
+ public:
+  PsRankWorker(Communicator& comm, RunPlan& plan, const ServerLayout& layout)
+      : comm_(comm), plan_(plan), config_(plan.config), layout_(layout) {
+    flat_ = make_flat_model(config_);
+    options_ = ps_options(plan, flat_->layers);
+    worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
+    const auto slowdowns = parse_slowdowns(config_);
+    if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
+
+    const std::int64_t shard = plan.data->train.count() / layout_.workers();
+    steps_per_epoch_ = shard / config_.batch;
+    if (steps_per_epoch_ < 1) {
+      throw InvalidArgument(fmt::format(
+          "--batch {} is larger than each worker's share of the data ({} of {} samples over {} "
+          "workers): lower --batch or --workers, or use more --train-samples",
+          config_.batch, shard, plan.data->train.count(), layout_.workers()));
+    }
+    total_steps_ = config_.max_steps > 0 ? config_.max_steps : config_.epochs * steps_per_epoch_;
+    LrScheduleOptions lr;
+    lr.base = config_.lr;
+    lr.warmup_steps = std::llround(config_.warmup_epochs * static_cast<double>(steps_per_epoch_));
+    lr.decay = parse_lr_decay(config_.lr_decay);
+    for (const double epoch : config_.lr_milestones) {
+      lr.milestones.push_back(std::llround(epoch * static_cast<double>(steps_per_epoch_)));
+    }
+    lr.gamma = config_.lr_gamma;
+    lr.total_steps = total_steps_;
+    schedule_ = std::make_unique<LrSchedule>(lr);
+  }
+
+  void run() {
+    if (comm_.rank() == 0) {
+      info_.backend = std::string(backend_name(plan_.backend));
+      info_.workers = layout_.workers();
+      info_.servers = layout_.servers();
+      info_.sync = options_.model.name();
+      info_.threads = plan_.threads;
+      info_.numel = flat_->numel;
+      info_.steps_per_epoch = steps_per_epoch_;
+      info_.total_steps = total_steps_;
+      info_.pipelining = "not pipelined (parameter-server mode)";
+      info_.run_dir = plan_.run_dir.string();
+      if (plan_.observer) plan_.observer->on_start(info_);
+    }
+    clock_ = Stopwatch();
+    flat_->model->train();
+    for (std::int64_t step = 0; step < total_steps_; ++step) {
+      train_step(step);
+      const std::int64_t done = step + 1;
+      if (comm_.rank() == 0 && (done % steps_per_epoch_ == 0 || done == total_steps_ ||
+                                (config_.eval_every > 0 && done % config_.eval_every == 0))) {
+        evaluate(done);
+      }
+    }
+    worker_->finish();
+    PsTotals totals(layout_.workers(), layout_.servers());
+    totals.wait_us(comm_.rank()) = std::llround(worker_->log().wait_s * 1e6);
+    totals.blocked(comm_.rank()) = worker_->log().blocked;
+    allreduce(comm_, std::span<std::int64_t>(totals.values));
+    if (comm_.rank() == 0) finish(totals);
+  }
+
+ private:
+  torch::Tensor batch_indices(std::int64_t step) {
+    const std::int64_t epoch = step / steps_per_epoch_;
+    if (epoch != shard_epoch_) {
+      shard_ = epoch_shard(static_cast<std::size_t>(plan_.data->train.count()), comm_.rank(),
+                           layout_.workers(), static_cast<std::size_t>(config_.batch), config_.seed,
+                           epoch);
+      shard_epoch_ = epoch;
+    }
+    const std::int64_t first = (step % steps_per_epoch_) * config_.batch;
+    std::vector<std::int64_t> indices(shard_.begin() + first,
+                                      shard_.begin() + first + config_.batch);
+    return torch::tensor(indices, torch::kInt64);
+  }
+
+  void train_step(std::int64_t step) {
+    TrainStep record;
+    record.step = step;
+    record.lr = schedule_->at(step);
+    const double epoch = static_cast<double>(step) / static_cast<double>(steps_per_epoch_);
+
+    Stopwatch wait;
+    worker_->begin_step();
+    record.wait_s = wait.seconds();
+
+    Stopwatch pull;
+    const std::size_t pulled_before = worker_->log().bytes_pulled;
+    worker_->pull(flat_->parameter_span());
+    const double pull_s = pull.seconds();
+    const std::size_t pulled = worker_->log().bytes_pulled - pulled_before;
+
+    Stopwatch compute;
+    const torch::Tensor indices = batch_indices(step);
+    const torch::Tensor images = plan_.data->train.images.index_select(0, indices);
+    const torch::Tensor labels = plan_.data->train.labels.index_select(0, indices);
+    flat_->zero_grad();
+    const torch::Tensor loss =
+        torch::nn::functional::cross_entropy(flat_->model->forward(images), labels);
+    loss.backward();
+    flat_->collect_gradients();
+    record.loss = loss.item<double>();
+    if (slowdown_ > 1.0) {
+      // A straggler: sleep (not spin) (FACTOR - 1) x this step's compute time.
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>((slowdown_ - 1.0) * compute.seconds()));
+    }
+    record.compute_s = compute.seconds();
+    train_loss_sum_ += record.loss;
+    train_loss_count_ += 1;
+
+    const PushReport push = worker_->push(flat_->gradient_span(), record.lr, epoch);
+    record.selection_s = push.select_s;
+    record.exchange_s = pull_s + push.send_s;
+
+    StepMetrics& m = record.sync;
+    m.step = step;
+    m.numel = flat_->numel;
+    m.target = push.target;
+    m.selected = push.values;
+    m.union_size = push.values;
+    m.density_ratio =
+        push.target > 0 ? static_cast<double>(push.values) / static_cast<double>(push.target) : 0.0;
+    m.residual_norm = push.residual_norm;
+    m.bytes_sent = push.bytes_sent;
+    m.bytes_received = pulled;
+    m.selection_s = push.select_s;
+    m.exchange_s = record.exchange_s;
+    bytes_pushed_ += static_cast<double>(push.bytes_sent);
+    bytes_pulled_ += static_cast<double>(pulled);
+
+    if (comm_.rank() == 0) {
+      record.epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
+      record.wall_s = clock_.seconds();
+      plan_.writer->write_step(record);
+      if (plan_.observer) plan_.observer->on_step(record);
+    }
+  }
+
+  // Rank 0 alone: pulls the freshest parameters (under BSP those after this
+  // step's update, as in the all-reduce trainer) and evaluates the whole
+  // test set; the training loss is rank 0's mean since the last evaluation.
+  void evaluate(std::int64_t done) {
+    worker_->pull(flat_->parameter_span());
+    flat_->model->eval();
+    const TensorSplit& test = plan_.data->test;
+    const std::int64_t n = test.count();
+    double loss_sum = 0.0;
+    std::int64_t correct = 0;
+    {
+      torch::NoGradGuard no_grad;
+      for (std::int64_t first = 0; first < n; first += kEvalBatch) {
+        const std::int64_t count = std::min(kEvalBatch, n - first);
+        const torch::Tensor logits = flat_->model->forward(test.images.narrow(0, first, count));
+        const torch::Tensor labels = test.labels.narrow(0, first, count);
+        loss_sum += torch::nn::functional::cross_entropy(
+                        logits, labels,
+                        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                        .item<double>();
+        correct += logits.argmax(1).eq(labels).sum().item<std::int64_t>();
+      }
+    }
+    flat_->model->train();
+    TrainEval eval;
+    eval.step = done;
+    eval.epoch = static_cast<double>(done) / static_cast<double>(steps_per_epoch_);
+    eval.wall_s = clock_.seconds();
+    eval.test_accuracy = n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+    eval.test_loss = n > 0 ? loss_sum / static_cast<double>(n) : 0.0;
+    eval.train_loss = train_loss_count_ > 0
+                          ? train_loss_sum_ / static_cast<double>(train_loss_count_)
+                          : std::nan("");
+    train_loss_sum_ = 0.0;
+    train_loss_count_ = 0;
+    plan_.writer->write_eval(eval);
+    if (plan_.observer) plan_.observer->on_eval(eval);
+  }
+
+  void finish(PsTotals& totals) {
+    const double wall_s = clock_.seconds();  // after every worker and server is done
+    std::int64_t stale_sum = 0, stale_count = 0, stale_max = 0;
+    for (int s = 0; s < totals.servers; ++s) {
+      stale_sum += totals.server(s, 0);
+      stale_count += totals.server(s, 1);
+      stale_max = std::max(stale_max, totals.server(s, 2));
+    }
+    std::vector<double> waits;
+    std::vector<std::int64_t> blocked;
+    for (int w = 0; w < totals.workers; ++w) {
+      waits.push_back(static_cast<double>(totals.wait_us(w)) * 1e-6);
+      blocked.push_back(totals.blocked(w));
+    }
+    const double steps = static_cast<double>(std::max<std::int64_t>(1, total_steps_));
+    const nlohmann::json extra = {
+        {"staleness_mean",
+         stale_count > 0 ? static_cast<double>(stale_sum) / static_cast<double>(stale_count) : 0.0},
+        {"staleness_max", stale_max},
+        {"applied_pushes", stale_count},
+        {"wait_s_per_worker", waits},
+        {"blocked_per_worker", blocked},
+        {"slowdown", config_.slowdown},
+        {"bytes_per_push", bytes_pushed_ / steps},
+        {"bytes_per_pull", bytes_pulled_ / steps},
+        {"server_logs", "server<i>.jsonl"}};
+    plan_.summary = plan_.writer->finish(info_, wall_s, extra);
+    if (config_.plots) {
+      try {
+        const std::vector<report::RunData> runs = {report::load_run(plan_.run_dir)};
+        report::write_plots(runs, plan_.run_dir);
+      } catch (const std::exception& e) {
+        spdlog::warn("plots were not drawn: {}", e.what());
+      }
+    }
+    if (plan_.observer) plan_.observer->on_finish(plan_.summary);
+  }
+
+  Communicator& comm_;
+  RunPlan& plan_;
+  const TrainConfig& config_;
+  ServerLayout layout_;
+  std::unique_ptr<FlatModel> flat_;
+  PsOptions options_;
+  std::unique_ptr<PsWorker> worker_;
+  double slowdown_ = 1.0;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+  std::vector<std::uint32_t> shard_;
+  std::int64_t shard_epoch_ = -1;
+  double train_loss_sum_ = 0.0;
+  std::int64_t train_loss_count_ = 0;
+  double bytes_pushed_ = 0.0;
+  double bytes_pulled_ = 0.0;
+  Stopwatch clock_;
   RunInfo info_;
 };
 
@@ -474,7 +908,20 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
         "--method-option allreduce=native");
   }
   // Build the method once up front so bad options fail before any work.
-  make_gradient_sync(config.method, SchemeOptions(plan.method_options));
+  if (ps_mode(config)) {
+    if (!resume_dir.empty()) {
+      throw InvalidArgument("--resume: parameter-server runs write no checkpoints yet");
+    }
+    const std::size_t numel = model_numel(config);
+    if (static_cast<std::size_t>(config.servers) > numel) {
+      throw InvalidArgument(fmt::format(
+          "--servers {}: more servers than the {} model's {} parameters; give at most {}",
+          config.servers, config.model, numel, numel));
+    }
+    validate_ps_options(ps_options(plan, {}));
+  } else {
+    make_gradient_sync(config.method, SchemeOptions(plan.method_options));
+  }
 
   plan.backend = resolve_backend(parse_backend(config.backend));
   plan.threads = resolve_threads(config, plan.backend);
@@ -513,12 +960,49 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
   WorldOptions world;
   world.backend = plan.backend;
   world.ranks = config.workers;
+  if (ps_mode(config)) {
+    // Under MPI take the job's size and check it below (a clearer message).
+    world.ranks = plan.backend == BackendKind::kMpi ? 0 : config.workers + config.servers;
+  }
   if (config.timeout_s > 0) {
     world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.timeout_s * 1000));
   }
 
   std::unique_ptr<RunWriter> writer;
   run_world(world, [&](Communicator& comm) {
+    std::optional<ServerLayout> layout;
+    if (ps_mode(config)) {
+      if (config.workers > 0 && comm.size() != config.workers + config.servers) {
+        throw InvalidArgument(fmt::format(
+            "--workers {} --servers {}: the world must have {} ranks (workers + servers), but "
+            "the MPI job has {}; run mpirun -n {} (or give --workers {} to use this job)",
+            config.workers, config.servers, config.workers + config.servers, comm.size(),
+            config.workers + config.servers, comm.size() - config.servers));
+      }
+      if (comm.size() <= config.servers) {
+        throw InvalidArgument(fmt::format(
+            "--servers {}: the job has {} ranks, which leaves no worker; the world is workers + "
+            "servers ranks",
+            config.servers, comm.size()));
+      }
+      const int workers = comm.size() - config.servers;
+      for (const auto& [rank, factor] : parse_slowdowns(config)) {
+        if (rank >= workers) {
+          throw InvalidArgument(fmt::format(
+              "--slowdown {}:{}: rank {} is not a worker (workers are ranks 0..{}, servers "
+              "{}..{})",
+              rank, factor, rank, workers - 1, workers, comm.size() - 1));
+        }
+      }
+      layout.emplace(model_numel(config), workers, config.servers);
+    } else {
+      for (const auto& [rank, factor] : parse_slowdowns(config)) {
+        if (rank >= comm.size()) {
+          throw InvalidArgument(
+              fmt::format("--slowdown {}:{}: there are only {} ranks", rank, factor, comm.size()));
+        }
+      }
+    }
     if (comm.rank() == 0) {
       writer = std::make_unique<RunWriter>(plan.run_dir, plan.config,
                                            plan.resume_step ? *plan.resume_step : -1);
@@ -527,8 +1011,15 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
     // The run directory exists (or the error above stops every rank)
     // before anyone trains.
     comm.barrier();
-    RankTrainer trainer(comm, plan);
-    trainer.run();
+    if (layout && layout->is_server_rank(comm.rank())) {
+      run_ps_server(comm, plan, *layout);
+    } else if (layout) {
+      PsRankWorker worker(comm, plan, *layout);
+      worker.run();
+    } else {
+      RankTrainer trainer(comm, plan);
+      trainer.run();
+    }
   });
   return plan.summary;
 }

@@ -21,8 +21,10 @@ namespace sparsecomm {
 // What the run is, once the world and the data are known.
 struct RunInfo {
   std::string backend;  // thread | mpi
-  int workers = 0;
-  int threads = 0;  // LibTorch intra-op threads per rank
+  int workers = 0;      // all-reduce: ranks; parameter-server mode: workers (W)
+  int servers = 0;      // parameter-server mode: S (the world is W + S ranks); 0: all-reduce
+  std::string sync;     // parameter-server mode: "bsp", "ssp:2", ...; all-reduce: "allreduce"
+  int threads = 0;      // LibTorch intra-op threads per rank
   std::size_t numel = 0;
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;
@@ -44,6 +46,7 @@ struct TrainStep {
   double selection_s = 0.0;  // forming a = g + e and the sparsifier's selection
   double exchange_s = 0.0;
   double update_s = 0.0;  // optimizer step
+  double wait_s = 0.0;    // parameter-server mode: blocked in begin_step (the sync model)
   StepMetrics sync;
 };
 

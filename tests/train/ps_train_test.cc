@@ -1,0 +1,217 @@
+// Parameter-server mode of the trainer (`sparsecomm train --servers S`):
+// BSP with dense pushes trains like the all-reduce dense trainer (same seed,
+// same data order), SSP/DSSP with a straggler train and respect their bounds
+// (checked on the servers' logs), sparse pushes cut bytes per push, and bad
+// options fail clearly.
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/trainer.h"
+#include "train/train_checks.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+TrainConfig short_run(const std::string& method, const fs::path& out, int workers, int servers) {
+  TrainConfig c;
+  c.backend = "thread";
+  c.workers = workers;
+  c.servers = servers;
+  c.model = "mlp";
+  c.train_samples = 2048;
+  c.test_samples = 500;
+  c.method = method;
+  c.density = 0.05;
+  c.epochs = 2;
+  c.batch = 32;
+  c.lr = 0.05;
+  c.out = out.string();
+  c.plots = false;
+  return c;
+}
+
+double mean_loss(const report::RunData& run, bool last, std::size_t n = 8) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += run.steps[last ? run.steps.size() - 1 - i : i].loss;
+  }
+  return sum / static_cast<double>(n);
+}
+
+std::vector<nlohmann::json> read_lines(const fs::path& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(PsTrain, BspDenseEqualsAllReduceDense) {
+  const testing::ScratchDir scratch("ps_bsp");
+  TrainConfig ps = short_run("dense", scratch.path() / "ps", 2, 2);
+  ps.sync = "bsp";
+  const nlohmann::json summary = run_training(ps);
+  TrainConfig ar = short_run("dense", scratch.path() / "ar", 2, 0);
+  run_training(ar);
+
+  const report::RunData a = report::load_run(ps.out);
+  const report::RunData b = report::load_run(ar.out);
+  ASSERT_EQ(a.steps.size(), 64u);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  EXPECT_LT(mean_loss(a, true), 0.8 * mean_loss(a, false)) << "the loss did not go down";
+  // Rank 0's loss on the same batch with the same parameters, step by step.
+  for (std::size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_NEAR(a.steps[i].loss, b.steps[i].loss, 1e-5 * (1.0 + b.steps[i].loss)) << "step " << i;
+  }
+  ASSERT_EQ(a.evals.size(), b.evals.size());
+  for (std::size_t i = 0; i < a.evals.size(); ++i) {
+    EXPECT_NEAR(a.evals[i].test_loss, b.evals[i].test_loss, 1e-5) << "eval " << i;
+    EXPECT_NEAR(a.evals[i].test_accuracy, b.evals[i].test_accuracy, 0.005) << "eval " << i;
+  }
+  EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.5);
+  EXPECT_EQ(summary.at("sync"), "bsp");
+  EXPECT_EQ(summary.at("servers"), 2);
+  EXPECT_EQ(summary.at("workers"), 2);
+  EXPECT_EQ(summary.at("staleness_max"), 0);
+  EXPECT_EQ(summary.at("wait_s_per_worker").size(), 2u);
+  EXPECT_TRUE(fs::exists(fs::path(ps.out) / "server0.jsonl"));
+  EXPECT_TRUE(fs::exists(fs::path(ps.out) / "server1.jsonl"));
+}
+
+// Staleness bound at every grant of the controller's log.
+std::int64_t max_lead(const fs::path& server0) {
+  std::int64_t lead = 0;
+  for (const nlohmann::json& line : read_lines(server0)) {
+    if (line.at("kind") != "begin") continue;
+    lead = std::max(
+        lead, line.at("clock").get<std::int64_t>() - line.at("min_clock").get<std::int64_t>());
+  }
+  return lead;
+}
+
+TEST(PsTrain, SspAndDsspWithAStragglerTrainWithinTheirBounds) {
+  const testing::ScratchDir scratch("ps_ssp");
+  struct Case {
+    std::string sync;
+    std::int64_t s, low, high;
+    std::string name;
+    std::int64_t bound;
+  };
+  for (const Case& k : {Case{"ssp", 2, 0, 0, "ssp:2", 2}, Case{"dssp", 0, 1, 3, "dssp:1:3", 3},
+                        Case{"asp", 0, 0, 0, "asp", -1}}) {
+    TrainConfig c = short_run("dense", scratch.path() / k.sync, 3, 1);
+    c.sync = k.sync;
+    c.staleness = k.s;
+    c.staleness_low = k.low;
+    c.staleness_high = k.high;
+    c.slowdown = {"1:3"};
+    c.eval_every = 16;
+    const nlohmann::json summary = run_training(c);
+    const report::RunData run = report::load_run(c.out);
+    ASSERT_EQ(run.steps.size(), 42u) << k.sync;
+    EXPECT_LT(mean_loss(run, true), 0.8 * mean_loss(run, false)) << k.sync;
+    EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.5) << k.sync;
+    EXPECT_EQ(summary.at("sync"), k.name);
+    EXPECT_EQ(summary.at("servers"), 1);
+    EXPECT_EQ(summary.at("applied_pushes"), 3 * 42);
+    const double mean = summary.at("staleness_mean").get<double>();
+    const auto max = summary.at("staleness_max").get<std::int64_t>();
+    EXPECT_GE(mean, 0.0) << k.sync;
+    EXPECT_LE(mean, static_cast<double>(max)) << k.sync;
+    EXPECT_GT(max, 0) << k.sync << ": a 3x straggler makes stale updates";
+    ASSERT_EQ(summary.at("wait_s_per_worker").size(), 3u);
+    for (const auto& w : summary.at("wait_s_per_worker")) EXPECT_GE(w.get<double>(), 0.0);
+    EXPECT_GT(summary.at("samples_per_s").get<double>(), 0.0);
+    EXPECT_GT(summary.at("bytes_per_push").get<double>(), 0.0);
+    EXPECT_GT(summary.at("bytes_per_pull").get<double>(), 0.0);
+    // Evaluations every 16 steps plus the epoch ends (21, 42).
+    EXPECT_EQ(run.evals.size(), 4u) << k.sync;
+    if (k.bound >= 0) {
+      EXPECT_LE(max_lead(fs::path(c.out) / "server0.jsonl"), k.bound) << k.sync;
+    }
+  }
+}
+
+TEST(PsTrain, SparsePushesCutBytesPerPush) {
+  const testing::ScratchDir scratch("ps_topk");
+  TrainConfig dense = short_run("dense", scratch.path() / "dense", 2, 1);
+  dense.max_steps = 16;
+  const nlohmann::json d = run_training(dense);
+  TrainConfig topk = short_run("topk", scratch.path() / "topk", 2, 1);
+  topk.sync = "ssp";
+  topk.staleness = 1;
+  topk.density = 0.01;
+  topk.max_steps = 16;
+  const nlohmann::json t = run_training(topk);
+  EXPECT_LT(t.at("bytes_per_push").get<double>() * 20, d.at("bytes_per_push").get<double>());
+  EXPECT_EQ(t.at("bytes_per_pull"), d.at("bytes_per_pull"));
+}
+
+TEST(PsTrain, BadOptionsFailClearly) {
+  const testing::ScratchDir scratch("ps_bad");
+  auto message = [&](TrainConfig c) -> std::string {
+    try {
+      run_training(c);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  TrainConfig c = short_run("dense", scratch.path() / "a", 2, 0);
+  c.sync = "ssp";
+  EXPECT_NE(message(c).find("add --servers"), std::string::npos) << message(c);
+  c = short_run("dense", scratch.path() / "b", 2, 1);
+  c.sync = "dssp";
+  c.staleness_low = 3;
+  c.staleness_high = 1;
+  EXPECT_NE(message(c).find("s_L <= s_U"), std::string::npos) << message(c);
+  c = short_run("dense", scratch.path() / "c", 2, 1);
+  c.sync = "ssp";
+  c.staleness = -1;
+  EXPECT_NE(message(c).find("must be >= 0"), std::string::npos) << message(c);
+  c = short_run("dense", scratch.path() / "d", 2, 1);
+  c.slowdown = {"2:2"};  // rank 2 is the server
+  EXPECT_NE(message(c).find("not a worker"), std::string::npos) << message(c);
+  c = short_run("exdyna", scratch.path() / "e", 2, 1);
+  EXPECT_NE(message(c).find("not allowed in parameter-server mode"), std::string::npos)
+      << message(c);
+  c = short_run("dense", scratch.path() / "f", 2, 1);
+  c.sync = "gossip";
+  EXPECT_NE(message(c).find("bsp, asp, ssp, dssp"), std::string::npos) << message(c);
+  c = short_run("dense", scratch.path() / "g", 2, 10'000'000);
+  EXPECT_NE(message(c).find("more servers than"), std::string::npos) << message(c);
+  c = short_run("dense", scratch.path() / "h", 2, 1);
+  c.checkpoint_every = 10;
+  EXPECT_NE(message(c).find("not supported in parameter-server mode"), std::string::npos)
+      << message(c);
+  c = short_run("dense", scratch.path() / "i", 2, 1);
+  c.slowdown = {"0:0.5"};
+  EXPECT_NE(message(c).find("must be >= 1"), std::string::npos) << message(c);
+
+  // The new fields round-trip through config.json.
+  TrainConfig full = short_run("topk", scratch.path() / "j", 3, 2);
+  full.sync = "dssp";
+  full.staleness_low = 1;
+  full.staleness_high = 4;
+  full.slowdown = {"1:2"};
+  TrainConfig back;
+  update_from_json(back, to_json(full), "test");
+  EXPECT_EQ(to_json(back), to_json(full));
+  EXPECT_EQ(back.servers, 2);
+  EXPECT_EQ(back.slowdown, std::vector<std::string>{"1:2"});
+  EXPECT_EQ(sync_model_name(back), "dssp:1:4");
+}
+
+}  // namespace
+}  // namespace sparsecomm
