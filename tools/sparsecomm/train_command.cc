@@ -67,6 +67,7 @@ class ConsoleReporter final : public TrainObserver {
     window_.bytes += static_cast<double>(s.sync.bytes_sent);
     window_.density += s.sync.density_ratio;
     window_.imbalance += s.sync.imbalance;
+    window_.overlapped += s.sync.overlapped_s;
     if (!terminal_ || clock_.seconds() < next_draw_s_) return;
     next_draw_s_ = clock_.seconds() + 0.2;
     const std::int64_t done = s.step + 1;
@@ -90,18 +91,26 @@ class ConsoleReporter final : public TrainObserver {
     fmt::print(
         "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  K/k {:.3f}  imbalance {:.3f}  "
         "{}/rank/step  time: compute {:.1f}s selection {:.2f}s exchange {:.2f}s update {:.2f}s  "
-        "[{:.0f}s]\n",
+        "{}[{:.0f}s]\n",
         e.epoch, e.train_loss, 100.0 * e.test_accuracy, window_.density / n, window_.imbalance / n,
         format_bytes(window_.bytes / n), window_.compute, window_.selection, window_.exchange,
-        window_.update, e.wall_s);
+        window_.update, overlap_text(), e.wall_s);
     std::fflush(stdout);
     window_ = {};
   }
 
  private:
+  // "overlap 32%  " when pipelined: the share of selection + exchange done
+  // while backward ran.
+  std::string overlap_text() const {
+    const double communication = window_.selection + window_.exchange;
+    if (!(info_.buckets > 1) || communication <= 0) return "";
+    return fmt::format("overlap {:.0f}%  ", 100.0 * window_.overlapped / communication);
+  }
+
   struct Window {
     double steps = 0, loss = 0, compute = 0, selection = 0, exchange = 0, update = 0, bytes = 0,
-           density = 0, imbalance = 0;
+           overlapped = 0, density = 0, imbalance = 0;
   };
   std::string label_;
   bool terminal_;

@@ -127,6 +127,38 @@ void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& curren
   }
 }
 
+// The run's length and learning-rate schedule when `trainers` ranks (or
+// workers) share the training data, each `config.batch` samples per step.
+struct StepPlan {
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t total_steps = 0;
+  LrScheduleOptions lr;
+};
+
+StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int trainers,
+                    std::string_view trainer_name) {
+  StepPlan plan;
+  const std::int64_t shard = train_count / trainers;
+  plan.steps_per_epoch = shard / config.batch;
+  if (plan.steps_per_epoch < 1) {
+    throw InvalidArgument(fmt::format(
+        "--batch {} is larger than each {}'s share of the data ({} of {} samples over {} {}s): "
+        "lower --batch or --workers, or use more --train-samples",
+        config.batch, trainer_name, shard, train_count, trainers, trainer_name));
+  }
+  plan.total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * plan.steps_per_epoch;
+  const auto per_epoch = static_cast<double>(plan.steps_per_epoch);
+  plan.lr.base = config.lr;
+  plan.lr.warmup_steps = std::llround(config.warmup_epochs * per_epoch);
+  plan.lr.decay = parse_lr_decay(config.lr_decay);
+  for (const double epoch : config.lr_milestones) {
+    plan.lr.milestones.push_back(std::llround(epoch * per_epoch));
+  }
+  plan.lr.gamma = config.lr_gamma;
+  plan.lr.total_steps = plan.total_steps;
+  return plan;
+}
+
 std::mutex& model_construction_mutex() {
   static std::mutex mutex;
   return mutex;
@@ -156,26 +188,10 @@ class RankTrainer {
     sgd.weight_decay = config_.weight_decay;
     sgd_ = std::make_unique<FlatSgd>(sgd);
 
-    const std::int64_t shard = plan.data->train.count() / comm_.size();
-    steps_per_epoch_ = shard / config_.batch;
-    if (steps_per_epoch_ < 1) {
-      throw InvalidArgument(fmt::format(
-          "--batch {} is larger than each rank's share of the data ({} of {} samples over {} "
-          "ranks): lower --batch or --workers, or use more --train-samples",
-          config_.batch, shard, plan.data->train.count(), comm_.size()));
-    }
-    total_steps_ = config_.max_steps > 0 ? config_.max_steps : config_.epochs * steps_per_epoch_;
-
-    LrScheduleOptions lr;
-    lr.base = config_.lr;
-    lr.warmup_steps = std::llround(config_.warmup_epochs * static_cast<double>(steps_per_epoch_));
-    lr.decay = parse_lr_decay(config_.lr_decay);
-    for (const double epoch : config_.lr_milestones) {
-      lr.milestones.push_back(std::llround(epoch * static_cast<double>(steps_per_epoch_)));
-    }
-    lr.gamma = config_.lr_gamma;
-    lr.total_steps = total_steps_;
-    schedule_ = std::make_unique<LrSchedule>(lr);
+    const StepPlan steps = plan_steps(config_, plan.data->train.count(), comm_.size(), "rank");
+    steps_per_epoch_ = steps.steps_per_epoch;
+    total_steps_ = steps.total_steps;
+    schedule_ = std::make_unique<LrSchedule>(steps.lr);
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
     const auto slowdowns = parse_slowdowns(config_);
     if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
@@ -638,25 +654,11 @@ class PsRankWorker {
     const auto slowdowns = parse_slowdowns(config_);
     if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
 
-    const std::int64_t shard = plan.data->train.count() / layout_.workers();
-    steps_per_epoch_ = shard / config_.batch;
-    if (steps_per_epoch_ < 1) {
-      throw InvalidArgument(fmt::format(
-          "--batch {} is larger than each worker's share of the data ({} of {} samples over {} "
-          "workers): lower --batch or --workers, or use more --train-samples",
-          config_.batch, shard, plan.data->train.count(), layout_.workers()));
-    }
-    total_steps_ = config_.max_steps > 0 ? config_.max_steps : config_.epochs * steps_per_epoch_;
-    LrScheduleOptions lr;
-    lr.base = config_.lr;
-    lr.warmup_steps = std::llround(config_.warmup_epochs * static_cast<double>(steps_per_epoch_));
-    lr.decay = parse_lr_decay(config_.lr_decay);
-    for (const double epoch : config_.lr_milestones) {
-      lr.milestones.push_back(std::llround(epoch * static_cast<double>(steps_per_epoch_)));
-    }
-    lr.gamma = config_.lr_gamma;
-    lr.total_steps = total_steps_;
-    schedule_ = std::make_unique<LrSchedule>(lr);
+    const StepPlan steps =
+        plan_steps(config_, plan.data->train.count(), layout_.workers(), "worker");
+    steps_per_epoch_ = steps.steps_per_epoch;
+    total_steps_ = steps.total_steps;
+    schedule_ = std::make_unique<LrSchedule>(steps.lr);
   }
 
   void run() {
