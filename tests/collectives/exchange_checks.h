@@ -490,10 +490,9 @@ inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
         if (is_known[i] == 0) selections[static_cast<std::size_t>(q)].push_back(i);
       }
     }
-    const std::string what =
-        fmt::format("{} ({}) values={} n={} rank={} d={}", exchange_pattern_name(pattern),
-                    sparse_allreduce_algorithm_name(algorithm), value_encoding_name(values), n, r,
-                    numel);
+    const std::string what = fmt::format(
+        "{} ({}) values={} n={} rank={} d={}", exchange_pattern_name(pattern),
+        sparse_allreduce_algorithm_name(algorithm), value_encoding_name(values), n, r, numel);
     // Reference: who sends what, the mean, the residual.
     std::vector<char> in_union = is_known;
     for (const auto& s : selections) {
@@ -542,10 +541,10 @@ inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
                             ? 0
                             : 1;
       } else {
-        bad_residual += std::bit_cast<std::uint32_t>(accumulated[i]) ==
-                                std::bit_cast<std::uint32_t>(before[i])
-                            ? 0
-                            : 1;
+        bad_residual +=
+            std::bit_cast<std::uint32_t>(accumulated[i]) == std::bit_cast<std::uint32_t>(before[i])
+                ? 0
+                : 1;
       }
     }
     EXPECT_EQ(bad_out, 0u) << what << ": outputs differ from the dense reference";

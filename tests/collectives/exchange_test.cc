@@ -98,8 +98,8 @@ TEST_P(ExchangeTest, KnownRangesJoinTheUnionWithoutIndices) {
         for (const ValueEncoding values : {ValueEncoding::kFloat32, ValueEncoding::kFloat16}) {
           check_known_ranges(comm, ExchangePattern::kUnionAllreduce,
                              SparseAllreduceAlgorithm::kAuto, values);
-          check_known_ranges(comm, ExchangePattern::kSharedIndices,
-                             SparseAllreduceAlgorithm::kAuto, values);
+          check_known_ranges(comm, ExchangePattern::kSharedIndices, SparseAllreduceAlgorithm::kAuto,
+                             values);
           check_known_ranges(comm, ExchangePattern::kSparseAllgather,
                              SparseAllreduceAlgorithm::kAuto, values);
           check_known_ranges(comm, ExchangePattern::kSparseAllreduce,

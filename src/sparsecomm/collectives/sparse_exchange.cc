@@ -435,9 +435,8 @@ void SparseExchanger::exchange_union(Communicator& comm, std::span<const Index> 
 }
 
 void SparseExchanger::exchange_allgather(Communicator& comm, std::span<const Index> selected,
-                                         std::span<const Range> known,
-                                         std::span<float> accumulated, std::span<float> out,
-                                         ExchangeResult& result) {
+                                         std::span<const Range> known, std::span<float> accumulated,
+                                         std::span<float> out, ExchangeResult& result) {
   const int n = comm.size();
   const std::size_t numel = accumulated.size();
   const std::size_t count = selected.size();
