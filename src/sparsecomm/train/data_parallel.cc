@@ -202,41 +202,43 @@ class ReadyHook final : public torch::autograd::FunctionPostHook {
 
 DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
                            std::unique_ptr<GradientSync> sync)
-    : module_(module), comm_(comm) {
+    : module_(module), comm_(comm), flat_(module) {
   if (!sync) throw InvalidArgument("[DataParallel] no synchronization method given");
   syncs_.push_back(std::move(sync));
-  init_flat_buffers();
-  bucket_ranges_ = {Range{0, numel_}};
-  bucket_layers_ = {layers_};
+  bucket_ranges_ = {Range{0, numel()}};
+  bucket_layers_ = {std::vector<LayerSpan>(layers().begin(), layers().end())};
+  start();
 }
 
 DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
                            const GradientSyncFactory& make_sync, DataParallelOptions options)
-    : module_(module), comm_(comm) {
+    : module_(module), comm_(comm), flat_(module) {
   syncs_.push_back(make_sync());
   if (!syncs_.front()) throw InvalidArgument("[DataParallel] no synchronization method given");
-  init_flat_buffers();
-  if (options.bucket_bytes == 0 || !syncs_.front()->bucketable() || params_.empty()) {
-    bucket_ranges_ = {Range{0, numel_}};
-    bucket_layers_ = {layers_};
+  const std::vector<torch::Tensor>& params = flat_.parameter_tensors();
+  const std::span<const LayerSpan> layers = flat_.layers();
+  if (options.bucket_bytes == 0 || !syncs_.front()->bucketable() || params.empty()) {
+    bucket_ranges_ = {Range{0, numel()}};
+    bucket_layers_ = {std::vector<LayerSpan>(layers.begin(), layers.end())};
+    start();
     return;
   }
   // Buckets of whole tensors in reverse registration order: each is a
   // contiguous range of the flat vector (parameters are laid out in
   // registration order), filled from the end.
-  std::vector<int> bucket_of_param(params_.size(), 0);
-  std::size_t end = numel_;
+  std::vector<int> bucket_of_param(params.size(), 0);
+  std::size_t end = numel();
   std::size_t bytes = 0;
   int bucket = 0;
-  for (std::size_t i = params_.size(); i-- > 0;) {
+  for (std::size_t i = params.size(); i-- > 0;) {
     bucket_of_param[i] = bucket;
-    bytes += layers_[i].size * sizeof(float);
+    bytes += layers[i].size * sizeof(float);
     if (bytes >= options.bucket_bytes || i == 0) {
-      const Range range{layers_[i].offset, end};
+      const Range range{layers[i].offset, end};
       bucket_ranges_.push_back(range);
       std::vector<LayerSpan> relative;
-      for (std::size_t j = i; j < params_.size() && layers_[j].offset < end; ++j) {
-        relative.push_back({layers_[j].name, layers_[j].offset - range.begin, layers_[j].size});
+      for (std::size_t j = i; j < params.size() && layers[j].offset < end; ++j) {
+        relative.push_back({layers[j].name, layers[j].offset - range.begin, layers[j].size});
       }
       bucket_layers_.push_back(std::move(relative));
       end = range.begin;
@@ -246,12 +248,13 @@ DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
   }
   while (syncs_.size() < bucket_ranges_.size()) syncs_.push_back(make_sync());
   pipeline_ = std::make_unique<Pipeline>(*this, bucket_of_param);
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
     hook_keys_.push_back(accumulator->add_post_hook(
         std::make_unique<ReadyHook>([this, i] { pipeline_->parameter_ready(i); })));
     grad_accumulators_.push_back(std::move(accumulator));
   }
+  start();
 }
 
 DataParallel::~DataParallel() {
@@ -261,8 +264,8 @@ DataParallel::~DataParallel() {
   }
 }
 
-void DataParallel::init_flat_buffers() {
-  for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
+FlatModule::FlatModule(torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     const torch::Tensor& p = item.value();
     if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
       throw NotSupported(fmt::format(
@@ -287,11 +290,9 @@ void DataParallel::init_flat_buffers() {
     }
   }
   reattach_gradients();
-  broadcast_parameters(0);
-  broadcast_buffers(0);
 }
 
-void DataParallel::reattach_gradients() {
+void FlatModule::reattach_gradients() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i];
     const torch::Tensor& view = grad_views_[i];
@@ -307,9 +308,19 @@ void DataParallel::reattach_gradients() {
   }
 }
 
-void DataParallel::zero_grad() {
+void FlatModule::zero_grad() {
   std::memset(flat_gradients_.data_ptr<float>(), 0, numel_ * sizeof(float));
   reattach_gradients();
+}
+
+// Replicas start equal: rank 0's parameters and buffers.
+void DataParallel::start() {
+  broadcast_parameters(0);
+  broadcast_buffers(0);
+}
+
+void DataParallel::zero_grad() {
+  flat_.zero_grad();
   if (pipeline_) pipeline_->begin_step(step_, epoch_hint_);
 }
 
@@ -336,7 +347,7 @@ StepMetrics DataParallel::synchronize(double epoch) {
     pipeline_->begin_step(step_, epoch);
     metrics = pipeline_->finish_step();
   } else {
-    reattach_gradients();
+    flat_.reattach_gradients();
     metrics = syncs_.front()->synchronize(gradients(), context(0, epoch), comm_);
   }
   ++step_;
@@ -345,7 +356,7 @@ StepMetrics DataParallel::synchronize(double epoch) {
 }
 
 void DataParallel::broadcast_parameters(int root) {
-  comm_.broadcast(tensor_bytes(flat_parameters_), root);
+  comm_.broadcast(std::as_writable_bytes(parameters()), root);
 }
 
 void DataParallel::broadcast_buffers(int root) {
@@ -360,7 +371,7 @@ void DataParallel::broadcast_buffers(int root) {
 void DataParallel::save(StateWriter& writer) const {
   writer.tag("data_parallel");
   writer.value<std::int64_t>(step_);
-  writer.value<std::uint64_t>(numel_);
+  writer.value<std::uint64_t>(numel());
   const auto buffers = module_.buffers(/*recurse=*/true);
   writer.value<std::uint64_t>(buffers.size());
   for (const torch::Tensor& buffer : buffers) {
@@ -375,10 +386,10 @@ void DataParallel::load(StateReader& reader) {
   reader.expect_tag("data_parallel");
   step_ = reader.value<std::int64_t>();
   const auto numel = reader.value<std::uint64_t>();
-  if (numel != numel_) {
+  if (numel != this->numel()) {
     throw Error(fmt::format(
         "[DataParallel] the saved state is of a model with {} parameters, this one has {}", numel,
-        numel_));
+        this->numel()));
   }
   const auto buffers = module_.buffers(/*recurse=*/true);
   const auto count = reader.value<std::uint64_t>();

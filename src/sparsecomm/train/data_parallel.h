@@ -38,6 +38,37 @@
 
 namespace sparsecomm {
 
+// A module's parameters moved into one flat buffer, and its gradients
+// pointed at slices of a second one (from_blob aliases without autograd view
+// metadata, keeping the buffers alive), so a step costs no copy and no
+// allocation. No communication: DataParallel and the parameter-server worker
+// build on it. NotSupported for parameters that are not float32 CPU tensors.
+class FlatModule {
+ public:
+  explicit FlatModule(torch::nn::Module& module);
+
+  std::span<float> parameters() { return {flat_parameters_.data_ptr<float>(), numel_}; }
+  std::span<float> gradients() { return {flat_gradients_.data_ptr<float>(), numel_}; }
+  std::span<const LayerSpan> layers() const { return layers_; }
+  std::size_t numel() const { return numel_; }
+  const std::vector<torch::Tensor>& parameter_tensors() const { return params_; }
+
+  // Zeroes the flat gradient (and points every grad at its slice again).
+  void zero_grad();
+  // Makes every parameter's grad its slice of the flat gradient again,
+  // copying in a gradient user code put elsewhere (zero_grad with
+  // set_to_none) and zeroing the slice of a parameter with no gradient.
+  void reattach_gradients();
+
+ private:
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> grad_views_;
+  std::vector<LayerSpan> layers_;
+  torch::Tensor flat_parameters_;
+  torch::Tensor flat_gradients_;
+  std::size_t numel_ = 0;
+};
+
 // Builds one synchronization instance (one per bucket when pipelined).
 using GradientSyncFactory = std::function<std::unique_ptr<GradientSync>()>;
 
@@ -75,10 +106,10 @@ class DataParallel {
   void broadcast_parameters(int root = 0);
   void broadcast_buffers(int root = 0);
 
-  std::span<float> parameters() { return {flat_parameters_.data_ptr<float>(), numel_}; }
-  std::span<float> gradients() { return {flat_gradients_.data_ptr<float>(), numel_}; }
-  std::span<const LayerSpan> layers() const { return layers_; }
-  std::size_t numel() const { return numel_; }
+  std::span<float> parameters() { return flat_.parameters(); }
+  std::span<float> gradients() { return flat_.gradients(); }
+  std::span<const LayerSpan> layers() const { return flat_.layers(); }
+  std::size_t numel() const { return flat_.numel(); }
   std::int64_t step() const { return step_; }
   GradientSync& sync() { return *syncs_.front(); }
   Communicator& communicator() { return comm_; }
@@ -97,24 +128,18 @@ class DataParallel {
 
  private:
   class Pipeline;
-  void init_flat_buffers();
-  void reattach_gradients();
+  void start();
   StepContext context(std::int64_t bucket, double epoch) const;
 
   torch::nn::Module& module_;
   Communicator& comm_;
+  FlatModule flat_;
   std::vector<std::unique_ptr<GradientSync>> syncs_;  // one per bucket
   std::vector<Range> bucket_ranges_;
   std::vector<std::vector<LayerSpan>> bucket_layers_;  // offsets relative to the bucket
   std::unique_ptr<Pipeline> pipeline_;
-  std::vector<torch::Tensor> params_;
-  std::vector<torch::Tensor> grad_views_;
-  std::vector<LayerSpan> layers_;
-  torch::Tensor flat_parameters_;
-  torch::Tensor flat_gradients_;
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // keep hooks alive
   std::vector<std::uintptr_t> hook_keys_;
-  std::size_t numel_ = 0;
   std::int64_t step_ = 0;
   double epoch_hint_ = 0.0;  // the last step's epoch, for a pipelined step's buckets
 };

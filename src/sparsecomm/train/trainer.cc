@@ -159,6 +159,22 @@ StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int tra
   return plan;
 }
 
+// Rank 0 at the end: summary.json (with `extra` fields), the plots, the
+// observer. A plot that cannot be drawn is a warning: the run's results stand.
+void finish_run(RunPlan& plan, const RunInfo& info, double wall_s,
+                const nlohmann::json& extra = nlohmann::json::object()) {
+  plan.summary = plan.writer->finish(info, wall_s, extra);
+  if (plan.config.plots) {
+    try {
+      const std::vector<report::RunData> runs = {report::load_run(plan.run_dir)};
+      report::write_plots(runs, plan.run_dir);
+    } catch (const std::exception& e) {
+      spdlog::warn("plots were not drawn: {}", e.what());
+    }
+  }
+  if (plan.observer) plan.observer->on_finish(plan.summary);
+}
+
 std::mutex& model_construction_mutex() {
   static std::mutex mutex;
   return mutex;
@@ -424,16 +440,7 @@ class RankTrainer {
 
   void finish() {
     const double wall_s = wall();
-    plan_.summary = plan_.writer->finish(info_, wall_s);
-    if (config_.plots) {
-      try {
-        const std::vector<report::RunData> runs = {report::load_run(plan_.run_dir)};
-        report::write_plots(runs, plan_.run_dir);
-      } catch (const std::exception& e) {
-        spdlog::warn("plots were not drawn: {}", e.what());
-      }
-    }
-    if (plan_.observer) plan_.observer->on_finish(plan_.summary);
+    finish_run(plan_, info_, wall_s);
   }
 
   Communicator& comm_;
@@ -461,80 +468,22 @@ class RankTrainer {
 
 // --- parameter-server mode ---------------------------------------------------
 
-// A model whose parameters live in one flat buffer and whose gradients
-// accumulate into a second one (as DataParallel lays them out, without its
-// broadcast: in PS mode every rank builds the same seeded model and the
-// servers hold the authoritative copy).
+// A worker's (or server's) replica: the seeded model in flat buffers, with
+// no broadcast (servers take part in no collective before training).
 struct FlatModel {
   std::shared_ptr<ImageModel> model;
-  torch::Tensor parameters;  // [numel] float
-  torch::Tensor gradients;   // [numel] float
-  std::vector<torch::Tensor> params;
-  std::vector<torch::Tensor> grad_views;
-  std::vector<LayerSpan> layers;
-  std::size_t numel = 0;
-
-  std::span<float> parameter_span() { return {parameters.data_ptr<float>(), numel}; }
-  std::span<float> gradient_span() { return {gradients.data_ptr<float>(), numel}; }
-
-  // Zeroes the gradients and points every parameter's grad at its slice
-  // (again, should anything have replaced it).
-  void zero_grad() {
-    gradients.zero_();
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const torch::Tensor& grad = params[i].grad();
-      if (grad.defined() && grad.data_ptr() == grad_views[i].data_ptr()) continue;
-      params[i].mutable_grad() = grad_views[i];
-    }
-  }
-  // After backward: copies back a gradient LibTorch did not accumulate in place.
-  void collect_gradients() {
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      const torch::Tensor& grad = params[i].grad();
-      if (!grad.defined()) {
-        grad_views[i].zero_();
-      } else if (grad.data_ptr() != grad_views[i].data_ptr()) {
-        grad_views[i].copy_(grad);
-        params[i].mutable_grad() = grad_views[i];
-      }
-    }
-  }
+  std::unique_ptr<FlatModule> flat;
 };
 
-torch::Tensor flat_alias(const torch::Tensor& owner, std::size_t offset, at::IntArrayRef shape) {
-  return torch::from_blob(
-      owner.data_ptr<float>() + offset, shape, [keep = owner](void*) {},
-      torch::TensorOptions().dtype(torch::kFloat32));
-}
-
 std::unique_ptr<FlatModel> make_flat_model(const TrainConfig& config) {
-  auto flat = std::make_unique<FlatModel>();
+  auto replica = std::make_unique<FlatModel>();
   {
     std::lock_guard lock(model_construction_mutex());
     torch::manual_seed(config.seed);
-    flat->model = make_model(config.model);
+    replica->model = make_model(config.model);
   }
-  for (const auto& item : flat->model->named_parameters(/*recurse=*/true)) {
-    const auto size = static_cast<std::size_t>(item.value().numel());
-    flat->layers.push_back({item.key(), flat->numel, size});
-    flat->numel += size;
-    flat->params.push_back(item.value());
-  }
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32);
-  flat->parameters = torch::empty({static_cast<std::int64_t>(flat->numel)}, options);
-  flat->gradients = torch::zeros({static_cast<std::int64_t>(flat->numel)}, options);
-  torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < flat->params.size(); ++i) {
-    torch::Tensor& p = flat->params[i];
-    torch::Tensor home = flat_alias(flat->parameters, flat->layers[i].offset, p.sizes());
-    home.copy_(p);
-    p.set_data(home);
-    flat->grad_views.push_back(flat_alias(flat->gradients, flat->layers[i].offset, p.sizes()));
-  }
-  flat->zero_grad();
-  return flat;
+  replica->flat = std::make_unique<FlatModule>(*replica->model);
+  return replica;
 }
 
 std::size_t model_numel(const TrainConfig& config) {
@@ -625,9 +574,10 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
   std::unique_ptr<FlatModel> flat = make_flat_model(plan.config);
   const int index = layout.server_index(comm.rank());
   const Range shard = layout.shard(index);
-  const PsOptions options = ps_options(plan, flat->layers);
-  const ServerLog log =
-      run_server(comm, layout, options, flat->parameter_span().subspan(shard.begin, shard.size()));
+  const PsOptions options =
+      ps_options(plan, {flat->flat->layers().begin(), flat->flat->layers().end()});
+  const ServerLog log = run_server(comm, layout, options,
+                                   flat->flat->parameters().subspan(shard.begin, shard.size()));
   write_server_log(plan.run_dir / fmt::format("server{}.jsonl", index), log, options.model.name());
   PsTotals totals(layout.workers(), layout.servers());
   std::int64_t max_staleness = 0;
@@ -649,7 +599,7 @@ class PsRankWorker {
   PsRankWorker(Communicator& comm, RunPlan& plan, const ServerLayout& layout)
       : comm_(comm), plan_(plan), config_(plan.config), layout_(layout) {
     flat_ = make_flat_model(config_);
-    options_ = ps_options(plan, flat_->layers);
+    options_ = ps_options(plan, {flat_->flat->layers().begin(), flat_->flat->layers().end()});
     worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
     const auto slowdowns = parse_slowdowns(config_);
     if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
@@ -668,7 +618,7 @@ class PsRankWorker {
       info_.servers = layout_.servers();
       info_.sync = options_.model.name();
       info_.threads = plan_.threads;
-      info_.numel = flat_->numel;
+      info_.numel = flat_->flat->numel();
       info_.steps_per_epoch = steps_per_epoch_;
       info_.total_steps = total_steps_;
       info_.pipelining = "not pipelined (parameter-server mode)";
@@ -720,7 +670,7 @@ class PsRankWorker {
 
     Stopwatch pull;
     const std::size_t pulled_before = worker_->log().bytes_pulled;
-    worker_->pull(flat_->parameter_span());
+    worker_->pull(flat_->flat->parameters());
     const double pull_s = pull.seconds();
     const std::size_t pulled = worker_->log().bytes_pulled - pulled_before;
 
@@ -728,11 +678,11 @@ class PsRankWorker {
     const torch::Tensor indices = batch_indices(step);
     const torch::Tensor images = plan_.data->train.images.index_select(0, indices);
     const torch::Tensor labels = plan_.data->train.labels.index_select(0, indices);
-    flat_->zero_grad();
+    flat_->flat->zero_grad();
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(flat_->model->forward(images), labels);
     loss.backward();
-    flat_->collect_gradients();
+    flat_->flat->reattach_gradients();
     record.loss = loss.item<double>();
     if (slowdown_ > 1.0) {
       // A straggler: sleep (not spin) (FACTOR - 1) x this step's compute time.
@@ -743,13 +693,13 @@ class PsRankWorker {
     train_loss_sum_ += record.loss;
     train_loss_count_ += 1;
 
-    const PushReport push = worker_->push(flat_->gradient_span(), record.lr, epoch);
+    const PushReport push = worker_->push(flat_->flat->gradients(), record.lr, epoch);
     record.selection_s = push.select_s;
     record.exchange_s = pull_s + push.send_s;
 
     StepMetrics& m = record.sync;
     m.step = step;
-    m.numel = flat_->numel;
+    m.numel = flat_->flat->numel();
     m.target = push.target;
     m.selected = push.values;
     m.union_size = push.values;
@@ -775,7 +725,7 @@ class PsRankWorker {
   // step's update, as in the all-reduce trainer) and evaluates the whole
   // test set; the training loss is rank 0's mean since the last evaluation.
   void evaluate(std::int64_t done) {
-    worker_->pull(flat_->parameter_span());
+    worker_->pull(flat_->flat->parameters());
     flat_->model->eval();
     const TensorSplit& test = plan_.data->test;
     const std::int64_t n = test.count();
@@ -836,16 +786,7 @@ class PsRankWorker {
         {"bytes_per_push", bytes_pushed_ / steps},
         {"bytes_per_pull", bytes_pulled_ / steps},
         {"server_logs", "server<i>.jsonl"}};
-    plan_.summary = plan_.writer->finish(info_, wall_s, extra);
-    if (config_.plots) {
-      try {
-        const std::vector<report::RunData> runs = {report::load_run(plan_.run_dir)};
-        report::write_plots(runs, plan_.run_dir);
-      } catch (const std::exception& e) {
-        spdlog::warn("plots were not drawn: {}", e.what());
-      }
-    }
-    if (plan_.observer) plan_.observer->on_finish(plan_.summary);
+    finish_run(plan_, info_, wall_s, extra);
   }
 
   Communicator& comm_;
