@@ -81,6 +81,31 @@ TEST(FlatSgd, RejectsBadOptionsAndSizes) {
   EXPECT_THROW(sgd.step(p, g, 0.1), InvalidArgument);
 }
 
+// A share of a step scales the whole direction, weight decay included: W
+// updates of share 1/W (a parameter server's asynchronous pushes) decay the
+// parameters as one synchronous step does, to first order in lr * wd.
+TEST(FlatSgd, AShareOfAStepScalesGradientAndWeightDecay) {
+  const double lr = 0.1, wd = 0.01;
+  for (const double momentum : {0.0, 0.9}) {
+    FlatSgd part(SgdOptions{momentum, momentum > 0, wd});
+    FlatSgd whole(SgdOptions{momentum, momentum > 0, wd});
+    std::vector<float> p_part = {1.0f, -2.0f}, p_whole = p_part;
+    const std::vector<float> zero = {0.0f, 0.0f};
+    part.step(p_part, zero, lr, 0.25);
+    whole.step(p_whole, zero, lr);
+    // One quarter of the decay of a whole step.
+    EXPECT_NEAR(1.0 - p_part[0], 0.25 * (1.0 - p_whole[0]), 1e-6) << momentum;
+    for (int i = 0; i < 3; ++i) part.step(p_part, zero, lr, 0.25);
+    // Four quarters: the decay of one step (momentum compounds within the
+    // four, so only to first order then).
+    EXPECT_NEAR(p_part[1], p_whole[1], momentum > 0 ? 2e-2 : 1e-4) << momentum;
+  }
+  FlatSgd sgd(SgdOptions{});
+  std::vector<float> p(2), g(2);
+  EXPECT_THROW(sgd.step(p, g, 0.1, 0.0), InvalidArgument);
+  EXPECT_THROW(sgd.step(p, g, 0.1, 1.5), InvalidArgument);
+}
+
 TEST(LrSchedule, WarmupThenStepDecay) {
   LrScheduleOptions o;
   o.base = 1.0;

@@ -1,7 +1,8 @@
 // The parameter-server engine on the thread backend: layout and sync-model
 // validation, DSSP's grant rule, BSP == synchronous SGD, no push lost or
 // applied twice under every model (dense and sparse), the staleness bounds
-// on scripted per-worker delays, and failures reported by name.
+// on scripted per-worker delays, the partition-based push methods under
+// BSP (density, error feedback), and failures reported by name.
 
 #include <algorithm>
 #include <atomic>
@@ -13,10 +14,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ps/ps_checks.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/optim/sgd.h"
@@ -24,7 +28,7 @@
 #include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/ps/sync_model.h"
 
-namespace sparsecomm {
+namespace sparsecomm::testing {
 namespace {
 
 using namespace std::chrono_literals;
@@ -154,10 +158,33 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
   EXPECT_NO_THROW(validate_ps_options(options));
   for (const char* scheme : {"micro", "exdyna", "exdyna-faithful", "cltk", "deft"}) {
     options.push = scheme;
-    const std::string message = error_of<InvalidArgument>([&] { validate_ps_options(options); });
-    EXPECT_NE(message.find("partition-based"), std::string::npos) << message;
-    EXPECT_NE(message.find("topk, threshold, randomk, dgc, gaussiank"), std::string::npos);
+    options.model = SyncModel::bsp();
+    EXPECT_NO_THROW(validate_ps_options(options)) << scheme;
+    EXPECT_TRUE(ps_push_is_partition_based(scheme));
+    for (const char* model : {"asp", "ssp:1", "dssp:1:3"}) {
+      options.model = parse_sync_model(model);
+      const std::string message = error_of<InvalidArgument>([&] { validate_ps_options(options); });
+      EXPECT_NE(message.find(fmt::format("scheme '{}' is partition-based", scheme)),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find(fmt::format("not under '{}'", model)), std::string::npos) << message;
+      EXPECT_NE(message.find("use --sync bsp"), std::string::npos) << message;
+      EXPECT_NE(message.find("dense, topk, threshold, randomk, dgc, gaussiank"), std::string::npos)
+          << message;
+    }
+    // The exchange options stay refused under BSP too.
+    options.model = SyncModel::bsp();
+    options.scheme_options.set("exchange=allgather");
+    EXPECT_NE(error_of<InvalidArgument>([&] { validate_ps_options(options); }).find("'exchange'"),
+              std::string::npos);
+    options.scheme_options = SchemeOptions();
   }
+  EXPECT_FALSE(ps_push_is_partition_based("topk"));
+  EXPECT_FALSE(ps_push_is_partition_based("dense"));
+  EXPECT_NE(ps_push_methods().find("micro, exdyna, exdyna-faithful, cltk, deft (--sync bsp only)"),
+            std::string::npos)
+      << ps_push_methods();
+  options.model = SyncModel::bsp();
   options.push = "nope";
   EXPECT_NE(error_of<InvalidArgument>([&] {
               validate_ps_options(options);
@@ -195,77 +222,35 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
 
 // --- running a PS world ---
 
-// The deterministic local gradient of worker w at step t.
-void gradient_of(int w, std::int64_t t, std::span<const float> params, std::span<float> out) {
-  const float a = 0.05f * static_cast<float>(w + 1);
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    out[i] = a * params[i] +
-             0.01f * std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(w) +
-                              0.7f * static_cast<float>(t));
-  }
+PsHooks hooks_with_on_begin(BeginHook hook) {
+  PsHooks hooks;
+  hooks.on_begin = std::move(hook);
+  return hooks;
+}
+PsHooks hooks_with_on_push(PushHook hook) {
+  PsHooks hooks;
+  hooks.on_push = std::move(hook);
+  return hooks;
+}
+PsHooks hooks_with_gradient(GradientFn gradient) {
+  PsHooks hooks;
+  hooks.gradient = std::move(gradient);
+  return hooks;
 }
 
-std::vector<float> initial_params(std::size_t d) {
-  std::vector<float> p(d);
-  for (std::size_t i = 0; i < d; ++i) p[i] = std::cos(0.11f * static_cast<float>(i));
-  return p;
-}
-
-struct PsRun {
-  std::vector<ServerLog> servers;
-  std::vector<WorkerLog> workers;
-  std::vector<std::vector<float>> final_params;  // per worker, pulled after the last step
-};
-
-// Per worker w and step t: how long it "computes" (scripted delays).
-using DelayScript = std::function<std::chrono::microseconds(int, std::int64_t)>;
-// Called by worker w just before begin_step() of step t (test hooks).
-using BeginHook = std::function<void(int, std::int64_t)>;
-
-constexpr double kLr = 0.1;
-
+// Runs a PS world of `workers` + `servers` ranks on the thread backend.
 PsRun run_ps(int workers, int servers, std::size_t d, const PsOptions& options, int steps,
              const DelayScript& delay, std::chrono::milliseconds timeout = 20s,
-             const BeginHook& on_begin = nullptr) {
-  PsRun run;
-  run.servers.resize(static_cast<std::size_t>(servers));
-  run.workers.resize(static_cast<std::size_t>(workers));
-  run.final_params.resize(static_cast<std::size_t>(workers));
-  const std::vector<float> init = initial_params(d);
+             const PsHooks& hooks = {}) {
+  PsRun run = sized_run(workers, servers);
   run_thread_world(
       workers + servers,
       [&](Communicator& comm) {
-        const ServerLayout layout(d, workers, servers);
-        if (layout.is_server_rank(comm.rank())) {
-          const int s = layout.server_index(comm.rank());
-          const Range shard = layout.shard(s);
-          run.servers[static_cast<std::size_t>(s)] =
-              run_server(comm, layout, options,
-                         std::span<const float>(init).subspan(shard.begin, shard.size()));
-          return;
-        }
-        const int w = comm.rank();
-        PsWorker worker(comm, layout, options);
-        std::vector<float> params(d);
-        std::vector<float> gradient(d);
-        for (int t = 0; t < steps; ++t) {
-          if (on_begin) on_begin(w, t);
-          worker.begin_step();
-          worker.pull(params);
-          std::this_thread::sleep_for(delay(w, t));
-          gradient_of(w, t, params, gradient);
-          worker.push(gradient, kLr);
-        }
-        worker.pull(params);
-        worker.finish();
-        run.workers[static_cast<std::size_t>(w)] = worker.log();
-        run.final_params[static_cast<std::size_t>(w)] = params;
+        run_ps_rank(comm, ServerLayout(d, workers, servers), options, steps, delay, run, hooks);
       },
       timeout);
   return run;
 }
-
-std::chrono::microseconds no_delay(int, std::int64_t) { return 0us; }
 
 TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
   const int workers = 3;
@@ -277,19 +262,7 @@ TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
     return std::chrono::microseconds(((w * 5 + t * 3) % 4) * 300);
   });
 
-  std::vector<float> params = initial_params(d);
-  FlatSgd sgd(options.sgd);
-  std::vector<float> sum(d);
-  std::vector<float> g(d);
-  for (int t = 0; t < steps; ++t) {
-    std::fill(sum.begin(), sum.end(), 0.0f);
-    for (int w = 0; w < workers; ++w) {
-      gradient_of(w, t, params, g);
-      for (std::size_t i = 0; i < d; ++i) sum[i] += g[i];
-    }
-    for (float& v : sum) v /= static_cast<float>(workers);
-    sgd.step(params, sum, kLr);
-  }
+  const std::vector<float> params = synchronous_sgd(d, workers, steps, options.sgd);
   for (int w = 0; w < workers; ++w) {
     const auto& got = run.final_params[static_cast<std::size_t>(w)];
     for (std::size_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], params[i], 1e-6) << "worker " << w;
@@ -309,28 +282,7 @@ TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
 // Every push arrived exactly once: counts, values and fingerprints match
 // what the workers sent, and each (worker, clock) was applied once.
 void expect_no_push_lost(const PsRun& run, int workers, int steps, const std::string& what) {
-  for (std::size_t s = 0; s < run.servers.size(); ++s) {
-    const ServerLog& log = run.servers[s];
-    std::int64_t pushes = 0;
-    std::size_t values = 0;
-    double sum = 0.0;
-    std::uint64_t fingerprint = 0;
-    for (const WorkerLog& worker : run.workers) {
-      pushes += worker.sent[s].pushes;
-      values += worker.sent[s].values;
-      sum += worker.sent[s].value_sum;
-      fingerprint += worker.sent[s].fingerprint;
-    }
-    EXPECT_EQ(pushes, workers * steps) << what;
-    EXPECT_EQ(log.pushes, pushes) << what;
-    EXPECT_EQ(log.values, values) << what;
-    EXPECT_EQ(log.fingerprint, fingerprint) << what << " server " << s;
-    EXPECT_NEAR(log.value_sum, sum, 1e-6 * (1.0 + std::abs(sum))) << what;
-    std::map<std::pair<int, std::int64_t>, int> seen;
-    for (const AppliedPush& applied : log.applied) ++seen[{applied.worker, applied.clock}];
-    EXPECT_EQ(seen.size(), static_cast<std::size_t>(workers * steps)) << what;
-    for (const auto& [key, count] : seen) EXPECT_EQ(count, 1) << what;
-  }
+  EXPECT_EQ(push_problems(run, workers, steps), "") << what;
 }
 
 TEST(ParameterServer, NoPushLostOrAppliedTwiceUnderEveryModel) {
@@ -367,6 +319,50 @@ std::chrono::microseconds fast_and_slow(int w, std::int64_t, int workers,
   return w == workers - 1 ? slow : 0us;
 }
 
+TEST(ParameterServer, PushChecksCatchALostOrDoubledPush) {
+  // The checks compare independent counts of both sides, so a push that
+  // was lost, applied twice, or changed on the way shows.
+  PsOptions options;
+  options.push = "topk";
+  options.scheme_options.set("density=0.05");
+  const PsRun clean = run_ps(2, 2, 200, options, 3, no_delay);
+  ASSERT_EQ(push_problems(clean, 2, 3), "");
+  const auto find = [](ServerLog& log, int worker, std::int64_t clock) {
+    return std::find_if(log.applied.begin(), log.applied.end(), [&](const AppliedPush& a) {
+      return a.worker == worker && a.clock == clock;
+    });
+  };
+
+  PsRun lost = clean;  // server 1 never applied worker 0's step 1
+  ServerLog& lost_log = lost.servers[1];
+  const auto gone = find(lost_log, 0, 1);
+  ASSERT_NE(gone, lost_log.applied.end());
+  lost_log.pushes -= 1;
+  lost_log.values -= gone->values;
+  lost_log.applied.erase(gone);
+  std::string problems = push_problems(lost, 2, 3);
+  EXPECT_NE(problems.find("server 1: applied 5 pushes, the workers sent 6"), std::string::npos)
+      << problems;
+  EXPECT_NE(problems.find("server 1: worker 0 step 1 applied 0 times"), std::string::npos)
+      << problems;
+
+  PsRun doubled = clean;  // server 0 applied worker 1's step 2 twice
+  ServerLog& doubled_log = doubled.servers[0];
+  const AppliedPush again = *find(doubled_log, 1, 2);
+  doubled_log.applied.push_back(again);
+  doubled_log.pushes += 1;
+  doubled_log.values += again.values;
+  problems = push_problems(doubled, 2, 3);
+  EXPECT_NE(problems.find("server 0: applied 7 pushes"), std::string::npos) << problems;
+  EXPECT_NE(problems.find("server 0: worker 1 step 2 applied 2 times"), std::string::npos)
+      << problems;
+
+  PsRun changed = clean;  // same count, different content
+  changed.workers[1].sent[0].fingerprint += 1;
+  problems = push_problems(changed, 2, 3);
+  EXPECT_NE(problems.find("server 0: fingerprint"), std::string::npos) << problems;
+}
+
 TEST(ParameterServer, SspNeverBeginsPastTheBound) {
   for (const std::int64_t s : {0, 1, 2}) {
     PsOptions options;
@@ -388,7 +384,7 @@ TEST(ParameterServer, SspNeverBeginsPastTheBound) {
       }
       return 50000us;
     };
-    const PsRun run = run_ps(3, 1, 64, options, steps, script, 20s, hook);
+    const PsRun run = run_ps(3, 1, 64, options, steps, script, 20s, hooks_with_on_begin(hook));
     const ServerLog& controller = run.servers[0];
     ASSERT_EQ(controller.grants.size(), static_cast<std::size_t>(3 * steps));
     for (const BeginGrant& grant : controller.grants) {
@@ -489,6 +485,8 @@ TEST(ParameterServer, SparsePushesKeepTheResidualOnTheWorker) {
       last = worker.push(gradient, kLr);
       EXPECT_EQ(last.values, 10u);
       EXPECT_EQ(last.target, 10u);
+      EXPECT_EQ(last.selected, 10u);
+      EXPECT_EQ(last.union_size, 10u);  // per-worker scheme: its own count
       EXPECT_EQ(last.bytes_sent, 2 * 40 + 10 * 8u);
     }
     worker.finish();
@@ -520,6 +518,236 @@ TEST(ParameterServer, EveryPerWorkerSchemeWorksUnderAsyncModels) {
       if (options.push == "threshold") options.scheme_options.set("lambda=0.005");
       const PsRun run = run_ps(workers, 2, 1000, options, steps, no_delay);
       expect_no_push_lost(run, workers, steps, std::string(model) + "/" + scheme);
+    }
+  }
+}
+
+// --- partition-based push methods (BSP only) ---
+
+constexpr const char* kPartitionSchemes[] = {"micro", "exdyna", "exdyna-faithful", "cltk", "deft"};
+
+// Values pushed per step, over all workers and servers.
+std::vector<std::size_t> values_per_step(const PsRun& run, int steps) {
+  std::vector<std::size_t> out(static_cast<std::size_t>(steps), 0);
+  for (const ServerLog& log : run.servers) {
+    for (const AppliedPush& applied : log.applied) {
+      out[static_cast<std::size_t>(applied.clock)] += applied.values;
+    }
+  }
+  return out;
+}
+
+TEST(ParameterServer, EveryPartitionSchemeWorksUnderBsp) {
+  const int workers = 3;
+  const int steps = 6;
+  const std::size_t d = 2000;
+  const std::size_t k = 20;  // 1% of d
+  const auto W = static_cast<std::size_t>(workers);
+  for (const char* scheme : kPartitionSchemes) {
+    PsOptions options;
+    options.push = scheme;
+    options.scheme_options.set("density=0.01");
+    if (options.push == "deft") options.layers = deft_layers();
+    // Per step and worker: what its push reported.
+    std::vector<std::vector<PushReport>> reports(static_cast<std::size_t>(steps),
+                                                 std::vector<PushReport>(W));
+    const PushHook hook = [&](int w, std::int64_t t, const PsWorker&, std::span<const float>,
+                              const PushReport& report) {
+      reports[static_cast<std::size_t>(t)][static_cast<std::size_t>(w)] = report;
+    };
+    const PsRun run = run_ps(
+        workers, 2, d, options, steps,
+        [](int w, std::int64_t t) {
+          return std::chrono::microseconds(((w * 7 + t * 3) % 4) * 250);
+        },
+        20s, hooks_with_on_push(hook));
+    expect_no_push_lost(run, workers, steps, scheme);
+    const std::vector<std::size_t> per_step = values_per_step(run, steps);
+    std::size_t total = 0;
+    for (int t = 0; t < steps; ++t) {
+      const std::size_t values = per_step[static_cast<std::size_t>(t)];
+      const auto& step = reports[static_cast<std::size_t>(t)];
+      total += values;
+      std::size_t selected = 0;
+      std::size_t pushed = 0;
+      for (const PushReport& report : step) {
+        selected += report.selected;
+        pushed += report.values;
+        // One shared outcome: every worker's sparsifier observed the same K.
+        EXPECT_EQ(report.union_size, step[0].union_size) << scheme << " step " << t;
+        EXPECT_EQ(report.target, k);
+      }
+      EXPECT_EQ(pushed, values) << scheme << " step " << t;
+      // Known ranges: pushed by every worker, counted once in K, in no count.
+      const std::size_t known = step[0].values - step[0].selected;
+      for (const PushReport& report : step) {
+        EXPECT_EQ(report.values - report.selected, known) << scheme << " step " << t;
+      }
+      if (options.push == "cltk") {
+        // Shared indices: every worker pushes its values at the leader's k
+        // indices, K = k.
+        EXPECT_EQ(values, W * k) << "step " << t;
+        for (const PushReport& report : step) EXPECT_EQ(report.selected, k) << "step " << t;
+        EXPECT_EQ(step[0].union_size, k) << "step " << t;
+      } else {
+        // Disjoint selections: K = the sum of the counts (+ known ranges).
+        EXPECT_EQ(step[0].union_size, selected + known) << scheme << " step " << t;
+        if (options.push != "deft") {
+          EXPECT_EQ(known, 0u) << scheme;
+        }
+      }
+      if (options.push == "deft") {
+        // The budgets (k in all) go to disjoint per-piece top-k selections
+        // and to the whole pieces, which every worker pushes.
+        EXPECT_LE(step[0].union_size, k) << "step " << t;
+        EXPECT_GE(values, k) << "step " << t;
+        EXPECT_LE(values, W * k) << "step " << t;
+      }
+    }
+    // The threshold schemes may select nothing in a step; not in all.
+    EXPECT_GT(total, 0u) << scheme;
+    for (const auto& params : run.final_params) {
+      ASSERT_EQ(params, run.final_params[0]) << scheme;  // BSP: everyone pulled the same
+      for (const float p : params) ASSERT_TRUE(std::isfinite(p)) << scheme;
+    }
+  }
+}
+
+// gradient_of plus noise that differs per worker, step and element (like a
+// minibatch gradient): the smooth, nearly constant gradient_of makes whole
+// runs of elements cross any threshold together, which no controller that
+// looks one step back can track.
+void noisy_gradient_of(int w, std::int64_t t, std::span<const float> params, std::span<float> out) {
+  gradient_of(w, t, params, out);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::uint64_t x = (static_cast<std::uint64_t>(w) << 48) ^
+                      (static_cast<std::uint64_t>(t) << 24) ^ static_cast<std::uint64_t>(i);
+    double sum = 0.0;  // Irwin-Hall: about normal, mean 0, variance 1
+    for (int j = 0; j < 12; ++j) {
+      x += 0x9e3779b97f4a7c15ULL;
+      std::uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      sum += static_cast<double>(z >> 11) * 0x1.0p-53;
+    }
+    out[i] += 0.05f * static_cast<float>(sum - 6.0);
+  }
+}
+
+TEST(ParameterServer, ExDynaUnderBspHoldsTheDensityAcrossWorkers) {
+  // K = the sum of the workers' counts (disjoint partitions) must track
+  // k = 1% of d once the density controller has settled: the workers'
+  // controllers only agree on one threshold because each sees the
+  // all-gathered counts.
+  const int workers = 3;
+  const int servers = 2;
+  const std::size_t d = 4000;
+  const std::size_t k = 40;
+  const int steps = 200;
+  const int settled = 100;
+  PsOptions options;
+  options.push = "exdyna";
+  options.scheme_options.set("density=0.01");
+  const PsRun run = run_ps(workers, servers, d, options, steps, no_delay, 20s,
+                           hooks_with_gradient(noisy_gradient_of));
+  expect_no_push_lost(run, workers, steps, "exdyna");
+  const std::vector<std::size_t> per_step = values_per_step(run, steps);
+  double settled_values = 0.0;
+  for (int t = settled; t < steps; ++t)
+    settled_values += static_cast<double>(per_step[static_cast<std::size_t>(t)]);
+  const double ratio = settled_values / static_cast<double>(k * (steps - settled));
+  EXPECT_GT(ratio, 0.9) << "mean K/k over steps " << settled << "+";
+  EXPECT_LT(ratio, 1.1) << "mean K/k over steps " << settled << "+";
+  // Bytes per push, whole run (settling included): >= 20x below dense.
+  std::size_t bytes = 0;
+  std::size_t pushes = 0;
+  for (const ServerLog& log : run.servers) {
+    for (const AppliedPush& applied : log.applied) bytes += applied.bytes;
+    pushes += static_cast<std::size_t>(log.pushes);
+  }
+  const double dense_push_bytes = static_cast<double>(servers * 40 + d * 4);  // per worker
+  const double sparse_push_bytes =
+      static_cast<double>(bytes) / static_cast<double>(pushes / servers);
+  EXPECT_LT(sparse_push_bytes * 20.0, dense_push_bytes) << sparse_push_bytes << " bytes per push";
+}
+
+TEST(ParameterServer, PartitionSchemesKeepTheResidualOnTheWorkers) {
+  // BSP, plain SGD: each step the servers move by lr / W * (the sum of the
+  // pushes), so over the run, for every coordinate,
+  //   sum over workers of (pushed + residual) == sum of all gradients.
+  // DEFT's known range (index 1200) is pushed by every worker whenever the
+  // leader makes it a whole piece: then every residual there is exactly 0.
+  const int workers = 3;
+  const int steps = 8;
+  const std::size_t d = 2000;
+  for (const char* scheme : {"exdyna", "deft"}) {
+    PsOptions options;
+    options.push = scheme;
+    options.scheme_options.set("density=0.01");
+    options.sgd.momentum = 0.0;
+    if (options.push == "deft") options.layers = deft_layers();
+    std::vector<std::vector<double>> gradient_sum(static_cast<std::size_t>(workers),
+                                                  std::vector<double>(d, 0.0));
+    std::vector<std::vector<float>> residual(static_cast<std::size_t>(workers));
+    // Per step and worker: the residual at DEFT's known index is 0.
+    std::vector<std::vector<int>> known_zero(static_cast<std::size_t>(steps),
+                                             std::vector<int>(static_cast<std::size_t>(workers)));
+    const PushHook hook = [&](int w, std::int64_t t, const PsWorker& worker,
+                              std::span<const float> gradient, const PushReport& report) {
+      const auto wi = static_cast<std::size_t>(w);
+      for (std::size_t i = 0; i < d; ++i) gradient_sum[wi][i] += gradient[i];
+      const std::span<const float> r = worker.residual();
+      residual[wi].assign(r.begin(), r.end());
+      known_zero[static_cast<std::size_t>(t)][wi] = r[kDeftKnownIndex] == 0.0f ? 1 : 0;
+      double norm2 = 0.0;
+      for (const float v : r) norm2 += static_cast<double>(v) * v;
+      EXPECT_NEAR(std::sqrt(norm2), report.residual_norm, 1e-4 * (1.0 + report.residual_norm));
+    };
+    const PsRun run =
+        run_ps(workers, 2, d, options, steps, no_delay, 20s, hooks_with_on_push(hook));
+    expect_no_push_lost(run, workers, steps, scheme);
+
+    const std::vector<float> init = initial_params(d);
+    double pushed_total = 0.0;
+    for (const ServerLog& log : run.servers) pushed_total += log.value_sum;
+    double residual_total = 0.0;
+    double residual_max = 0.0;
+    double gradient_total = 0.0;
+    double max_error = 0.0;
+    for (const ServerLog& log : run.servers) {
+      for (std::size_t j = 0; j < log.parameters.size(); ++j) {
+        const std::size_t i = log.shard.begin + j;
+        const double pushed =
+            workers * (static_cast<double>(init[i]) - static_cast<double>(log.parameters[j])) / kLr;
+        double kept = 0.0;
+        double sum = 0.0;
+        for (int w = 0; w < workers; ++w) {
+          kept += residual[static_cast<std::size_t>(w)][i];
+          residual_max =
+              std::max(residual_max, std::abs(double{residual[static_cast<std::size_t>(w)][i]}));
+          sum += gradient_sum[static_cast<std::size_t>(w)][i];
+        }
+        residual_total += kept;
+        gradient_total += sum;
+        max_error = std::max(max_error, std::abs(pushed + kept - sum) / (1.0 + std::abs(sum)));
+      }
+    }
+    EXPECT_LT(max_error, 1e-4) << scheme << ": pushed + residual != gradients somewhere";
+    EXPECT_NEAR(pushed_total + residual_total, gradient_total,
+                1e-4 * (1.0 + std::abs(gradient_total)))
+        << scheme;
+    EXPECT_GT(residual_max, 0.0) << scheme;  // something was held back
+
+    if (options.push == "deft") {
+      int whole_steps = 0;
+      for (int t = 0; t < steps; ++t) {
+        const auto& row = known_zero[static_cast<std::size_t>(t)];
+        // Known ranges are the same on every worker: all pushed it or none.
+        EXPECT_EQ(std::count(row.begin(), row.end(), row[0]), workers) << "step " << t;
+        whole_steps += row[0];
+      }
+      EXPECT_GT(whole_steps, 0) << "DEFT never made the 1-element bias a whole piece";
     }
   }
 }
@@ -565,6 +793,23 @@ std::vector<std::string> failing_world(int ranks, std::chrono::milliseconds time
       },
       timeout));
   return errors;
+}
+
+TEST(ParameterServer, PartitionSchemesAreRefusedOutsideBspOnEveryRank) {
+  for (const char* model : {"asp", "ssp:1", "dssp:1:3"}) {
+    PsOptions options;
+    options.model = parse_sync_model(model);
+    options.push = "exdyna";
+    PsRun unused = sized_run(2, 1);
+    const auto errors = failing_world(3, 3000ms, [&](Communicator& comm) {
+      run_ps_rank(comm, ServerLayout(100, 2, 1), options, 1, no_delay, unused);
+    });
+    for (const std::string& error : errors) {
+      EXPECT_NE(error.find("scheme 'exdyna' is partition-based"), std::string::npos) << error;
+      EXPECT_NE(error.find(fmt::format("not under '{}'", model)), std::string::npos) << error;
+      EXPECT_NE(error.find("use --sync bsp"), std::string::npos) << error;
+    }
+  }
 }
 
 TEST(ParameterServer, AWorkerThatThrowsIsNamedOnEveryOtherRank) {
@@ -668,4 +913,4 @@ TEST(ParameterServer, BspWithUnequalStepCountsFailsClearly) {
 }
 
 }  // namespace
-}  // namespace sparsecomm
+}  // namespace sparsecomm::testing

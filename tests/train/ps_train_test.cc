@@ -57,10 +57,12 @@ std::vector<nlohmann::json> read_lines(const fs::path& path) {
   return out;
 }
 
+// (The PS run evaluates deferred, the all-reduce run during training.)
 TEST(PsTrain, BspDenseEqualsAllReduceDense) {
   const testing::ScratchDir scratch("ps_bsp");
   TrainConfig ps = short_run("dense", scratch.path() / "ps", 2, 2);
   ps.sync = "bsp";
+  ps.eval_deferred = true;  // evaluated after training, on the parameters of each point
   const nlohmann::json summary = run_training(ps);
   TrainConfig ar = short_run("dense", scratch.path() / "ar", 2, 0);
   run_training(ar);
@@ -76,6 +78,7 @@ TEST(PsTrain, BspDenseEqualsAllReduceDense) {
   }
   ASSERT_EQ(a.evals.size(), b.evals.size());
   for (std::size_t i = 0; i < a.evals.size(); ++i) {
+    EXPECT_EQ(a.evals[i].step, b.evals[i].step);
     EXPECT_NEAR(a.evals[i].test_loss, b.evals[i].test_loss, 1e-5) << "eval " << i;
     EXPECT_NEAR(a.evals[i].test_accuracy, b.evals[i].test_accuracy, 0.005) << "eval " << i;
   }
@@ -156,6 +159,13 @@ TEST(PsTrain, SparsePushesCutBytesPerPush) {
   const nlohmann::json t = run_training(topk);
   EXPECT_LT(t.at("bytes_per_push").get<double>() * 20, d.at("bytes_per_push").get<double>());
   EXPECT_EQ(t.at("bytes_per_pull"), d.at("bytes_per_pull"));
+  // ExDyna (partition-based: the workers all-gather counts) under BSP.
+  TrainConfig exdyna = short_run("exdyna", scratch.path() / "exdyna", 2, 1);
+  exdyna.density = 0.01;
+  exdyna.max_steps = 16;
+  const nlohmann::json e = run_training(exdyna);
+  EXPECT_LT(e.at("bytes_per_push").get<double>() * 20, d.at("bytes_per_push").get<double>());
+  EXPECT_EQ(e.at("applied_pushes"), 2 * 16);
 }
 
 TEST(PsTrain, BadOptionsFailClearly) {
@@ -184,8 +194,10 @@ TEST(PsTrain, BadOptionsFailClearly) {
   c.slowdown = {"2:2"};  // rank 2 is the server
   EXPECT_NE(message(c).find("not a worker"), std::string::npos) << message(c);
   c = short_run("exdyna", scratch.path() / "e", 2, 1);
-  EXPECT_NE(message(c).find("not allowed in parameter-server mode"), std::string::npos)
-      << message(c);
+  c.sync = "ssp";
+  EXPECT_NE(message(c).find("use --sync bsp"), std::string::npos) << message(c);
+  c = short_run("skipreduce", scratch.path() / "e2", 2, 1);
+  EXPECT_NE(message(c).find("unknown push method 'skipreduce'"), std::string::npos) << message(c);
   c = short_run("dense", scratch.path() / "f", 2, 1);
   c.sync = "gossip";
   EXPECT_NE(message(c).find("bsp, asp, ssp, dssp"), std::string::npos) << message(c);

@@ -35,7 +35,7 @@ class ScratchDir {
 };
 
 // The flat parameters saved in one rank's checkpoint payload (its layout:
-// see RankTrainer::save_checkpoint in src/sparsecomm/train/trainer.cc).
+// see RankTrainer::save_checkpoint in src/sparsecomm/train/allreduce_trainer.cc).
 inline std::vector<float> parameters_of_checkpoint(std::span<const std::byte> payload) {
   StateReader reader(payload);
   reader.expect_tag("sparsecomm-checkpoint");

@@ -146,6 +146,46 @@ std::vector<float> checkpoint_parameters(const fs::path& run_dir, int rank) {
   return testing::parameters_of_checkpoint(bytes);
 }
 
+// Deferred evaluation evaluates the same parameters at the same points as
+// evaluating during training, and its time is not training wall time; a
+// checkpoint evaluates what is pending, so a stopped and resumed run has
+// every evaluation too.
+TEST(Trainer, DeferredEvaluationMatchesEvaluatingDuringTraining) {
+  const testing::ScratchDir scratch("deferred");
+  TrainConfig now = short_run("topk", scratch.path() / "now");
+  now.deterministic = true;
+  now.eval_every = 16;
+  run_training(now);
+  TrainConfig later = now;
+  later.out = (scratch.path() / "later").string();
+  later.eval_deferred = true;
+  const nlohmann::json summary = run_training(later);
+  TrainConfig stopped = later;
+  stopped.out = (scratch.path() / "stopped").string();
+  stopped.stop_at_step = 40;
+  run_training(stopped);
+  stopped.stop_at_step = 0;
+  run_training(stopped, nullptr, stopped.out);
+
+  const report::RunData a = report::load_run(now.out);
+  for (const std::string& dir : {later.out, stopped.out}) {
+    const report::RunData b = report::load_run(dir);
+    ASSERT_EQ(b.evals.size(), 4u) << dir;  // steps 16, 32, 48, 64
+    ASSERT_EQ(a.evals.size(), b.evals.size());
+    for (std::size_t i = 0; i < a.evals.size(); ++i) {
+      EXPECT_EQ(a.evals[i].step, b.evals[i].step) << dir;
+      EXPECT_EQ(a.evals[i].test_accuracy, b.evals[i].test_accuracy) << dir << " eval " << i;
+      EXPECT_DOUBLE_EQ(a.evals[i].test_loss, b.evals[i].test_loss) << dir << " eval " << i;
+      EXPECT_DOUBLE_EQ(a.evals[i].train_loss, b.evals[i].train_loss) << dir << " eval " << i;
+      if (i > 0) {
+        EXPECT_GE(b.evals[i].wall_s, b.evals[i - 1].wall_s) << dir;
+      }
+    }
+  }
+  const report::RunData b = report::load_run(later.out);
+  EXPECT_LE(b.evals.back().wall_s, summary.at("wall_s").get<double>());
+}
+
 TEST(Trainer, ResumingGivesBitIdenticalParameters) {
   const testing::ScratchDir scratch("resume");
   for (const std::string method : {"dense", "exdyna"}) {

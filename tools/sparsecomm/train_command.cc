@@ -87,6 +87,15 @@ class ConsoleReporter final : public TrainObserver {
   void on_eval(const TrainEval& e) override {
     if (bar_drawn_) fmt::print(stderr, "\r{:<100}\r", "");
     bar_drawn_ = false;
+    if (e.deferred) {
+      // After training: the phase times of each window are gone; accuracy only.
+      if (!deferred_header_) fmt::print("  evaluated after training (--eval-deferred):\n");
+      deferred_header_ = true;
+      fmt::print("  epoch {:>6.2f}  step {:>6}  train loss {:.4f}  test acc {:6.2f}%  [{:.0f}s]\n",
+                 e.epoch, e.step, e.train_loss, 100.0 * e.test_accuracy, e.wall_s);
+      std::fflush(stdout);
+      return;
+    }
     const double n = std::max(1.0, window_.steps);
     fmt::print(
         "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  K/k {:.3f}  imbalance {:.3f}  "
@@ -108,6 +117,7 @@ class ConsoleReporter final : public TrainObserver {
     return fmt::format("overlap {:.0f}%  ", 100.0 * window_.overlapped / communication);
   }
 
+  bool deferred_header_ = false;
   struct Window {
     double steps = 0, loss = 0, compute = 0, selection = 0, exchange = 0, update = 0, bytes = 0,
            overlapped = 0, density = 0, imbalance = 0;
@@ -223,8 +233,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--servers", c.servers,
                   "parameter-server mode: S servers own shards of the parameters and W = "
                   "--workers workers push gradients and pull parameters (0: all-reduce). "
-                  "Per-worker push methods only (dense, topk, threshold, randomk, dgc, "
-                  "gaussiank); no checkpoints, --resume or --bucket-mb in this mode yet")
+                  "Push methods: dense, topk, threshold, randomk, dgc, gaussiank under every "
+                  "--sync; micro, exdyna, exdyna-faithful, cltk, deft under bsp only. No "
+                  "checkpoints, --resume or --bucket-mb in this mode yet")
       ->capture_default_str();
   cmd->add_option("--sync", c.sync,
                   "parameter-server synchronization: bsp (default) | asp | ssp | dssp")
@@ -287,6 +298,10 @@ void add_train_command(CLI::App& app) {
                 "fixed shard order");
   cmd->add_option("--eval-every", c.eval_every, "also evaluate every N steps (0: per epoch)")
       ->capture_default_str();
+  cmd->add_flag("--eval-deferred", c.eval_deferred,
+                "keep the parameters at each evaluation point and evaluate them after training, "
+                "so that evaluation takes none of the training's wall time (time-to-accuracy "
+                "comparisons)");
   cmd->add_option("--out", c.out, "run directory (default runs/<method>-<model>-<time>)");
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "checkpoint every N steps (0: off)")
       ->capture_default_str();
@@ -353,6 +368,7 @@ void add_train_command(CLI::App& app) {
         {"--seed", "seed"},
         {"--deterministic", "deterministic"},
         {"--eval-every", "eval_every"},
+        {"--eval-deferred", "eval_deferred"},
         {"--out", "out"},
         {"--checkpoint-every", "checkpoint_every"},
         {"--stop-at-step", "stop_at_step"},

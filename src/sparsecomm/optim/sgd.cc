@@ -19,19 +19,23 @@ FlatSgd::FlatSgd(SgdOptions options) : options_(options) {
 }
 
 void FlatSgd::step(std::span<float> parameters, std::span<const float> gradient,
-                   double learning_rate) {
+                   double learning_rate, double share) {
   if (parameters.size() != gradient.size()) {
     throw InvalidArgument(fmt::format("[sgd] {} parameters but {} gradient elements",
                                       parameters.size(), gradient.size()));
   }
   const float lr = static_cast<float>(learning_rate);
+  if (!(share > 0.0 && share <= 1.0)) {
+    throw InvalidArgument(fmt::format("[sgd] share {} of a step: must be in (0, 1]", share));
+  }
   const float wd = static_cast<float>(options_.weight_decay);
+  const float c = static_cast<float>(share);
   const float mu = static_cast<float>(options_.momentum);
   const std::size_t n = parameters.size();
   float* p = parameters.data();
   const float* g = gradient.data();
   if (mu == 0.0f) {
-    for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (c * (g[i] + wd * p[i]));
     return;
   }
   if (momentum_buffer_.size() != n) momentum_buffer_.assign(n, 0.0f);
@@ -39,7 +43,7 @@ void FlatSgd::step(std::span<float> parameters, std::span<const float> gradient,
   const bool first = !started_;
   started_ = true;
   for (std::size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
+    const float d = c * (g[i] + wd * p[i]);
     b[i] = first ? d : mu * b[i] + d;
     p[i] -= lr * (options_.nesterov ? d + mu * b[i] : b[i]);
   }

@@ -3,7 +3,7 @@
 // parameter vector, applied after gradient synchronization (as the
 // reference ExDyna code and PyTorch's torch.optim.SGD do):
 //
-//   d = g + wd * p
+//   d = share * (g + wd * p)    (share = 1 unless the update is a part of a step)
 //   b = mu * b + d              (b starts at d on the first step)
 //   d = nesterov ? d + mu * b : b
 //   p -= lr * d
@@ -32,7 +32,12 @@ class FlatSgd {
   explicit FlatSgd(SgdOptions options);
 
   // One step on `parameters` with the synchronized `gradient` (same length).
-  void step(std::span<float> parameters, std::span<const float> gradient, double learning_rate);
+  // `share` < 1: this update is that share of one synchronous step, and
+  // d = share * (g + wd * p) (weight decay included), so that e.g. W
+  // asynchronous pushes of a parameter server, each with share 1/W, weigh
+  // one synchronous step.
+  void step(std::span<float> parameters, std::span<const float> gradient, double learning_rate,
+            double share = 1.0);
 
   const SgdOptions& options() const { return options_; }
   void save(StateWriter& writer) const;

@@ -1,4 +1,5 @@
-// PsOptions validation: which push methods PS mode accepts.
+// PsOptions validation: which push methods PS mode accepts, under which
+// synchronization models.
 
 #include <algorithm>
 #include <array>
@@ -13,17 +14,37 @@
 namespace sparsecomm {
 namespace {
 
-// Schemes whose selection needs nothing from other ranks.
+// Schemes whose selection needs nothing from other ranks: every model.
 constexpr std::array<std::string_view, 5> kPerWorkerSchemes = {"topk", "threshold", "randomk",
                                                                "dgc", "gaussiank"};
+// Schemes whose workers select together (a shared step, collectives among
+// the workers during select(), all-gathered counts): BSP only.
+constexpr std::array<std::string_view, 5> kPartitionSchemes = {"micro", "exdyna", "exdyna-faithful",
+                                                               "cltk", "deft"};
+
+template <std::size_t N>
+bool contains(const std::array<std::string_view, N>& list, std::string_view name) {
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
+template <std::size_t N>
+std::string joined(const std::array<std::string_view, N>& list) {
+  std::string out;
+  for (const std::string_view name : list) {
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
 
 }  // namespace
 
 std::string ps_push_methods() {
-  std::string out = "dense";
-  for (const std::string_view name : kPerWorkerSchemes) out += fmt::format(", {}", name);
-  return out;
+  return fmt::format("dense, {} (every --sync model); {} (--sync bsp only)",
+                     joined(kPerWorkerSchemes), joined(kPartitionSchemes));
 }
+
+bool ps_push_is_partition_based(std::string_view push) { return contains(kPartitionSchemes, push); }
 
 void validate_ps_options(const PsOptions& options) {
   const FlatSgd sgd(options.sgd);  // InvalidArgument for bad SGD options
@@ -37,17 +58,25 @@ void validate_ps_options(const PsOptions& options) {
     }
     return;
   }
-  if (std::find(kPerWorkerSchemes.begin(), kPerWorkerSchemes.end(), options.push) ==
-      kPerWorkerSchemes.end()) {
+  if (ps_push_is_partition_based(options.push)) {
+    if (options.model.kind != SyncModelKind::kBsp) {
+      throw InvalidArgument(fmt::format(
+          "[ps] scheme '{}' is partition-based: its workers select together (a shared step, "
+          "collectives among the workers, all-gathered counts), so PS mode allows it only under "
+          "BSP, not under '{}'; use --sync bsp, or a per-worker push method: dense, {}",
+          options.push, options.model.name(), joined(kPerWorkerSchemes)));
+    }
+  } else if (!contains(kPerWorkerSchemes, options.push)) {
     const auto& registry = scheme_registry();
     const bool known = std::any_of(registry.begin(), registry.end(), [&](const SchemeInfo& info) {
       return info.name == options.push;
     });
     if (known) {
-      throw InvalidArgument(fmt::format(
-          "[ps] scheme '{}' is partition-based: it needs a shared step and collectives among the "
-          "workers, which PS mode does not provide; PS push methods: {}",
-          options.push, ps_push_methods()));
+      // A registered scheme neither list names (a new one): refuse until
+      // someone decides which list it belongs to.
+      throw InvalidArgument(
+          fmt::format("[ps] scheme '{}' is not available in PS mode; PS push methods: {}",
+                      options.push, ps_push_methods()));
     }
     throw InvalidArgument(fmt::format("[ps] unknown push method '{}'; PS push methods: {}",
                                       options.push, ps_push_methods()));
@@ -61,6 +90,18 @@ void validate_ps_options(const PsOptions& options) {
     }
   }
   const SchemeParts parts = make_scheme(options.push, options.scheme_options);
+  if (ps_push_is_partition_based(options.push)) {
+    // The push derives the step's union size K from the declared exchange
+    // (PsWorker::push): disjoint selections (union) or identical ones
+    // (shared). Any other pattern would need the indices of every worker.
+    const ExchangePattern pattern = parts.sparsifier->default_exchange();
+    if (pattern != ExchangePattern::kUnionAllreduce && pattern != ExchangePattern::kSharedIndices) {
+      throw InvalidArgument(fmt::format(
+          "[ps] scheme '{}' declares the '{}' exchange; PS mode supports partition-based schemes "
+          "with the 'union' (disjoint selections) or 'shared' (identical selections) exchange",
+          options.push, exchange_pattern_name(pattern)));
+    }
+  }
   if (parts.memory && parts.memory->name() == "momentum" && options.sgd.momentum != 0.0) {
     throw InvalidArgument(fmt::format(
         "[ps] scheme '{}' applies momentum on the workers (momentum correction), so the "

@@ -34,6 +34,10 @@
 //                            straight into the worker's parameter slice
 //   29104 controller -> worker  GRANT (GrantReply: min clock, blocked flag,
 //                            DSSP extra-step decision)
+//   >= 30000 worker <-> worker  partition-based schemes only (BSP): the
+//                            collectives of select() and the count
+//                            allgather of push(), on the reserved tags of
+//                            communicator.h (servers never see them)
 // Workers post their reply receives before sending a request, so a server
 // never blocks on a reply. A server keeps one header receive posted per
 // worker and polls them (Request::test); it handles a worker's requests in
@@ -66,14 +70,49 @@
 //
 // Sparse pushes: a worker runs its scheme's memory (error feedback) and
 // sparsifier over its whole gradient once per step, then splits the
-// selection by shard; only per-worker schemes are allowed (topk, threshold,
-// randomk, dgc, gaussiank): the partition-based ones (micro, exdyna,
-// exdyna-faithful, cltk, deft) need collectives among the workers, which PS
-// mode does not provide. Selection runs on a view of the worker group that
-// refuses communication (rank = worker index, size = W). Values travel as
-// fp32 with raw indices: the exchange options (exchange, values,
-// encode_indices) are refused. DGC's momentum correction replaces the
-// optimizer's momentum: the servers' SGD momentum must then be 0.
+// selection by shard. Values travel as fp32 with raw indices: the exchange
+// options (exchange, values, encode_indices) are refused. DGC's momentum
+// correction replaces the optimizer's momentum: the servers' SGD momentum
+// must then be 0.
+//  - Per-worker schemes (topk, threshold, randomk, dgc, gaussiank) need
+//    nothing from other workers and work under every model. Their push
+//    involves no collective under any model (under BSP too: the step's
+//    selection is the same whatever the model, and no worker waits for
+//    another before it pushes); the sparsifier's observe() sees this
+//    worker's own count only (counts = {own}, K = own), which is all these
+//    schemes' observe() could use.
+//  - Partition-based schemes (micro, exdyna, exdyna-faithful, cltk, deft)
+//    select together: select() runs collectives among the workers (the
+//    count all-reduce of MiCRO/ExDyna, CLT-k's and DEFT's broadcasts) and
+//    the step t must be the same on all of them, so they are allowed only
+//    under BSP (validate_ps_options). select() runs on a communicator of
+//    the worker group (rank = worker index = world rank, size = W) that
+//    forwards point-to-point to the world; its collectives use the
+//    reserved tags >= 30000, never the protocol's user tags 29100..29104.
+//    After select() the workers all-gather their selected counts (one
+//    allgather of W uint64 over the group) and observe() gets the true
+//    ExchangeOutcome: counts per worker and the union size K, derived from
+//    the scheme's declared exchange pattern (default_exchange()):
+//      union all-reduce: the selections are disjoint (exclusive
+//        partitions: micro, exdyna, exdyna-faithful, deft), K = sum of
+//        the counts;
+//      shared indices: every worker selected the same indices (cltk:
+//        the leader's), K = the common count (the counts' maximum);
+//    plus, in both cases, the size of the known ranges (as the exchanges
+//    count them). Other patterns are refused for these schemes. A worker
+//    still pushes only its own selection (as in the sparse allgather, its
+//    residual keeps everything else): it does not send its values at the
+//    other workers' indices, as the union all-reduce would, since that
+//    needs every worker's indices, not just the counts.
+//  - Known ranges (SparseSelection::known, DEFT's whole pieces): in the
+//    all-reduce exchanges every rank transmits its own accumulated values
+//    there with no index on the wire. A push always carries explicit
+//    indices, so they are expanded into (index, a[index]) entries merged
+//    in ascending order with the explicit selection; the server sums them
+//    like any other entry.
+//  Error feedback subtracts exactly the pushed values at the pushed
+//  indices (known positions included: their residual becomes 0), then the
+//  memory's after_exchange() sees the pushed indices.
 //
 // Failure: every blocking wait is bounded by the communicator's timeout; a
 // server that hears from no worker within it throws TimeoutError naming the
@@ -85,6 +124,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sparsecomm/comm/communicator.h"
@@ -100,16 +140,22 @@ namespace sparsecomm {
 // What every rank of a PS world is started with (the same on all ranks).
 struct PsOptions {
   SyncModel model;
-  // "dense" or a per-worker scheme of the registry (ps_push_methods()).
+  // "dense" or a scheme of the registry that PS mode accepts
+  // (ps_push_methods(); the partition-based ones only under BSP).
   std::string push = "dense";
   SchemeOptions scheme_options;   // the scheme's options (density=..., ...)
   SgdOptions sgd;                 // the servers' optimizer
   std::vector<LayerSpan> layers;  // passed to the sparsifier's StepContext
 };
 
-// "dense, topk, threshold, randomk, dgc, gaussiank".
+// "dense, topk, threshold, randomk, dgc, gaussiank (every --sync model);
+// micro, exdyna, exdyna-faithful, cltk, deft (--sync bsp only)".
 std::string ps_push_methods();
-// InvalidArgument for an unknown push method, a partition-based scheme, an
+// True for the partition-based schemes (micro, exdyna, exdyna-faithful,
+// cltk, deft): their workers select together, so BSP only.
+bool ps_push_is_partition_based(std::string_view push);
+// InvalidArgument for an unknown push method, a partition-based scheme
+// under a model other than BSP (naming the scheme and the model), an
 // exchange option, invalid scheme or SGD options, or DGC with momentum.
 void validate_ps_options(const PsOptions& options);
 
@@ -170,9 +216,15 @@ ServerLog run_server(Communicator& comm, const ServerLayout& layout, const PsOpt
 // --- worker side ---
 
 struct PushReport {
-  std::int64_t step = 0;       // the clock this push carried
-  std::size_t target = 0;      // sparse: the scheme's k; dense: d
-  std::size_t values = 0;      // elements sent over all servers
+  std::int64_t step = 0;   // the clock this push carried
+  std::size_t target = 0;  // sparse: the scheme's k; dense: d
+  std::size_t values = 0;  // elements sent over all servers
+  // Sparse: this worker's selected count (known ranges excluded) and the
+  // union size K its sparsifier observed (partition-based: over all
+  // workers, from the all-gathered counts; per-worker: its own selection).
+  // Dense: both d.
+  std::size_t selected = 0;
+  std::size_t union_size = 0;
   std::size_t bytes_sent = 0;  // headers + payloads
   double select_s = 0.0;       // memory + selection
   double send_s = 0.0;         // until every server took the push
@@ -218,6 +270,10 @@ class PsWorker {
   PushReport push(std::span<const float> gradient, double learning_rate, double epoch = 0.0);
   // Tells every server this worker is done. Call once at the end.
   void finish();
+
+  // Sparse methods: this worker's residual (the memory's accumulated
+  // vector, d floats) after the last push; empty for dense pushes.
+  std::span<const float> residual() const;
 
   std::int64_t clock() const { return clock_; }
   const WorkerLog& log() const { return log_; }

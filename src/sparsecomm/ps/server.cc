@@ -263,16 +263,16 @@ class Server {
       if (++staged_ == workers()) apply_bsp_step();
       return true;
     }
-    // ASP/SSP/DSSP: apply on arrival, scaled by 1/W.
-    const float w = static_cast<float>(workers());
+    // ASP/SSP/DSSP: apply on arrival as 1/W of a step (gradient and weight
+    // decay alike), so that W pushes weigh one synchronous step.
+    const double share = 1.0 / static_cast<double>(workers());
     if (h.sparse == 0) {
-      for (float& v : dense) v /= w;
-      sgd_.step(params_, dense, h.learning_rate);
+      sgd_.step(params_, dense, h.learning_rate, share);
     } else {
       for (std::size_t j = 0; j < count; ++j) {
-        gradient_[words[j]] = std::bit_cast<float>(words[count + j]) / w;
+        gradient_[words[j]] = std::bit_cast<float>(words[count + j]);
       }
-      sgd_.step(params_, gradient_, h.learning_rate);
+      sgd_.step(params_, gradient_, h.learning_rate, share);
       for (std::size_t j = 0; j < count; ++j) gradient_[words[j]] = 0.0f;
     }
     record_applied(p, h, fingerprint, sum, sizeof(RequestHeader) + payload.size());

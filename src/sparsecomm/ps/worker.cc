@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/ps/parameter_server.h"
@@ -21,33 +25,121 @@ namespace {
 using ps::RequestHeader;
 using ps::RequestKind;
 
-// The worker group as the sparsifier sees it: rank = worker index, size = W,
-// and no communication (PS mode has no collectives among workers; the
-// allowed schemes need none, and a scheme that tries gets a clear error).
+// The worker group as the sparsifier sees it: rank = worker index, size = W.
+// Workers are the world ranks [0, W) (layout.h), so a group rank is its
+// world rank and point-to-point forwards to the world communicator
+// unchanged, for peers < W only. The collectives are the Communicator
+// defaults built on that point-to-point (no native ones), on the reserved
+// tags above kMaxUserTag (communicator.h, asserted below), so they cannot
+// collide with the protocol's user tags 29100..29104; a scheme's own
+// point-to-point may not use those either (checked). Besides, protocol
+// messages only ever travel between a worker and a server, group messages
+// only between workers. Only the partition-based schemes (BSP) communicate
+// here; per-worker schemes never do.
 class WorkerGroupView final : public Communicator {
  public:
-  WorkerGroupView(const Communicator& real, int worker, int workers, std::string scheme)
-      : backend_(real.backend()), worker_(worker), workers_(workers), scheme_(std::move(scheme)) {
-    set_timeout(real.timeout());
+  WorkerGroupView(Communicator& world, int workers) : world_(world), workers_(workers) {
+    set_timeout(world.timeout());
   }
-  int rank() const override { return worker_; }
+  int rank() const override { return world_.rank(); }
   int size() const override { return workers_; }
-  std::string_view backend() const override { return backend_; }
-  Request isend(std::span<const std::byte>, int, int) override { refuse(); }
-  Request irecv(std::span<std::byte>, int, int) override { refuse(); }
+  std::string_view backend() const override { return world_.backend(); }
+  Request isend(std::span<const std::byte> data, int dst, int tag) override {
+    check(dst, tag, "isend");
+    return world_.isend(data, dst, tag);
+  }
+  Request irecv(std::span<std::byte> data, int src, int tag) override {
+    check(src, tag, "irecv");
+    return world_.irecv(data, src, tag);
+  }
 
  private:
-  [[noreturn]] void refuse() const {
-    throw NotSupported(fmt::format(
-        "[ps] worker {}: scheme '{}' tried to communicate during selection; PS mode selects per "
-        "worker without collectives (push methods: {})",
-        worker_, scheme_, ps_push_methods()));
+  void check(int peer, int tag, std::string_view op) const {
+    check_peer_and_tag(peer, tag, op);  // 0 <= peer < W
+    if (tag >= ps::kTagRequest && tag <= ps::kTagGrant) {
+      throw InvalidArgument(
+          where() + fmt::format("{}: tag {} among the workers is one of the parameter-server "
+                                "protocol's tags ({}..{}); use another tag",
+                                op, tag, ps::kTagRequest, ps::kTagGrant));
+    }
   }
-  std::string backend_;
-  int worker_;
+  Communicator& world_;
   int workers_;
-  std::string scheme_;
 };
+
+// The protocol's tags are user tags; every collective tag is reserved above
+// them, so the group's collectives never match a protocol message.
+static_assert(ps::kTagRequest >= 0 && ps::kTagGrant <= kMaxUserTag);
+static_assert(tags::kBarrier > kMaxUserTag && tags::kBroadcast > kMaxUserTag &&
+              tags::kAllgather > kMaxUserTag && tags::kAlltoall > kMaxUserTag &&
+              tags::kRingReduceScatter > kMaxUserTag && tags::kRingAllgather > kMaxUserTag &&
+              tags::kSparseAllreduceHeader > kMaxUserTag &&
+              tags::kSparseAllreducePayload > kMaxUserTag);
+
+// The pushed entries of one selection: its explicit (index, value) pairs
+// merged in ascending order with its known ranges, expanded into
+// (index, accumulated[index]) pairs: in the all-reduce exchanges every rank
+// transmits its own accumulated values there, with no index on the wire; a
+// push carries every index. Checks the selection's invariants (indices
+// strictly ascending and inside [0, d), one value each; known ranges
+// ascending, non-overlapping, inside [0, d) and disjoint from the indices).
+void expand_selection(const SparseSelection& sel, std::span<const float> accumulated, int worker,
+                      std::string_view scheme, UninitVector<Index>& indices,
+                      UninitVector<float>& values) {
+  const std::size_t d = accumulated.size();
+  const auto bad = [&](const std::string& what) {
+    return Error(fmt::format("[ps] worker {}: scheme '{}' selected {}", worker, scheme, what));
+  };
+  if (sel.values.size() != sel.indices.size()) {
+    throw bad(fmt::format("{} indices but {} values", sel.indices.size(), sel.values.size()));
+  }
+  std::size_t total = sel.size();
+  std::size_t known_end = 0;
+  for (const Range& range : sel.known) {
+    if (range.begin > range.end || range.end > d || range.begin < known_end) {
+      throw bad(
+          fmt::format("the known range [{}, {}) (after {}): known ranges must be "
+                      "ascending, non-overlapping and inside [0, {})",
+                      range.begin, range.end, known_end, d));
+    }
+    known_end = range.end;
+    total += range.size();
+  }
+  indices.resize(total);
+  values.resize(total);
+  std::size_t out = 0;
+  std::size_t j = 0;
+  std::size_t previous = 0;
+  const auto take_explicit_below = [&](std::size_t limit) {
+    for (; j < sel.size() && sel.indices[j] < limit; ++j) {
+      const std::size_t i = sel.indices[j];
+      if (i >= d || (j > 0 && i <= previous)) {
+        throw bad(fmt::format("index {} after {}: indices must be strictly ascending and below {}",
+                              i, previous, d));
+      }
+      previous = i;
+      indices[out] = sel.indices[j];
+      values[out] = sel.values[j];
+      ++out;
+    }
+  };
+  for (const Range& range : sel.known) {
+    take_explicit_below(range.begin);
+    if (j < sel.size() && sel.indices[j] < range.end) {
+      throw bad(fmt::format("index {} inside its known range [{}, {})", sel.indices[j], range.begin,
+                            range.end));
+    }
+    for (std::size_t i = range.begin; i < range.end; ++i) {
+      indices[out] = static_cast<Index>(i);
+      values[out] = accumulated[i];
+      ++out;
+    }
+  }
+  take_explicit_below(std::numeric_limits<std::size_t>::max());
+  if (j != sel.size()) {
+    throw bad(fmt::format("index {}: indices must be below {}", sel.indices[j], d));
+  }
+}
 
 void wait_all(std::vector<Request>& requests) {
   for (Request& request : requests) request.wait();
@@ -57,9 +149,25 @@ void wait_all(std::vector<Request>& requests) {
 }  // namespace
 
 struct PsWorker::Sparse {
+  Sparse(Communicator& comm, const ServerLayout& layout, const PsOptions& options)
+      : parts(make_scheme(options.push, options.scheme_options)),
+        view(comm, layout.workers()),
+        gather_counts(ps_push_is_partition_based(options.push)),
+        pattern(parts.sparsifier->default_exchange()),
+        gathered(static_cast<std::size_t>(layout.workers()), 0),
+        payloads(static_cast<std::size_t>(layout.servers())) {}
+
   SchemeParts parts;
   WorkerGroupView view;
+  // Partition-based: all-gather the counts each step (BSP only).
+  bool gather_counts = false;
+  // The scheme's declared exchange: how K follows from the counts.
+  ExchangePattern pattern = ExchangePattern::kSparseAllgather;
   SparseSelection selection;
+  UninitVector<Index> indices;  // the pushed entries (explicit + known), ascending
+  UninitVector<float> values;
+  std::vector<std::uint64_t> gathered;               // per worker: selected count
+  std::vector<std::size_t> counts;                   // per worker (or only this one's)
   std::vector<std::vector<std::uint32_t>> payloads;  // per server: indices, then value bits
 };
 
@@ -81,10 +189,7 @@ PsWorker::PsWorker(Communicator& comm, const ServerLayout& layout, PsOptions opt
   versions_.assign(servers, 0);
   log_.sent.assign(servers, SentToServer{});
   if (options_.push != "dense") {
-    sparse_ = std::make_unique<Sparse>(
-        Sparse{make_scheme(options_.push, options_.scheme_options),
-               WorkerGroupView(comm, worker_, layout_.workers(), options_.push), SparseSelection{},
-               std::vector<std::vector<std::uint32_t>>(servers)});
+    sparse_ = std::make_unique<Sparse>(comm, layout_, options_);
   }
 }
 
@@ -175,6 +280,8 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
   std::vector<double> sums(n_servers, 0.0);
   Stopwatch watch;
   if (!sparse_) {
+    report.selected = layout_.numel();
+    report.union_size = layout_.numel();
     for (int s = 0; s < servers; ++s) {
       const Range shard = layout_.shard(s);
       const auto slice = gradient.subspan(shard.begin, shard.size());
@@ -197,39 +304,62 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     const std::span<float> accumulated = sp.parts.memory->accumulated();
     sp.parts.sparsifier->select(accumulated, ctx, sp.view, sp.selection);
     const SparseSelection& sel = sp.selection;
-    if (!sel.known.empty()) {
-      throw NotSupported(
-          fmt::format("[ps] scheme '{}' selected implicit ranges, which PS mode "
-                      "cannot send",
-                      options_.push));
+    std::size_t known = 0;
+    for (const Range& range : sel.known) known += range.size();
+    // The step's shared outcome. Partition-based schemes (BSP, so every
+    // worker is at this step): all-gather the selected counts, and K from
+    // the declared exchange: disjoint selections (union all-reduce) sum,
+    // identical ones (shared indices) count once; the known ranges, which
+    // every worker pushes, are in the union once and in no count (as in
+    // sparse_exchange.h). Per-worker schemes: no collective under any model
+    // (workers need not be in step), this worker's own count only.
+    std::size_t union_size = 0;
+    if (sp.gather_counts) {
+      const std::uint64_t own = sel.size();
+      sp.view.allgather(ps::bytes_of(own),
+                        std::as_writable_bytes(std::span<std::uint64_t>(sp.gathered)));
+      sp.counts.assign(sp.gathered.begin(), sp.gathered.end());
+      for (const std::size_t count : sp.counts) {
+        union_size = sp.pattern == ExchangePattern::kSharedIndices ? std::max(union_size, count)
+                                                                   : union_size + count;
+      }
+    } else {
+      sp.counts.assign(1, sel.size());
+      union_size = sel.size();
     }
-    // Split the ascending selection by shard.
+    union_size += known;
+    expand_selection(sel, accumulated, worker_, options_.push, sp.indices, sp.values);
+    // Split the ascending pushed entries by shard.
     std::size_t pos = 0;
     for (int s = 0; s < servers; ++s) {
       const Range shard = layout_.shard(s);
       const auto end = static_cast<std::size_t>(
-          std::lower_bound(sel.indices.begin() + static_cast<std::ptrdiff_t>(pos),
-                           sel.indices.end(), static_cast<Index>(shard.end)) -
-          sel.indices.begin());
+          std::lower_bound(sp.indices.begin() + static_cast<std::ptrdiff_t>(pos), sp.indices.end(),
+                           static_cast<Index>(shard.end)) -
+          sp.indices.begin());
       const std::size_t n = end - pos;
       auto& words = sp.payloads[static_cast<std::size_t>(s)];
       words.resize(2 * n);
       double sum = 0.0;
       for (std::size_t j = 0; j < n; ++j) {
-        words[j] = static_cast<std::uint32_t>(sel.indices[pos + j] - shard.begin);
-        sum += sel.values[pos + j];
+        words[j] = static_cast<std::uint32_t>(sp.indices[pos + j] - shard.begin);
+        sum += sp.values[pos + j];
       }
-      if (n > 0) std::memcpy(words.data() + n, sel.values.data() + pos, n * sizeof(float));
+      if (n > 0) std::memcpy(words.data() + n, sp.values.data() + pos, n * sizeof(float));
       payloads[static_cast<std::size_t>(s)] = std::as_bytes(std::span<const std::uint32_t>(words));
       counts[static_cast<std::size_t>(s)] = n;
       sums[static_cast<std::size_t>(s)] = sum;
       pos = end;
     }
-    // Error feedback: what was sent leaves the residual (exactly: fp32 values).
-    for (std::size_t j = 0; j < sel.size(); ++j) accumulated[sel.indices[j]] -= sel.values[j];
-    sp.parts.memory->after_exchange(std::span<const Index>(sel.indices.data(), sel.size()));
-    const std::size_t own = sel.size();
-    const ExchangeOutcome outcome{std::span<const std::size_t>(&own, 1), own, report.target};
+    // Error feedback: exactly what was pushed leaves the residual (fp32
+    // values; a known position's residual becomes 0).
+    for (std::size_t j = 0; j < sp.indices.size(); ++j) {
+      accumulated[sp.indices[j]] -= sp.values[j];
+    }
+    sp.parts.memory->after_exchange(std::span<const Index>(sp.indices.data(), sp.indices.size()));
+    report.selected = sel.size();
+    report.union_size = union_size;
+    const ExchangeOutcome outcome{sp.counts, union_size, report.target};
     sp.parts.sparsifier->observe(outcome, ctx);
     report.residual_norm = sp.parts.memory->residual_norm();
   }
@@ -266,6 +396,11 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
   ++clock_;
   in_step_ = false;
   return report;
+}
+
+std::span<const float> PsWorker::residual() const {
+  if (!sparse_) return {};
+  return sparse_->parts.memory->accumulated();
 }
 
 void PsWorker::finish() {

@@ -8,7 +8,6 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/optim/lr_schedule.h"
-#include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/sync/gradient_sync.h"
 
@@ -19,7 +18,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     test_samples, method, density, method_options, nonfinite, bucket_mb, servers, sync, staleness,
     staleness_low, staleness_high, slowdown, epochs, max_steps, batch, lr, momentum, nesterov,
     weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
-    out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
+    eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp"};
@@ -91,12 +90,7 @@ void validate(const TrainConfig& c) {
     require(c.staleness_high >= c.staleness_low, "staleness-high",
             fmt::format("s_U = {} is below s_L = {}: DSSP needs s_L <= s_U", c.staleness_high,
                         c.staleness_low));
-    const std::vector<std::string> methods = {"dense",   "topk", "threshold",
-                                              "randomk", "dgc",  "gaussiank"};
-    require(one_of(c.method, methods), "method",
-            fmt::format("'{}' is not allowed in parameter-server mode (it needs collectives among "
-                        "the workers, or is not a per-worker scheme); valid: {}",
-                        c.method, ps_push_methods()));
+    // Which push methods each sync model allows: validate_ps_options (ps/).
     require(c.nonfinite == "stop", "nonfinite",
             "parameter-server mode stops on NaN/inf gradients; drop --nonfinite skip");
     require(c.bucket_mb == 0.0, "bucket-mb",

@@ -62,6 +62,8 @@ struct TrainConfig {
 
   // Evaluation and output.
   std::int64_t eval_every = 0;        // also evaluate every N steps (0: at each epoch's end only)
+  bool eval_deferred = false;         // keep the parameters at each evaluation point and evaluate
+                                      // them after training (off the wall clock)
   std::string out;                    // run directory ("" : runs/<method>-<model>-<time>)
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end / on --stop-at
   std::int64_t stop_at_step = 0;      // stop (with a checkpoint) after this step; 0: run to the end

@@ -57,9 +57,11 @@ struct TrainEval {
   double test_accuracy = 0.0;  // fraction in [0, 1], over the whole test set
   double test_loss = 0.0;
   double train_loss = 0.0;  // mean over all ranks' steps since the last evaluation
+  bool deferred = false;    // evaluated after training on the parameters of `step`
 };
 
-// Called on rank 0 only, from its thread, in order.
+// Called on rank 0 only, from its thread, in order (with eval_deferred,
+// every on_eval comes after the last on_step).
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;

@@ -1,0 +1,290 @@
+// All-reduce data parallelism: one rank's training loop (DataParallel's
+// synchronization + FlatSgd), evaluation, checkpoints and resume.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/traces/gradient_stream.h"
+#include "sparsecomm/train/checkpoint.h"
+#include "sparsecomm/train/data_parallel.h"
+#include "sparsecomm/train/evaluation.h"
+#include "sparsecomm/train/run_plan.h"
+
+namespace sparsecomm {
+namespace {
+
+constexpr std::uint32_t kCheckpointVersion = 1;
+
+class RankTrainer {
+ public:
+  RankTrainer(Communicator& comm, RunPlan& plan) : comm_(comm), plan_(plan), config_(plan.config) {
+    model_ = make_seeded_model(config_);
+    DataParallelOptions parallel;
+    parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
+    if (config_.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
+    const SchemeOptions method_options(plan.method_options);
+    const NonFinitePolicy nonfinite = parse_nonfinite_policy(config_.nonfinite);
+    ddp_ = std::make_unique<DataParallel>(
+        *model_, comm_,
+        [&] { return make_gradient_sync(config_.method, method_options, nonfinite); }, parallel);
+    SgdOptions sgd;
+    sgd.momentum = ddp_->sync().applies_momentum() ? 0.0 : config_.momentum;
+    sgd.nesterov = config_.nesterov && sgd.momentum > 0.0;
+    sgd.weight_decay = config_.weight_decay;
+    sgd_ = std::make_unique<FlatSgd>(sgd);
+
+    steps_ = plan_steps(config_, plan.data->train.count(), comm_.size(), "rank");
+    steps_per_epoch_ = steps_.steps_per_epoch;
+    total_steps_ = steps_.total_steps;
+    schedule_ = std::make_unique<LrSchedule>(steps_.lr);
+    batches_ = std::make_unique<EpochBatches>(plan.data->train, comm_.rank(), comm_.size(),
+                                              config_.batch, config_.seed, steps_per_epoch_);
+    fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
+    const auto slowdowns = parse_slowdowns(config_);
+    if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
+  }
+
+  void run() {
+    std::int64_t step = 0;
+    double wall_offset = 0.0;
+    if (plan_.resume_step) {
+      step = *plan_.resume_step;
+      wall_offset = load_checkpoint(step);
+    }
+    first_step_ = step;
+    if (comm_.rank() == 0) {
+      info_.backend = std::string(backend_name(plan_.backend));
+      info_.workers = comm_.size();
+      info_.threads = plan_.threads;
+      info_.numel = ddp_->numel();
+      info_.steps_per_epoch = steps_per_epoch_;
+      info_.total_steps = total_steps_;
+      info_.first_step = step;
+      info_.buckets = ddp_->buckets().size();
+      if (ddp_->pipelined()) {
+        info_.pipelining =
+            fmt::format("pipelined: {} buckets of >= {} MiB", info_.buckets, config_.bucket_mb);
+      } else if (config_.bucket_mb > 0) {
+        info_.pipelining = fmt::format(
+            "not pipelined: {} selects over the whole gradient, so it runs after backward",
+            config_.method);
+      } else {
+        info_.pipelining = "not pipelined (--bucket-mb 0)";
+      }
+      info_.run_dir = plan_.run_dir.string();
+      if (plan_.observer) plan_.observer->on_start(info_);
+    }
+    open_trace();
+    clock_ = Stopwatch();
+    wall_offset_ = wall_offset;
+    model_->train();
+    const std::int64_t end =
+        config_.stop_at_step > 0 ? std::min(total_steps_, config_.stop_at_step) : total_steps_;
+    for (; step < end; ++step) {
+      train_step(step);
+      const std::int64_t done = step + 1;
+      if (evaluates_after(config_, steps_, done)) evaluate(done);
+      if (done == end && end < total_steps_) {
+        save_checkpoint(done);  // stopped early: resumable
+      } else if (config_.checkpoint_every > 0 &&
+                 (done % config_.checkpoint_every == 0 || done == total_steps_)) {
+        save_checkpoint(done);
+      }
+    }
+    const double wall_s = wall();
+    evaluate_snapshots();
+    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s);
+  }
+
+ private:
+  // Training wall time: evaluations of snapshots are off the clock.
+  double wall() const { return wall_offset_ + clock_.seconds() - off_clock_s_; }
+  void train_step(std::int64_t step) {
+    TrainStep record;
+    record.step = step;
+    record.lr = schedule_->at(step);
+
+    Stopwatch compute;
+    const EpochBatches::Batch batch = batches_->at(step);
+    ddp_->zero_grad();
+    const torch::Tensor loss =
+        torch::nn::functional::cross_entropy(model_->forward(batch.images), batch.labels);
+    loss.backward();
+    record.loss = loss.item<double>();
+    if (slowdown_ > 1.0) {
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>((slowdown_ - 1.0) * compute.seconds()));
+    }
+    record.compute_s = compute.seconds();
+    train_loss_sum_ += record.loss;
+    train_loss_count_ += 1;
+
+    if (trace_ && step - first_step_ < config_.record_steps) {
+      trace_->append(comm_.rank(), ddp_->gradients());
+    }
+
+    record.sync = ddp_->synchronize(steps_.epoch_at(step));
+    record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
+    record.exchange_s = record.sync.exchange_s;
+
+    Stopwatch update;
+    sgd_->step(ddp_->parameters(), ddp_->gradients(), record.lr);
+    record.update_s = update.seconds();
+
+    if (comm_.rank() == 0) {
+      record.epoch = steps_.epoch_at(step + 1);
+      record.wall_s = wall();
+      plan_.writer->write_step(record);
+      if (plan_.observer) plan_.observer->on_step(record);
+    }
+  }
+
+  // An evaluation point: the test set now, or (eval_deferred) a snapshot
+  // evaluated after training. Every rank takes part.
+  void evaluate(std::int64_t done) {
+    ddp_->broadcast_buffers(0);
+    const EvalPoint point{done, steps_.epoch_at(done), wall(), train_loss_sum_, train_loss_count_};
+    train_loss_sum_ = 0.0;
+    train_loss_count_ = 0;
+    if (config_.eval_deferred) {
+      snapshots_.take(point, ddp_->parameters(), *model_);
+    } else {
+      evaluate_now(point);
+    }
+  }
+
+  // Test accuracy over the whole test set, each rank evaluating a slice
+  // with rank 0's BatchNorm statistics; the training loss is the mean over
+  // all ranks' steps since the previous point.
+  void evaluate_now(const EvalPoint& point) {
+    const TensorSplit& test = plan_.data->test;
+    const std::int64_t n = test.count();
+    const EvalCounts mine = evaluate_range(*model_, test, n * comm_.rank() / comm_.size(),
+                                           n * (comm_.rank() + 1) / comm_.size());
+    // Fixed-point sums keep the result identical on every backend.
+    std::vector<std::int64_t> sums = {mine.correct, std::llround(mine.loss_sum * 1e6),
+                                      std::llround(point.train_loss_sum * 1e6),
+                                      point.train_loss_count};
+    allreduce(comm_, std::span<std::int64_t>(sums));
+    if (comm_.rank() != 0) return;
+    TrainEval eval = make_train_eval(point, n, {sums[0], static_cast<double>(sums[1]) * 1e-6},
+                                     static_cast<double>(sums[2]) * 1e-6, sums[3]);
+    eval.deferred = config_.eval_deferred;
+    plan_.writer->write_eval(eval);
+    if (plan_.observer) plan_.observer->on_eval(eval);
+  }
+
+  // Evaluates the snapshots taken so far (off the training clock).
+  void evaluate_snapshots() {
+    const Stopwatch watch;
+    snapshots_.replay(*model_, ddp_->parameters(),
+                      [&](const EvalPoint& point) { evaluate_now(point); });
+    off_clock_s_ += watch.seconds();
+  }
+
+  void save_checkpoint(std::int64_t done) {
+    evaluate_snapshots();  // a checkpoint leaves no evaluation pending
+    StateWriter state;
+    state.tag("sparsecomm-checkpoint");
+    state.value<std::uint32_t>(kCheckpointVersion);
+    state.string(fingerprint_.dump());
+    state.value<std::int64_t>(done);
+    state.value<double>(wall());
+    state.array<float>(ddp_->parameters());
+    sgd_->save(state);
+    ddp_->save(state);
+    state.value<double>(train_loss_sum_);
+    state.value<std::int64_t>(train_loss_count_);
+    write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
+    comm_.barrier();
+    if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
+  }
+
+  // Restores everything that defines the run's future; returns its wall time.
+  double load_checkpoint(std::int64_t done) {
+    const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
+    StateReader state(bytes);
+    state.expect_tag("sparsecomm-checkpoint");
+    const auto version = state.value<std::uint32_t>();
+    if (version != kCheckpointVersion) {
+      throw Error(fmt::format("the checkpoint has format version {}, this build reads {}", version,
+                              kCheckpointVersion));
+    }
+    check_fingerprint(nlohmann::json::parse(state.string()), fingerprint_);
+    const auto saved_step = state.value<std::int64_t>();
+    if (saved_step != done) {
+      throw Error(fmt::format("the checkpoint file of rank {} is of step {}, latest.json says {}",
+                              comm_.rank(), saved_step, done));
+    }
+    const double wall_s = state.value<double>();
+    state.array_into<float>(ddp_->parameters());
+    sgd_->load(state);
+    ddp_->load(state);
+    train_loss_sum_ = state.value<double>();
+    train_loss_count_ = state.value<std::int64_t>();
+    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+    return wall_s;
+  }
+
+  void open_trace() {
+    if (config_.record_gradients.empty()) return;
+    const std::vector<LayerSpan> layers(ddp_->layers().begin(), ddp_->layers().end());
+    const std::string source =
+        fmt::format("sparsecomm train --model {} --method {}", config_.model, config_.method);
+    if (comm_.rank() == 0) {
+      own_trace_ =
+          std::make_unique<TraceWriter>(config_.record_gradients, ddp_->numel(), comm_.size(),
+                                        config_.record_steps, layers, source);
+    }
+    comm_.barrier();
+    if (comm_.rank() != 0) {
+      own_trace_ = std::make_unique<TraceWriter>(config_.record_gradients, ddp_->numel(),
+                                                 comm_.size(), config_.record_steps, layers, source,
+                                                 /*create_files=*/false);
+    }
+    trace_ = own_trace_.get();
+  }
+
+  Communicator& comm_;
+  RunPlan& plan_;
+  const TrainConfig& config_;
+  std::shared_ptr<ImageModel> model_;
+  std::unique_ptr<DataParallel> ddp_;
+  std::unique_ptr<FlatSgd> sgd_;
+  std::unique_ptr<LrSchedule> schedule_;
+  nlohmann::json fingerprint_;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+  std::int64_t first_step_ = 0;
+  StepPlan steps_;
+  std::unique_ptr<EpochBatches> batches_;
+  EvalSnapshots snapshots_;
+  double off_clock_s_ = 0.0;  // spent evaluating snapshots
+  double train_loss_sum_ = 0.0;
+  std::int64_t train_loss_count_ = 0;
+  TraceWriter* trace_ = nullptr;  // recording gradients, when asked
+  std::unique_ptr<TraceWriter> own_trace_;
+  Stopwatch clock_;
+  double wall_offset_ = 0.0;
+  double slowdown_ = 1.0;
+  RunInfo info_;
+};
+
+}  // namespace
+
+void train_allreduce_rank(Communicator& comm, RunPlan& plan) {
+  RankTrainer trainer(comm, plan);
+  trainer.run();
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,83 @@
+#include "sparsecomm/train/evaluation.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sparsecomm {
+namespace {
+
+constexpr std::int64_t kEvalBatch = 1000;
+
+std::vector<torch::Tensor> buffer_copies(torch::nn::Module& model) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& buffer : model.buffers()) out.push_back(buffer.clone());
+  return out;
+}
+
+void load_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& saved) {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> buffers = model.buffers();
+  for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
+}
+
+}  // namespace
+
+EvalCounts evaluate_range(ImageModel& model, const TensorSplit& test, std::int64_t begin,
+                          std::int64_t end) {
+  const bool was_training = model.is_training();
+  model.eval();
+  EvalCounts counts;
+  {
+    torch::NoGradGuard no_grad;
+    for (std::int64_t first = begin; first < end; first += kEvalBatch) {
+      const std::int64_t count = std::min(kEvalBatch, end - first);
+      const torch::Tensor logits = model.forward(test.images.narrow(0, first, count));
+      const torch::Tensor labels = test.labels.narrow(0, first, count);
+      counts.loss_sum +=
+          torch::nn::functional::cross_entropy(
+              logits, labels,
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .item<double>();
+      counts.correct += logits.argmax(1).eq(labels).sum().item<std::int64_t>();
+    }
+  }
+  if (was_training) model.train();
+  return counts;
+}
+
+TrainEval make_train_eval(const EvalPoint& at, std::int64_t test_count, const EvalCounts& counts,
+                          double train_loss_sum, std::int64_t train_loss_count) {
+  TrainEval eval;
+  eval.step = at.step;
+  eval.epoch = at.epoch;
+  eval.wall_s = at.wall_s;
+  const auto n = static_cast<double>(test_count);
+  eval.test_accuracy = test_count > 0 ? static_cast<double>(counts.correct) / n : 0.0;
+  eval.test_loss = test_count > 0 ? counts.loss_sum / n : 0.0;
+  eval.train_loss =
+      train_loss_count > 0 ? train_loss_sum / static_cast<double>(train_loss_count) : std::nan("");
+  return eval;
+}
+
+void EvalSnapshots::take(const EvalPoint& point, std::span<const float> parameters,
+                         torch::nn::Module& model) {
+  snapshots_.push_back(
+      {point, std::vector<float>(parameters.begin(), parameters.end()), buffer_copies(model)});
+}
+
+void EvalSnapshots::replay(torch::nn::Module& model, std::span<float> parameters,
+                           const std::function<void(const EvalPoint&)>& evaluate) {
+  if (snapshots_.empty()) return;
+  const std::vector<float> own_parameters(parameters.begin(), parameters.end());
+  const std::vector<torch::Tensor> own_buffers = buffer_copies(model);
+  for (const Snapshot& snapshot : snapshots_) {
+    std::copy(snapshot.parameters.begin(), snapshot.parameters.end(), parameters.begin());
+    load_buffers(model, snapshot.buffers);
+    evaluate(snapshot.point);
+  }
+  std::copy(own_parameters.begin(), own_parameters.end(), parameters.begin());
+  load_buffers(model, own_buffers);
+  snapshots_.clear();
+}
+
+}  // namespace sparsecomm

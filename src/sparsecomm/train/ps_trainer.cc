@@ -1,0 +1,338 @@
+// Parameter-server mode: a worker's training loop (begin_step -> pull ->
+// forward/backward -> push) and a server rank, over the engine in ps/.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/train/data_parallel.h"
+#include "sparsecomm/train/evaluation.h"
+#include "sparsecomm/train/run_plan.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A worker's (or server's) replica: the seeded model in flat buffers, with
+// no broadcast (servers take part in no collective before training).
+struct FlatModel {
+  std::shared_ptr<ImageModel> model;
+  std::unique_ptr<FlatModule> flat;
+};
+
+std::unique_ptr<FlatModel> make_flat_model(const TrainConfig& config) {
+  auto replica = std::make_unique<FlatModel>();
+  replica->model = make_seeded_model(config);
+  replica->flat = std::make_unique<FlatModule>(*replica->model);
+  return replica;
+}
+
+// Totals every rank contributes to at the end (fixed point, one all-reduce
+// over the whole world): per worker its wait (us) and blocked begins, per
+// server its staleness sum, count and maximum.
+struct PsTotals {
+  int workers = 0;
+  int servers = 0;
+  std::vector<std::int64_t> values;
+  PsTotals(int w, int s) : workers(w), servers(s), values(2 * w + 3 * s, 0) {}
+  std::int64_t& wait_us(int worker) { return values[static_cast<std::size_t>(worker)]; }
+  std::int64_t& blocked(int worker) { return values[static_cast<std::size_t>(workers + worker)]; }
+  std::int64_t& server(int s, int field) {
+    return values[static_cast<std::size_t>(2 * workers + 3 * s + field)];
+  }
+};
+
+void write_server_log(const fs::path& path, const ServerLog& log, const std::string& sync) {
+  std::ofstream out(path, std::ios::trunc);
+  const auto line = [&](const nlohmann::json& j) { out << j.dump() << '\n'; };
+  for (const BeginGrant& g : log.grants) {
+    line({{"kind", "begin"},
+          {"worker", g.worker},
+          {"clock", g.clock},
+          {"min_clock", g.min_clock},
+          {"blocked", g.blocked},
+          {"extra", g.extra},
+          {"dssp_r", g.dssp_r},
+          {"wait_s", g.wait_s},
+          {"time_s", g.time_s}});
+  }
+  for (const AppliedPush& a : log.applied) {
+    line({{"kind", "push"},
+          {"worker", a.worker},
+          {"clock", a.clock},
+          {"pulled_version", a.pulled_version},
+          {"staleness", a.staleness},
+          {"time_s", a.time_s},
+          {"values", a.values},
+          {"bytes", a.bytes}});
+  }
+  nlohmann::json waits = nlohmann::json::array();
+  for (const WaitStats& w : log.waits)
+    waits.push_back({{"count", w.count}, {"seconds", w.seconds}});
+  line({{"kind", "server"},
+        {"server", log.server},
+        {"sync", sync},
+        {"shard", {log.shard.begin, log.shard.end}},
+        {"version", log.version},
+        {"pushes", log.pushes},
+        {"pulls", log.pulls},
+        {"values", log.values},
+        {"bytes_received", log.bytes_received},
+        {"bytes_sent", log.bytes_sent},
+        {"waits", waits},
+        {"seconds", log.seconds}});
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+}
+
+// One server rank: serves its shard of the seeded initial parameters, writes
+// its log (server<i>.jsonl in the run directory), joins the final totals.
+void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout) {
+  std::unique_ptr<FlatModel> flat = make_flat_model(plan.config);
+  const int index = layout.server_index(comm.rank());
+  const Range shard = layout.shard(index);
+  const PsOptions options =
+      ps_options(plan, {flat->flat->layers().begin(), flat->flat->layers().end()});
+  const ServerLog log = run_server(comm, layout, options,
+                                   flat->flat->parameters().subspan(shard.begin, shard.size()));
+  write_server_log(plan.run_dir / fmt::format("server{}.jsonl", index), log, options.model.name());
+  PsTotals totals(layout.workers(), layout.servers());
+  std::int64_t max_staleness = 0;
+  for (const AppliedPush& a : log.applied) {
+    totals.server(index, 0) += a.staleness;
+    max_staleness = std::max(max_staleness, a.staleness);
+  }
+  totals.server(index, 1) = static_cast<std::int64_t>(log.applied.size());
+  totals.server(index, 2) = max_staleness;
+  allreduce(comm, std::span<std::int64_t>(totals.values));
+}
+
+// One worker rank: the same model, data order and learning-rate schedule as
+// the all-reduce trainer (with W workers instead of W ranks), but each step
+// is begin_step -> pull -> forward/backward -> push to the servers. Rank 0
+// evaluates alone, on parameters it pulls right before evaluating.
+class PsRankWorker {
+ public:
+  PsRankWorker(Communicator& comm, RunPlan& plan, const ServerLayout& layout)
+      : comm_(comm), plan_(plan), config_(plan.config), layout_(layout) {
+    flat_ = make_flat_model(config_);
+    options_ = ps_options(plan, {flat_->flat->layers().begin(), flat_->flat->layers().end()});
+    worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
+    const auto slowdowns = parse_slowdowns(config_);
+    if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
+
+    steps_ = plan_steps(config_, plan.data->train.count(), layout_.workers(), "worker");
+    steps_per_epoch_ = steps_.steps_per_epoch;
+    total_steps_ = steps_.total_steps;
+    schedule_ = std::make_unique<LrSchedule>(steps_.lr);
+    batches_ = std::make_unique<EpochBatches>(plan.data->train, comm_.rank(), layout_.workers(),
+                                              config_.batch, config_.seed, steps_per_epoch_);
+  }
+
+  void run() {
+    if (comm_.rank() == 0) {
+      info_.backend = std::string(backend_name(plan_.backend));
+      info_.workers = layout_.workers();
+      info_.servers = layout_.servers();
+      info_.sync = options_.model.name();
+      info_.threads = plan_.threads;
+      info_.numel = flat_->flat->numel();
+      info_.steps_per_epoch = steps_per_epoch_;
+      info_.total_steps = total_steps_;
+      info_.pipelining = "not pipelined (parameter-server mode)";
+      info_.run_dir = plan_.run_dir.string();
+      if (plan_.observer) plan_.observer->on_start(info_);
+    }
+    clock_ = Stopwatch();
+    flat_->model->train();
+    for (std::int64_t step = 0; step < total_steps_; ++step) {
+      train_step(step);
+      const std::int64_t done = step + 1;
+      if (comm_.rank() == 0 && evaluates_after(config_, steps_, done)) evaluate(done);
+    }
+    worker_->finish();
+    PsTotals totals(layout_.workers(), layout_.servers());
+    totals.wait_us(comm_.rank()) = std::llround(worker_->log().wait_s * 1e6);
+    totals.blocked(comm_.rank()) = worker_->log().blocked;
+    allreduce(comm_, std::span<std::int64_t>(totals.values));
+    if (comm_.rank() == 0) finish(totals);
+  }
+
+ private:
+  void train_step(std::int64_t step) {
+    TrainStep record;
+    record.step = step;
+    record.lr = schedule_->at(step);
+    const double epoch = steps_.epoch_at(step);
+
+    Stopwatch wait;
+    worker_->begin_step();
+    record.wait_s = wait.seconds();
+
+    Stopwatch pull;
+    const std::size_t pulled_before = worker_->log().bytes_pulled;
+    worker_->pull(flat_->flat->parameters());
+    const double pull_s = pull.seconds();
+    const std::size_t pulled = worker_->log().bytes_pulled - pulled_before;
+
+    Stopwatch compute;
+    const EpochBatches::Batch batch = batches_->at(step);
+    flat_->flat->zero_grad();
+    const torch::Tensor loss =
+        torch::nn::functional::cross_entropy(flat_->model->forward(batch.images), batch.labels);
+    loss.backward();
+    flat_->flat->reattach_gradients();
+    record.loss = loss.item<double>();
+    if (slowdown_ > 1.0) {
+      // A straggler: sleep (not spin) (FACTOR - 1) x this step's compute time.
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>((slowdown_ - 1.0) * compute.seconds()));
+    }
+    record.compute_s = compute.seconds();
+    train_loss_sum_ += record.loss;
+    train_loss_count_ += 1;
+
+    const PushReport push = worker_->push(flat_->flat->gradients(), record.lr, epoch);
+    record.selection_s = push.select_s;
+    record.exchange_s = pull_s + push.send_s;
+
+    StepMetrics& m = record.sync;
+    m.step = step;
+    m.numel = flat_->flat->numel();
+    m.target = push.target;
+    m.selected = push.values;
+    m.union_size = push.values;
+    m.density_ratio =
+        push.target > 0 ? static_cast<double>(push.values) / static_cast<double>(push.target) : 0.0;
+    m.residual_norm = push.residual_norm;
+    m.bytes_sent = push.bytes_sent;
+    m.bytes_received = pulled;
+    m.selection_s = push.select_s;
+    m.exchange_s = record.exchange_s;
+    bytes_pushed_ += static_cast<double>(push.bytes_sent);
+    bytes_pulled_ += static_cast<double>(pulled);
+
+    if (comm_.rank() == 0) {
+      record.epoch = steps_.epoch_at(step + 1);
+      record.wall_s = clock_.seconds();
+      plan_.writer->write_step(record);
+      if (plan_.observer) plan_.observer->on_step(record);
+    }
+  }
+
+  // Rank 0 alone: pulls the freshest parameters (under BSP those after this
+  // step's update, as in the all-reduce trainer) and evaluates the whole
+  // test set now, or (eval_deferred) keeps them to evaluate after training;
+  // the training loss is rank 0's mean since the previous point.
+  void evaluate(std::int64_t done) {
+    worker_->pull(flat_->flat->parameters());
+    const EvalPoint point{done, steps_.epoch_at(done), clock_.seconds(), train_loss_sum_,
+                          train_loss_count_};
+    train_loss_sum_ = 0.0;
+    train_loss_count_ = 0;
+    if (config_.eval_deferred) {
+      snapshots_.take(point, flat_->flat->parameters(), *flat_->model);
+    } else {
+      evaluate_now(point);
+    }
+  }
+
+  void evaluate_now(const EvalPoint& point) {
+    const TensorSplit& test = plan_.data->test;
+    const EvalCounts counts = evaluate_range(*flat_->model, test, 0, test.count());
+    TrainEval eval =
+        make_train_eval(point, test.count(), counts, point.train_loss_sum, point.train_loss_count);
+    eval.deferred = config_.eval_deferred;
+    plan_.writer->write_eval(eval);
+    if (plan_.observer) plan_.observer->on_eval(eval);
+  }
+
+  void finish(PsTotals& totals) {
+    const double wall_s = clock_.seconds();  // after every worker and server is done
+    snapshots_.replay(*flat_->model, flat_->flat->parameters(),
+                      [&](const EvalPoint& point) { evaluate_now(point); });
+    std::int64_t stale_sum = 0, stale_count = 0, stale_max = 0;
+    for (int s = 0; s < totals.servers; ++s) {
+      stale_sum += totals.server(s, 0);
+      stale_count += totals.server(s, 1);
+      stale_max = std::max(stale_max, totals.server(s, 2));
+    }
+    std::vector<double> waits;
+    std::vector<std::int64_t> blocked;
+    for (int w = 0; w < totals.workers; ++w) {
+      waits.push_back(static_cast<double>(totals.wait_us(w)) * 1e-6);
+      blocked.push_back(totals.blocked(w));
+    }
+    const double steps = static_cast<double>(std::max<std::int64_t>(1, total_steps_));
+    const nlohmann::json extra = {
+        {"staleness_mean",
+         stale_count > 0 ? static_cast<double>(stale_sum) / static_cast<double>(stale_count) : 0.0},
+        {"staleness_max", stale_max},
+        {"applied_pushes", stale_count},
+        {"wait_s_per_worker", waits},
+        {"blocked_per_worker", blocked},
+        {"slowdown", config_.slowdown},
+        {"bytes_per_push", bytes_pushed_ / steps},
+        {"bytes_per_pull", bytes_pulled_ / steps},
+        {"server_logs", "server<i>.jsonl"}};
+    finish_run(plan_, info_, wall_s, extra);
+  }
+
+  Communicator& comm_;
+  RunPlan& plan_;
+  const TrainConfig& config_;
+  ServerLayout layout_;
+  std::unique_ptr<FlatModel> flat_;
+  PsOptions options_;
+  std::unique_ptr<PsWorker> worker_;
+  double slowdown_ = 1.0;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+  StepPlan steps_;
+  std::unique_ptr<EpochBatches> batches_;
+  EvalSnapshots snapshots_;
+  double train_loss_sum_ = 0.0;
+  std::int64_t train_loss_count_ = 0;
+  double bytes_pushed_ = 0.0;
+  double bytes_pulled_ = 0.0;
+  Stopwatch clock_;
+  RunInfo info_;
+};
+
+}  // namespace
+
+PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers) {
+  const TrainConfig& c = plan.config;
+  PsOptions options;
+  options.model = parse_sync_model(sync_model_name(c));
+  options.push = c.method;
+  options.scheme_options = SchemeOptions(plan.method_options);
+  // DGC's momentum correction replaces the servers' momentum.
+  options.sgd.momentum = c.method == "dgc" ? 0.0 : c.momentum;
+  options.sgd.nesterov = c.nesterov && options.sgd.momentum > 0.0;
+  options.sgd.weight_decay = c.weight_decay;
+  options.layers = layers;
+  return options;
+}
+
+void train_ps_rank(Communicator& comm, RunPlan& plan, const ServerLayout& layout) {
+  if (layout.is_server_rank(comm.rank())) {
+    run_ps_server(comm, plan, layout);
+  } else {
+    PsRankWorker worker(comm, plan, layout);
+    worker.run();
+  }
+}
+
+}  // namespace sparsecomm

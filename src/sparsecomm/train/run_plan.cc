@@ -1,0 +1,103 @@
+#include "sparsecomm/train/run_plan.h"
+
+#include <cmath>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/report/plots.h"
+#include "sparsecomm/report/run_files.h"
+
+namespace sparsecomm {
+
+StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int trainers,
+                    std::string_view trainer_name) {
+  StepPlan plan;
+  const std::int64_t shard = train_count / trainers;
+  plan.steps_per_epoch = shard / config.batch;
+  if (plan.steps_per_epoch < 1) {
+    throw InvalidArgument(fmt::format(
+        "--batch {} is larger than each {}'s share of the data ({} of {} samples over {} {}s): "
+        "lower --batch or --workers, or use more --train-samples",
+        config.batch, trainer_name, shard, train_count, trainers, trainer_name));
+  }
+  plan.total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * plan.steps_per_epoch;
+  const auto per_epoch = static_cast<double>(plan.steps_per_epoch);
+  plan.lr.base = config.lr;
+  plan.lr.warmup_steps = std::llround(config.warmup_epochs * per_epoch);
+  plan.lr.decay = parse_lr_decay(config.lr_decay);
+  for (const double epoch : config.lr_milestones) {
+    plan.lr.milestones.push_back(std::llround(epoch * per_epoch));
+  }
+  plan.lr.gamma = config.lr_gamma;
+  plan.lr.total_steps = plan.total_steps;
+  return plan;
+}
+
+bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done) {
+  return done % steps.steps_per_epoch == 0 || done == steps.total_steps ||
+         (config.eval_every > 0 && done % config.eval_every == 0);
+}
+
+std::shared_ptr<ImageModel> make_seeded_model(const TrainConfig& config) {
+  // LibTorch's default generator is process-wide: build one model at a time
+  // so every replica draws the same initial weights.
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  torch::manual_seed(config.seed);
+  return make_model(config.model);
+}
+
+std::size_t model_numel(const TrainConfig& config) {
+  std::size_t numel = 0;
+  for (const auto& p : make_seeded_model(config)->parameters()) {
+    numel += static_cast<std::size_t>(p.numel());
+  }
+  return numel;
+}
+
+nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
+  const TrainConfig& c = plan.config;
+  return {{"model", c.model},
+          {"method", c.method},
+          {"method_options", plan.method_options},
+          {"workers", world},
+          {"batch", c.batch},
+          {"seed", c.seed},
+          {"dataset", c.dataset},
+          {"train_samples", c.train_samples},
+          {"numel", numel}};
+}
+
+void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current) {
+  std::string differences;
+  for (const auto& [key, value] : current.items()) {
+    if (!saved.contains(key) || saved[key] != value) {
+      differences +=
+          fmt::format("\n  {}: checkpoint {} vs this run {}", key,
+                      saved.contains(key) ? saved[key].dump() : "(absent)", value.dump());
+    }
+  }
+  if (!differences.empty()) {
+    throw InvalidArgument(
+        "the checkpoint belongs to a different run; these settings differ:" + differences +
+        "\nresume with the checkpoint's settings (they are in its run directory's config.json)");
+  }
+}
+
+void finish_run(RunPlan& plan, const RunInfo& info, double wall_s, const nlohmann::json& extra) {
+  plan.summary = plan.writer->finish(info, wall_s, extra);
+  if (plan.config.plots) {
+    try {
+      const std::vector<report::RunData> runs = {report::load_run(plan.run_dir)};
+      report::write_plots(runs, plan.run_dir);
+    } catch (const std::exception& e) {
+      spdlog::warn("plots were not drawn: {}", e.what());
+    }
+  }
+  if (plan.observer) plan.observer->on_finish(plan.summary);
+}
+
+}  // namespace sparsecomm

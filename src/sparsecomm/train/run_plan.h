@@ -1,0 +1,88 @@
+#pragma once
+// What the two trainers share (internal to train/): the plan every rank of a
+// run reads, the run's length and learning-rate schedule, the seeded model,
+// checkpoint fingerprints and the end of a run. run_training() (trainer.cc)
+// builds the plan and calls, on each rank, train_allreduce_rank()
+// (allreduce_trainer.cc) or, in parameter-server mode, train_ps_rank()
+// (ps_trainer.cc).
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sparsecomm/comm/backend.h"
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/optim/lr_schedule.h"
+#include "sparsecomm/ps/layout.h"
+#include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/train/models.h"
+#include "sparsecomm/train/run_writer.h"
+#include "sparsecomm/train/trainer.h"
+#include "sparsecomm/train/training_data.h"
+
+namespace sparsecomm {
+
+// What every rank shares: the configuration and derived run constants.
+struct RunPlan {
+  TrainConfig config;
+  std::map<std::string, std::string> method_options;
+  const Datasets* data = nullptr;
+  BackendKind backend = BackendKind::kThread;
+  int threads = 1;
+  std::filesystem::path run_dir;
+  std::optional<std::int64_t> resume_step;  // completed steps of the checkpoint
+  TrainObserver* observer = nullptr;
+  RunWriter* writer = nullptr;  // rank 0 only
+  nlohmann::json summary;       // rank 0's, filled at the end
+};
+
+// The run's length and learning-rate schedule when `trainers` ranks (or
+// workers) share the training data, each `config.batch` samples per step.
+struct StepPlan {
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t total_steps = 0;
+  LrScheduleOptions lr;
+  double epoch_at(std::int64_t steps_done) const {
+    return static_cast<double>(steps_done) / static_cast<double>(steps_per_epoch);
+  }
+};
+StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int trainers,
+                    std::string_view trainer_name);
+
+// Whether an evaluation follows the step that completed `done` steps: at
+// each epoch's end, at the run's end, and every `eval_every` steps.
+bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done);
+
+// The configured model with the seed's initial weights (identical on every
+// rank: models are built one at a time per process).
+std::shared_ptr<ImageModel> make_seeded_model(const TrainConfig& config);
+// Its parameter count.
+std::size_t model_numel(const TrainConfig& config);
+
+// What defines a run's future: a checkpoint only resumes a run that agrees.
+nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel);
+// InvalidArgument listing every setting that differs.
+void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current);
+
+// Rank 0 at the end: summary.json (with `extra` fields), the plots, the
+// observer. A plot that cannot be drawn is a warning: the run's results stand.
+void finish_run(RunPlan& plan, const RunInfo& info, double wall_s,
+                const nlohmann::json& extra = nlohmann::json::object());
+
+// The parameter-server engine's options for this run (`layers`: the
+// model's tensors, for layer-wise schemes; may be empty for validation).
+PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers);
+
+// One rank of all-reduce data parallelism (DataParallel + FlatSgd).
+void train_allreduce_rank(Communicator& comm, RunPlan& plan);
+// One rank of parameter-server mode: a worker or a server, by `layout`.
+void train_ps_rank(Communicator& comm, RunPlan& plan, const ServerLayout& layout);
+
+}  // namespace sparsecomm
