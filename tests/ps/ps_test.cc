@@ -573,35 +573,29 @@ TEST(ParameterServer, EveryPartitionSchemeWorksUnderBsp) {
       for (const PushReport& report : step) {
         selected += report.selected;
         pushed += report.values;
-        // One shared outcome: every worker's sparsifier observed the same K.
+        // One shared outcome: every worker's sparsifier observed the same K,
+        // and every worker pushes its values at the whole union (explicit
+        // indices of all workers + known ranges), as the union all-reduce.
         EXPECT_EQ(report.union_size, step[0].union_size) << scheme << " step " << t;
+        EXPECT_EQ(report.values, report.union_size) << scheme << " step " << t;
         EXPECT_EQ(report.target, k);
+        EXPECT_EQ(report.bytes_to_workers, report.selected * sizeof(Index) * (W - 1))
+            << scheme << " step " << t;
       }
       EXPECT_EQ(pushed, values) << scheme << " step " << t;
-      // Known ranges: pushed by every worker, counted once in K, in no count.
-      const std::size_t known = step[0].values - step[0].selected;
-      for (const PushReport& report : step) {
-        EXPECT_EQ(report.values - report.selected, known) << scheme << " step " << t;
-      }
+      EXPECT_EQ(values, W * step[0].union_size) << scheme << " step " << t;
       if (options.push == "cltk") {
-        // Shared indices: every worker pushes its values at the leader's k
-        // indices, K = k.
-        EXPECT_EQ(values, W * k) << "step " << t;
+        // Shared indices: every worker selected the leader's k indices, K = k.
         for (const PushReport& report : step) EXPECT_EQ(report.selected, k) << "step " << t;
         EXPECT_EQ(step[0].union_size, k) << "step " << t;
-      } else {
-        // Disjoint selections: K = the sum of the counts (+ known ranges).
-        EXPECT_EQ(step[0].union_size, selected + known) << scheme << " step " << t;
-        if (options.push != "deft") {
-          EXPECT_EQ(known, 0u) << scheme;
-        }
-      }
-      if (options.push == "deft") {
-        // The budgets (k in all) go to disjoint per-piece top-k selections
-        // and to the whole pieces, which every worker pushes.
+      } else if (options.push == "deft") {
+        // Disjoint per-piece selections plus the whole pieces (known ranges,
+        // in no count): k in all.
+        EXPECT_GE(step[0].union_size, selected) << "step " << t;
         EXPECT_LE(step[0].union_size, k) << "step " << t;
-        EXPECT_GE(values, k) << "step " << t;
-        EXPECT_LE(values, W * k) << "step " << t;
+      } else {
+        // Disjoint selections: K = the sum of the counts.
+        EXPECT_EQ(step[0].union_size, selected) << scheme << " step " << t;
       }
     }
     // The threshold schemes may select nothing in a step; not in all.
@@ -656,7 +650,8 @@ TEST(ParameterServer, ExDynaUnderBspHoldsTheDensityAcrossWorkers) {
   double settled_values = 0.0;
   for (int t = settled; t < steps; ++t)
     settled_values += static_cast<double>(per_step[static_cast<std::size_t>(t)]);
-  const double ratio = settled_values / static_cast<double>(k * (steps - settled));
+  // Every worker pushes the union: W x K values per step.
+  const double ratio = settled_values / static_cast<double>(workers * k * (steps - settled));
   EXPECT_GT(ratio, 0.9) << "mean K/k over steps " << settled << "+";
   EXPECT_LT(ratio, 1.1) << "mean K/k over steps " << settled << "+";
   // Bytes per push, whole run (settling included): >= 20x below dense.

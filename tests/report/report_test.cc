@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -47,8 +48,10 @@ class ReportTest : public ::testing::Test {
 
   // A run of `steps` steps sending `bytes` per step, evaluated every 10
   // steps; with summary.json when `finished`.
+  // `overlapped` >= 0: the steps were pipelined, that many seconds of their
+  // 0.04 s of selection + exchange hidden under backward.
   fs::path write_run(const std::string& name, const std::string& method, double density,
-                     double bytes, int steps = 60, bool finished = true) {
+                     double bytes, int steps = 60, bool finished = true, double overlapped = -1.0) {
     const fs::path dir = root_ / name;
     fs::create_directories(dir);
     write_json_atomically(dir / "config.json", json{{"method", method},
@@ -57,27 +60,28 @@ class ReportTest : public ::testing::Test {
                                                     {"density", density},
                                                     {"backend", "thread"}});
     for (int s = 0; s < steps; ++s) {
-      append_line(dir / "metrics.jsonl", json{{"kind", "step"},
-                                              {"step", s},
-                                              {"epoch", s / 20.0},
-                                              {"wall_s", 0.1 * (s + 1)},
-                                              {"lr", 0.1},
-                                              {"loss", 2.0 / (s + 1)},
-                                              {"compute_s", 0.05},
-                                              {"selection_s", 0.01},
-                                              {"exchange_s", 0.03},
-                                              {"update_s", 0.01},
-                                              {"density_ratio", 1.0 + 0.1 * std::sin(s)},
-                                              {"imbalance", 0.05},
-                                              {"bytes_sent", bytes},
-                                              {"bytes_received", 3 * bytes},
-                                              {"residual_norm", 1.5},
-                                              {"selected", 100},
-                                              {"union_size", 380},
-                                              {"target", 100},
-                                              {"numel", 10000},
-                                              {"extra_key", "ignored"}}
-                                             .dump());
+      json step = json{{"kind", "step"},
+                       {"step", s},
+                       {"epoch", s / 20.0},
+                       {"wall_s", 0.1 * (s + 1)},
+                       {"lr", 0.1},
+                       {"loss", 2.0 / (s + 1)},
+                       {"compute_s", 0.05},
+                       {"selection_s", 0.01},
+                       {"exchange_s", 0.03},
+                       {"update_s", 0.01},
+                       {"density_ratio", 1.0 + 0.1 * std::sin(s)},
+                       {"imbalance", 0.05},
+                       {"bytes_sent", bytes},
+                       {"bytes_received", 3 * bytes},
+                       {"residual_norm", 1.5},
+                       {"selected", 100},
+                       {"union_size", 380},
+                       {"target", 100},
+                       {"numel", 10000},
+                       {"extra_key", "ignored"}};
+      if (overlapped >= 0) step["overlapped_s"] = overlapped;
+      append_line(dir / "metrics.jsonl", step.dump());
       if ((s + 1) % 10 == 0) {
         append_line(dir / "metrics.jsonl", json{{"kind", "eval"},
                                                 {"step", s},
@@ -328,6 +332,32 @@ TEST_F(ReportTest, WritesPngPlotsWithGnuplot) {
   const std::vector<fs::path> single = write_plots(std::span(runs).subspan(1, 1), runs[1].dir);
   EXPECT_EQ(single.size(), 5u);
   for (const fs::path& png : single) expect_png(png);
+}
+
+TEST_F(ReportTest, PlotsShowTheOverlapOfPipelinedRuns) {
+  ASSERT_EQ(std::system("command -v gnuplot >/dev/null 2>&1"), 0) << "gnuplot is not installed";
+  const std::vector<RunData> runs = {
+      load_run(write_run("pipelined", "dense", 1.0, 4e6, 60, true, 0.01)),
+      load_run(write_run("after backward", "dense", 1.0, 4e6))};
+  EXPECT_DOUBLE_EQ(runs[0].steps[0].overlapped_s, 0.01);
+  EXPECT_TRUE(std::isnan(runs[1].steps[0].overlapped_s));
+  const fs::path out = root_ / "overlap plots";
+  const std::vector<fs::path> pngs = write_plots(runs, out);
+  ASSERT_EQ(pngs.back().filename(), "overlap.png");
+  expect_png(pngs.back());
+  // Column 8 of the step data: overlapped / (selection + exchange) = 0.25.
+  std::istringstream steps(read_text(out / "run0_steps.dat"));
+  std::string line;
+  while (std::getline(steps, line) && line.starts_with("#")) {
+  }
+  std::istringstream fields(line);
+  std::vector<std::string> columns;
+  for (std::string field; fields >> field;) columns.push_back(field);
+  ASSERT_EQ(columns.size(), 9u) << line;
+  EXPECT_NEAR(std::stod(columns[7]), 0.25, 1e-12);
+  EXPECT_NEAR(std::stod(columns[8]), 0.25, 1e-12);
+  // The unpipelined run's overlap is NaN (a gap in the plot).
+  EXPECT_NE(read_text(out / "run1_steps.dat").find(" NaN NaN\n"), std::string::npos);
 }
 
 TEST_F(ReportTest, PlotsSkipWhatARunHasNoDataFor) {

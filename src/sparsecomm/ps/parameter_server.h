@@ -89,21 +89,15 @@
 //    the worker group (rank = worker index = world rank, size = W) that
 //    forwards point-to-point to the world; its collectives use the
 //    reserved tags >= 30000, never the protocol's user tags 29100..29104.
-//    After select() the workers all-gather their selected counts (one
-//    allgather of W uint64 over the group) and observe() gets the true
-//    ExchangeOutcome: counts per worker and the union size K, derived from
-//    the scheme's declared exchange pattern (default_exchange()):
-//      union all-reduce: the selections are disjoint (exclusive
-//        partitions: micro, exdyna, exdyna-faithful, deft), K = sum of
-//        the counts;
-//      shared indices: every worker selected the same indices (cltk:
-//        the leader's), K = the common count (the counts' maximum);
-//    plus, in both cases, the size of the known ranges (as the exchanges
-//    count them). Other patterns are refused for these schemes. A worker
-//    still pushes only its own selection (as in the sparse allgather, its
-//    residual keeps everything else): it does not send its values at the
-//    other workers' indices, as the union all-reduce would, since that
-//    needs every worker's indices, not just the counts.
+//    After select() the workers all-gather their selected counts and then
+//    their indices over the group, and each pushes its own accumulated
+//    values at the union of all workers' indices (plus the known ranges),
+//    as the union all-reduce of the all-reduce mode does: the server's BSP
+//    sum over the workers is then that all-reduce's sum. observe() gets
+//    the true ExchangeOutcome (counts per worker, K = the union's size plus
+//    the known ranges). The indices a worker all-gathers to the others are
+//    counted in PushReport::bytes_to_workers. (The declared exchange must
+//    be the union all-reduce or shared indices; others are refused.)
 //  - Known ranges (SparseSelection::known, DEFT's whole pieces): in the
 //    all-reduce exchanges every rank transmits its own accumulated values
 //    there with no index on the wire. A push always carries explicit
@@ -226,6 +220,9 @@ struct PushReport {
   std::size_t selected = 0;
   std::size_t union_size = 0;
   std::size_t bytes_sent = 0;  // headers + payloads
+  // Partition-based: the indices this worker all-gathered to the other
+  // workers (own count x 4 bytes x (W - 1)); 0 otherwise.
+  std::size_t bytes_to_workers = 0;
   double select_s = 0.0;       // memory + selection
   double send_s = 0.0;         // until every server took the push
   double residual_norm = 0.0;  // sparse: ||residual|| after the push

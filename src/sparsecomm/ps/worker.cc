@@ -164,7 +164,9 @@ struct PsWorker::Sparse {
   // The scheme's declared exchange: how K follows from the counts.
   ExchangePattern pattern = ExchangePattern::kSparseAllgather;
   SparseSelection selection;
-  UninitVector<Index> indices;  // the pushed entries (explicit + known), ascending
+  std::vector<Index> all_indices;   // partition-based: every worker's indices, merged
+  SparseSelection union_selection;  // partition-based: own values at all_indices
+  UninitVector<Index> indices;      // the pushed entries (explicit + known), ascending
   UninitVector<float> values;
   std::vector<std::uint64_t> gathered;               // per worker: selected count
   std::vector<std::size_t> counts;                   // per worker (or only this one's)
@@ -307,28 +309,51 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     std::size_t known = 0;
     for (const Range& range : sel.known) known += range.size();
     // The step's shared outcome. Partition-based schemes (BSP, so every
-    // worker is at this step): all-gather the selected counts, and K from
-    // the declared exchange: disjoint selections (union all-reduce) sum,
-    // identical ones (shared indices) count once; the known ranges, which
-    // every worker pushes, are in the union once and in no count (as in
-    // sparse_exchange.h). Per-worker schemes: no collective under any model
-    // (workers need not be in step), this worker's own count only.
+    // worker is at this step): the union of all workers' indices (see
+    // parameter_server.h); the known ranges, which every worker pushes, are
+    // in the union once and in no count (as in sparse_exchange.h).
+    // Per-worker schemes: no collective under any model (workers need not
+    // be in step), this worker's own count only.
     std::size_t union_size = 0;
+    std::size_t index_bytes_to_workers = 0;
+    const SparseSelection* pushed = &sel;
     if (sp.gather_counts) {
       const std::uint64_t own = sel.size();
       sp.view.allgather(ps::bytes_of(own),
                         std::as_writable_bytes(std::span<std::uint64_t>(sp.gathered)));
       sp.counts.assign(sp.gathered.begin(), sp.gathered.end());
-      for (const std::size_t count : sp.counts) {
-        union_size = sp.pattern == ExchangePattern::kSharedIndices ? std::max(union_size, count)
-                                                                   : union_size + count;
+      // As in the union all-reduce, every worker sends its own accumulated
+      // values at the union of all workers' indices (the servers sum them),
+      // not only at its own: all-gather the indices, merge them.
+      std::vector<std::size_t> byte_counts(sp.counts.size());
+      std::size_t total = 0;
+      for (std::size_t r = 0; r < sp.counts.size(); ++r) {
+        byte_counts[r] = sp.counts[r] * sizeof(Index);
+        total += sp.counts[r];
       }
+      sp.all_indices.resize(total);
+      sp.view.allgatherv(std::as_bytes(std::span<const Index>(sel.indices.data(), sel.size())),
+                         std::as_writable_bytes(std::span<Index>(sp.all_indices)), byte_counts);
+      index_bytes_to_workers = sel.size() * sizeof(Index) * (sp.counts.size() - 1);
+      std::sort(sp.all_indices.begin(), sp.all_indices.end());
+      sp.all_indices.erase(std::unique(sp.all_indices.begin(), sp.all_indices.end()),
+                           sp.all_indices.end());
+      sp.union_selection.clear();
+      sp.union_selection.indices.resize(sp.all_indices.size());
+      sp.union_selection.values.resize(sp.all_indices.size());
+      for (std::size_t j = 0; j < sp.all_indices.size(); ++j) {
+        sp.union_selection.indices[j] = sp.all_indices[j];
+        sp.union_selection.values[j] = accumulated[sp.all_indices[j]];
+      }
+      sp.union_selection.known = sel.known;
+      pushed = &sp.union_selection;
+      union_size = sp.all_indices.size();
     } else {
       sp.counts.assign(1, sel.size());
       union_size = sel.size();
     }
     union_size += known;
-    expand_selection(sel, accumulated, worker_, options_.push, sp.indices, sp.values);
+    expand_selection(*pushed, accumulated, worker_, options_.push, sp.indices, sp.values);
     // Split the ascending pushed entries by shard.
     std::size_t pos = 0;
     for (int s = 0; s < servers; ++s) {
@@ -359,6 +384,7 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     sp.parts.memory->after_exchange(std::span<const Index>(sp.indices.data(), sp.indices.size()));
     report.selected = sel.size();
     report.union_size = union_size;
+    report.bytes_to_workers = index_bytes_to_workers;
     const ExchangeOutcome outcome{sp.counts, union_size, report.target};
     sp.parts.sparsifier->observe(outcome, ctx);
     report.residual_norm = sp.parts.memory->residual_norm();

@@ -66,27 +66,49 @@ bool any_accuracy(std::span<const EvalRecord> evals, double EvalRecord::*x) {
   });
 }
 
+// The mean of the finite values among the last kRollingWindow added.
+class RollingMean {
+ public:
+  double add(double value) {
+    if (std::isfinite(value)) {
+      window_.push_back(value);
+      sum_ += value;
+      if (window_.size() > kRollingWindow) {
+        sum_ -= window_.front();
+        window_.erase(window_.begin());
+      }
+    }
+    return window_.empty() ? NAN : sum_ / static_cast<double>(window_.size());
+  }
+
+ private:
+  std::vector<double> window_;
+  double sum_ = 0;
+};
+
+// A pipelined step's overlap: the share of selection + exchange done while
+// backward ran (NaN when the step has no such record or no communication).
+double overlap_of(const StepRecord& r) {
+  const double communication = r.selection_s + r.exchange_s;
+  return std::isfinite(r.overlapped_s) && communication > 0 ? r.overlapped_s / communication : NAN;
+}
+
 // run<i>_steps.dat: step epoch wall_s density_ratio rolling_mean bytes_sent bytes_received
+// overlap overlap_rolling_mean
 std::string steps_data(const RunData& run, const std::string& label) {
   std::string out = fmt::format(
       "# {}: step records of {}\n# step epoch wall_s density_ratio density_ratio_mean{} "
-      "bytes_sent bytes_received\n",
-      label, run.dir.string(), kRollingWindow);
-  double window_sum = 0;
-  std::vector<double> window;  // the finite density ratios of the last kRollingWindow steps
+      "bytes_sent bytes_received overlap overlap_mean{}\n",
+      label, run.dir.string(), kRollingWindow, kRollingWindow);
+  RollingMean density;
+  RollingMean overlap;
   for (const StepRecord& r : run.steps) {
-    if (std::isfinite(r.density_ratio)) {
-      window.push_back(r.density_ratio);
-      window_sum += r.density_ratio;
-      if (window.size() > kRollingWindow) {
-        window_sum -= window.front();
-        window.erase(window.begin());
-      }
-    }
-    const double mean = window.empty() ? NAN : window_sum / static_cast<double>(window.size());
-    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {} {}\n", r.step, num(r.epoch),
-                   num(r.wall_s), num(r.density_ratio), num(mean), num(r.bytes_sent),
-                   num(r.bytes_received));
+    const double density_mean = density.add(r.density_ratio);
+    const double step_overlap = overlap_of(r);
+    const double overlap_mean = overlap.add(step_overlap);
+    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {} {} {} {}\n", r.step, num(r.epoch),
+                   num(r.wall_s), num(r.density_ratio), num(density_mean), num(r.bytes_sent),
+                   num(r.bytes_received), num(step_overlap), num(overlap_mean));
   }
   return out;
 }
@@ -320,6 +342,31 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
           "set title {}\nset xlabel 'step'\nset ylabel 'KiB sent per rank per step (log scale)'\n"
           "set logscale y 10\nset key outside right top\n",
           gp_quote("Bytes per rank per step" + about));
+      plot(items);
+    }
+  }
+
+  // Pipelining: the share of communication hidden under backward, per step.
+  {
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const bool pipelined = std::any_of(runs[i].steps.begin(), runs[i].steps.end(),
+                                         [](const StepRecord& r) { return overlap_of(r) > 0; });
+      if (!pipelined) continue;
+      items.push_back(fmt::format("'run{}_steps.dat' using 1:8 with lines lw 1 lc rgb '{}' {}", i,
+                                  color(i, "a0"), single ? "title 'per step'" : "notitle"));
+      items.push_back(fmt::format(
+          "'run{}_steps.dat' using 1:9 with lines lw 2.5 lc rgb '{}' title {}", i, color(i),
+          gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
+                          : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
+    }
+    if (!items.empty()) {
+      begin_plot("overlap.png");
+      script += fmt::format(
+          "set title {}\nset xlabel 'step'\n"
+          "set ylabel 'overlap: communication hidden under backward'\nset yrange [0:1]\n"
+          "set key bottom right\n",
+          gp_quote("Overlap of synchronization with backward" + about));
       plot(items);
     }
   }

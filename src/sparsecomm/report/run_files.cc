@@ -101,6 +101,7 @@ StepRecord parse_step(const json& o, const std::string& where) {
   r.union_size = number_field(o, "union_size", where);
   r.target = number_field(o, "target", where);
   r.numel = number_field(o, "numel", where);
+  r.overlapped_s = number_field(o, "overlapped_s", where);
   return r;
 }
 

@@ -32,6 +32,7 @@ struct StepRecord {
   double bytes_sent = 0, bytes_received = 0;  // this rank, this step
   double residual_norm = 0;
   double selected = 0, union_size = 0, target = 0, numel = 0;
+  double overlapped_s = 0;  // pipelined: selection + exchange done while backward ran
 };
 
 // One {"kind":"eval"} line; test_accuracy is a fraction in [0, 1].

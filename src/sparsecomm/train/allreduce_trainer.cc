@@ -27,7 +27,11 @@ constexpr std::uint32_t kCheckpointVersion = 1;
 
 class RankTrainer {
  public:
-  RankTrainer(Communicator& comm, RunPlan& plan) : comm_(comm), plan_(plan), config_(plan.config) {
+  RankTrainer(Communicator& comm, RunPlan& plan)
+      : comm_(comm),
+        plan_(plan),
+        config_(plan.config),
+        straggler_(plan.config, comm.rank(), plan.threads) {
     model_ = make_seeded_model(config_);
     DataParallelOptions parallel;
     parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
@@ -50,8 +54,6 @@ class RankTrainer {
     batches_ = std::make_unique<EpochBatches>(plan.data->train, comm_.rank(), comm_.size(),
                                               config_.batch, config_.seed, steps_per_epoch_);
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
-    const auto slowdowns = parse_slowdowns(config_);
-    if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
   }
 
   void run() {
@@ -115,16 +117,14 @@ class RankTrainer {
     record.lr = schedule_->at(step);
 
     Stopwatch compute;
+    straggler_.begin_compute();
     const EpochBatches::Batch batch = batches_->at(step);
     ddp_->zero_grad();
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(model_->forward(batch.images), batch.labels);
     loss.backward();
     record.loss = loss.item<double>();
-    if (slowdown_ > 1.0) {
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>((slowdown_ - 1.0) * compute.seconds()));
-    }
+    straggler_.end_compute();
     record.compute_s = compute.seconds();
     train_loss_sum_ += record.loss;
     train_loss_count_ += 1;
@@ -267,6 +267,7 @@ class RankTrainer {
   std::int64_t total_steps_ = 0;
   std::int64_t first_step_ = 0;
   StepPlan steps_;
+  Straggler straggler_;
   std::unique_ptr<EpochBatches> batches_;
   EvalSnapshots snapshots_;
   double off_clock_s_ = 0.0;  // spent evaluating snapshots
@@ -276,7 +277,6 @@ class RankTrainer {
   std::unique_ptr<TraceWriter> own_trace_;
   Stopwatch clock_;
   double wall_offset_ = 0.0;
-  double slowdown_ = 1.0;
   RunInfo info_;
 };
 

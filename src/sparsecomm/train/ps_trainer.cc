@@ -124,12 +124,14 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
 class PsRankWorker {
  public:
   PsRankWorker(Communicator& comm, RunPlan& plan, const ServerLayout& layout)
-      : comm_(comm), plan_(plan), config_(plan.config), layout_(layout) {
+      : comm_(comm),
+        plan_(plan),
+        config_(plan.config),
+        layout_(layout),
+        straggler_(plan.config, comm.rank(), plan.threads) {
     flat_ = make_flat_model(config_);
     options_ = ps_options(plan, {flat_->flat->layers().begin(), flat_->flat->layers().end()});
     worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
-    const auto slowdowns = parse_slowdowns(config_);
-    if (const auto it = slowdowns.find(comm_.rank()); it != slowdowns.end()) slowdown_ = it->second;
 
     steps_ = plan_steps(config_, plan.data->train.count(), layout_.workers(), "worker");
     steps_per_epoch_ = steps_.steps_per_epoch;
@@ -186,6 +188,7 @@ class PsRankWorker {
     const std::size_t pulled = worker_->log().bytes_pulled - pulled_before;
 
     Stopwatch compute;
+    straggler_.begin_compute();
     const EpochBatches::Batch batch = batches_->at(step);
     flat_->flat->zero_grad();
     const torch::Tensor loss =
@@ -193,11 +196,7 @@ class PsRankWorker {
     loss.backward();
     flat_->flat->reattach_gradients();
     record.loss = loss.item<double>();
-    if (slowdown_ > 1.0) {
-      // A straggler: sleep (not spin) (FACTOR - 1) x this step's compute time.
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>((slowdown_ - 1.0) * compute.seconds()));
-    }
+    straggler_.end_compute();
     record.compute_s = compute.seconds();
     train_loss_sum_ += record.loss;
     train_loss_count_ += 1;
@@ -210,16 +209,18 @@ class PsRankWorker {
     m.step = step;
     m.numel = flat_->flat->numel();
     m.target = push.target;
-    m.selected = push.values;
-    m.union_size = push.values;
-    m.density_ratio =
-        push.target > 0 ? static_cast<double>(push.values) / static_cast<double>(push.target) : 0.0;
+    m.selected = push.selected;
+    m.union_size = push.union_size;  // partition-based: K over all workers
+    m.density_ratio = push.target > 0
+                          ? static_cast<double>(push.union_size) / static_cast<double>(push.target)
+                          : 0.0;
     m.residual_norm = push.residual_norm;
-    m.bytes_sent = push.bytes_sent;
+    m.bytes_sent = push.bytes_sent + push.bytes_to_workers;
     m.bytes_received = pulled;
     m.selection_s = push.select_s;
     m.exchange_s = record.exchange_s;
     bytes_pushed_ += static_cast<double>(push.bytes_sent);
+    bytes_to_workers_ += static_cast<double>(push.bytes_to_workers);
     bytes_pulled_ += static_cast<double>(pulled);
 
     if (comm_.rank() == 0) {
@@ -284,6 +285,7 @@ class PsRankWorker {
         {"slowdown", config_.slowdown},
         {"bytes_per_push", bytes_pushed_ / steps},
         {"bytes_per_pull", bytes_pulled_ / steps},
+        {"bytes_per_step_to_workers", bytes_to_workers_ / steps},
         {"server_logs", "server<i>.jsonl"}};
     finish_run(plan_, info_, wall_s, extra);
   }
@@ -295,17 +297,18 @@ class PsRankWorker {
   std::unique_ptr<FlatModel> flat_;
   PsOptions options_;
   std::unique_ptr<PsWorker> worker_;
-  double slowdown_ = 1.0;
   std::unique_ptr<LrSchedule> schedule_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t total_steps_ = 0;
   StepPlan steps_;
+  Straggler straggler_;
   std::unique_ptr<EpochBatches> batches_;
   EvalSnapshots snapshots_;
   double train_loss_sum_ = 0.0;
   std::int64_t train_loss_count_ = 0;
   double bytes_pushed_ = 0.0;
   double bytes_pulled_ = 0.0;
+  double bytes_to_workers_ = 0.0;
   Stopwatch clock_;
   RunInfo info_;
 };

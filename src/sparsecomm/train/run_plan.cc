@@ -1,7 +1,9 @@
 #include "sparsecomm/train/run_plan.h"
 
+#include <chrono>
 #include <cmath>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -39,6 +41,24 @@ StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int tra
 bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done) {
   return done % steps.steps_per_epoch == 0 || done == steps.total_steps ||
          (config.eval_every > 0 && done % config.eval_every == 0);
+}
+
+Straggler::Straggler(const TrainConfig& config, int rank, int intra_op_threads)
+    : cpu_time_(intra_op_threads == 1) {
+  const auto slowdowns = parse_slowdowns(config);
+  if (const auto it = slowdowns.find(rank); it != slowdowns.end()) factor_ = it->second;
+}
+
+void Straggler::begin_compute() {
+  if (factor_ <= 1.0) return;
+  wall_.restart();
+  cpu_start_ = thread_cpu_seconds();
+}
+
+void Straggler::end_compute() {
+  if (factor_ <= 1.0) return;
+  const double compute = cpu_time_ ? thread_cpu_seconds() - cpu_start_ : wall_.seconds();
+  std::this_thread::sleep_for(std::chrono::duration<double>((factor_ - 1.0) * compute));
 }
 
 std::shared_ptr<ImageModel> make_seeded_model(const TrainConfig& config) {

@@ -19,6 +19,7 @@
 
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/parameter_server.h"
@@ -59,6 +60,24 @@ StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int tra
 // Whether an evaluation follows the step that completed `done` steps: at
 // each epoch's end, at the run's end, and every `eval_every` steps.
 bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done);
+
+// --slowdown RANK:FACTOR on this rank: after each step's compute it sleeps
+// (not spins) FACTOR - 1 times that compute. With one intra-op thread the
+// compute is the thread's CPU time, so that ranks sharing cores do not
+// change how slow the straggler is (its wall time would include waiting for
+// a core); with more threads, wall time. A no-op on other ranks.
+class Straggler {
+ public:
+  Straggler(const TrainConfig& config, int rank, int intra_op_threads);
+  void begin_compute();
+  void end_compute();
+
+ private:
+  double factor_ = 1.0;
+  bool cpu_time_ = true;
+  Stopwatch wall_;
+  double cpu_start_ = 0.0;
+};
 
 // The configured model with the seed's initial weights (identical on every
 // rank: models are built one at a time per process).
