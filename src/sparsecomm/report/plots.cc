@@ -262,6 +262,20 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     script += "plot " + fmt::format("{}", fmt::join(items, ", \\\n     ")) + "\n";
   };
 
+  // Run i's per-step values in column `column` of its steps data (faint)
+  // and their rolling mean in the next column (bold).
+  const auto add_per_step_and_mean = [&](std::vector<std::string>& items, std::size_t i, int column,
+                                         const char* per_step_title) {
+    items.push_back(fmt::format("'run{}_steps.dat' using 1:{} with lines lw 1 lc rgb '{}' {}", i,
+                                column, color(i, "a0"),
+                                single ? fmt::format("title '{}'", per_step_title) : "notitle"));
+    items.push_back(fmt::format(
+        "'run{}_steps.dat' using 1:{} with lines lw 2.5 lc rgb '{}' title {}", i, column + 1,
+        color(i),
+        gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
+                        : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
+  };
+
   // Test accuracy against wall time and against epoch.
   const auto accuracy_plot = [&](const char* png, double EvalRecord::*x, int column,
                                  const char* what, const char* xlabel) {
@@ -289,12 +303,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     std::vector<std::string> items;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!any_finite(runs[i].steps, &StepRecord::density_ratio, false)) continue;
-      items.push_back(fmt::format("'run{}_steps.dat' using 1:4 with lines lw 1 lc rgb '{}' {}", i,
-                                  color(i, "a0"), single ? "title 'K/k per step'" : "notitle"));
-      items.push_back(fmt::format(
-          "'run{}_steps.dat' using 1:5 with lines lw 2.5 lc rgb '{}' title {}", i, color(i),
-          gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
-                          : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
+      add_per_step_and_mean(items, i, 4, "K/k per step");
     }
     if (!items.empty()) {
       items.push_back("1.0 with lines dt 2 lw 1.5 lc rgb 'black' title 'K/k = 1 (target density)'");
@@ -353,12 +362,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
       const bool pipelined = std::any_of(runs[i].steps.begin(), runs[i].steps.end(),
                                          [](const StepRecord& r) { return overlap_of(r) > 0; });
       if (!pipelined) continue;
-      items.push_back(fmt::format("'run{}_steps.dat' using 1:8 with lines lw 1 lc rgb '{}' {}", i,
-                                  color(i, "a0"), single ? "title 'per step'" : "notitle"));
-      items.push_back(fmt::format(
-          "'run{}_steps.dat' using 1:9 with lines lw 2.5 lc rgb '{}' title {}", i, color(i),
-          gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
-                          : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
+      add_per_step_and_mean(items, i, 8, "per step");
     }
     if (!items.empty()) {
       begin_plot("overlap.png");
