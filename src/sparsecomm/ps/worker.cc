@@ -153,20 +153,18 @@ struct PsWorker::Sparse {
       : parts(make_scheme(options.push, options.scheme_options)),
         view(comm, layout.workers()),
         gather_counts(ps_push_is_partition_based(options.push)),
-        pattern(parts.sparsifier->default_exchange()),
         gathered(static_cast<std::size_t>(layout.workers()), 0),
         payloads(static_cast<std::size_t>(layout.servers())) {}
 
   SchemeParts parts;
   WorkerGroupView view;
-  // Partition-based: all-gather the counts each step (BSP only).
+  // Partition-based (BSP only): all-gather counts and indices each step.
   bool gather_counts = false;
-  // The scheme's declared exchange: how K follows from the counts.
-  ExchangePattern pattern = ExchangePattern::kSparseAllgather;
   SparseSelection selection;
-  std::vector<Index> all_indices;   // partition-based: every worker's indices, merged
-  SparseSelection union_selection;  // partition-based: own values at all_indices
-  UninitVector<Index> indices;      // the pushed entries (explicit + known), ascending
+  std::vector<std::size_t> index_byte_counts;  // partition-based: per worker
+  std::vector<Index> all_indices;              // partition-based: every worker's indices, merged
+  SparseSelection union_selection;             // partition-based: own values at all_indices
+  UninitVector<Index> indices;                 // the pushed entries (explicit + known), ascending
   UninitVector<float> values;
   std::vector<std::uint64_t> gathered;               // per worker: selected count
   std::vector<std::size_t> counts;                   // per worker (or only this one's)
@@ -325,7 +323,8 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
       // As in the union all-reduce, every worker sends its own accumulated
       // values at the union of all workers' indices (the servers sum them),
       // not only at its own: all-gather the indices, merge them.
-      std::vector<std::size_t> byte_counts(sp.counts.size());
+      std::vector<std::size_t>& byte_counts = sp.index_byte_counts;
+      byte_counts.resize(sp.counts.size());
       std::size_t total = 0;
       for (std::size_t r = 0; r < sp.counts.size(); ++r) {
         byte_counts[r] = sp.counts[r] * sizeof(Index);
