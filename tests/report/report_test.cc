@@ -300,6 +300,54 @@ TEST_F(ReportTest, LabelsUseDirectoryNamesWhenMethodsRepeat) {
   EXPECT_EQ(run_labels(runs), (std::vector<std::string>{"a", "b", "dense"}));
 }
 
+TEST_F(ReportTest, TableShowsWhenEachRunReachesTheFirstRunsAccuracy) {
+  const auto run_with = [&](const std::string& name, const std::string& sync,
+                            std::vector<EvalRecord> evals) {
+    RunData run = load_run(write_run(name, "dense", 1.0, 1024));
+    run.summary.sync = sync;
+    run.evals = std::move(evals);
+    run.summary.test_accuracy = run.evals.back().test_accuracy;
+    return run;
+  };
+  const std::vector<RunData> runs = {
+      run_with("bsp", "bsp", {{10, 1.0, 4.0, 0.85, 0, 0}, {20, 2.0, 8.0, 0.9, 0, 0}}),
+      run_with("ssp", "ssp:2", {{10, 1.0, 3.0, 0.87, 0, 0}, {20, 2.0, 6.5, 0.91, 0, 0}}),
+      run_with("asp", "asp", {{10, 1.0, 2.0, 0.80, 0, 0}, {20, 2.0, 4.0, 0.89, 0, 0}})};
+  const std::string table = format_comparison_table(runs);
+  std::istringstream lines(table);
+  std::string header, rule, bsp, ssp, asp;
+  std::getline(lines, header);
+  std::getline(lines, rule);
+  std::getline(lines, bsp);
+  std::getline(lines, ssp);
+  std::getline(lines, asp);
+  EXPECT_NE(header.find("s to 90.00%"), std::string::npos) << table;
+  EXPECT_NE(header.find("epochs to"), std::string::npos) << table;
+  const auto column = [&](const std::string& row, const std::string& title) {
+    // The right-aligned cell that ends where the header's title ends.
+    const std::size_t end = header.find(title) + title.size();
+    const std::size_t begin = row.rfind(' ', end - 1) + 1;
+    return row.substr(begin, end - begin);
+  };
+  EXPECT_EQ(bsp.substr(0, 10), "dense@bsp ");
+  EXPECT_EQ(ssp.substr(0, 12), "dense@ssp:2 ");
+  EXPECT_EQ(column(bsp, "s to 90.00%"), "8.0");
+  EXPECT_EQ(column(ssp, "s to 90.00%"), "6.5");
+  EXPECT_EQ(column(asp, "s to 90.00%"), "-");
+  EXPECT_EQ(column(bsp, "epochs to"), "2.00");
+  EXPECT_EQ(column(asp, "epochs to"), "-");
+  EXPECT_EQ(run_labels(runs), (std::vector<std::string>{"dense@bsp", "dense@ssp:2", "dense@asp"}));
+
+  // Without summary.json the sync model comes from config.json.
+  const RunSummary derived =
+      derive_summary(json{{"method", "topk"}, {"servers", 1}, {"sync", "ssp"}, {"staleness", 3}},
+                     {}, {});
+  EXPECT_EQ(run_name(derived), "topk@ssp:3");
+  EXPECT_EQ(run_name(derive_summary(json{{"method", "topk"}, {"servers", 1}}, {}, {})),
+            "topk@bsp");
+  EXPECT_EQ(run_name(derive_summary(json{{"method", "topk"}}, {}, {})), "topk");
+}
+
 // gnuplot-nox is part of the setup; its absence is a failure, not a skip.
 void expect_png(const fs::path& path) {
   ASSERT_TRUE(fs::is_regular_file(path)) << path;

@@ -168,6 +168,52 @@ TEST(PsTrain, SparsePushesCutBytesPerPush) {
   EXPECT_EQ(e.at("applied_pushes"), 2 * 16);
 }
 
+TEST(PsTrain, RandomSlowdownSlowsOneWorkerPerStepAlikeOnEveryRank) {
+  TrainConfig c;
+  c.slowdown = {"random:2", "1:3"};
+  const Slowdowns slow = parse_slowdowns(c);
+  constexpr int kWorkers = 4;
+  constexpr std::int64_t kSteps = 4000;
+  std::vector<int> picked(kWorkers, 0);
+  std::int64_t moves = 0;
+  int last = -1;
+  for (std::int64_t step = 0; step < kSteps; ++step) {
+    int slowed = -1;
+    for (int w = 0; w < kWorkers; ++w) {
+      const double f = slow.factor(w, kWorkers, step);
+      const double fixed = w == 1 ? 3.0 : 1.0;
+      ASSERT_TRUE(f == fixed || f == 2.0 * fixed) << "worker " << w << " step " << step;
+      if (f == 2.0 * fixed) {
+        ASSERT_EQ(slowed, -1) << "two workers drawn at step " << step;
+        slowed = w;
+      }
+    }
+    ASSERT_NE(slowed, -1) << "no worker drawn at step " << step;
+    ++picked[static_cast<std::size_t>(slowed)];
+    moves += slowed != last ? 1 : 0;
+    last = slowed;
+  }
+  // Every worker is drawn about a quarter of the time, and the draw moves.
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_GT(picked[static_cast<std::size_t>(w)], kSteps / 5) << w;
+    EXPECT_LT(picked[static_cast<std::size_t>(w)], kSteps * 3 / 10) << w;
+  }
+  EXPECT_GT(moves, kSteps / 2);
+  // The draw depends on the seed only: the same config gives the same draw.
+  TrainConfig other = c;
+  other.seed = c.seed + 1;
+  const Slowdowns again = parse_slowdowns(c);
+  const Slowdowns reseeded = parse_slowdowns(other);
+  int differ = 0;
+  for (std::int64_t step = 0; step < 100; ++step) {
+    for (int w = 0; w < kWorkers; ++w) {
+      EXPECT_EQ(again.factor(w, kWorkers, step), slow.factor(w, kWorkers, step));
+      differ += reseeded.factor(w, kWorkers, step) != slow.factor(w, kWorkers, step) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(differ, 0);
+}
+
 TEST(PsTrain, BadOptionsFailClearly) {
   const testing::ScratchDir scratch("ps_bad");
   auto message = [&](TrainConfig c) -> std::string {
@@ -210,6 +256,12 @@ TEST(PsTrain, BadOptionsFailClearly) {
   c = short_run("dense", scratch.path() / "i", 2, 1);
   c.slowdown = {"0:0.5"};
   EXPECT_NE(message(c).find("must be >= 1"), std::string::npos) << message(c);
+  c.slowdown = {"random:0.5"};
+  EXPECT_NE(message(c).find("must be >= 1"), std::string::npos) << message(c);
+  c.slowdown = {"random:2", "random:3"};
+  EXPECT_NE(message(c).find("random:FACTOR is given twice"), std::string::npos) << message(c);
+  c.slowdown = {"slowest:2"};
+  EXPECT_NE(message(c).find("or random:FACTOR"), std::string::npos) << message(c);
 
   // The new fields round-trip through config.json.
   TrainConfig full = short_run("topk", scratch.path() / "j", 3, 2);

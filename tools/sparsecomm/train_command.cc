@@ -249,8 +249,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--slowdown", c.slowdown,
                   "RANK:FACTOR (repeatable): that worker sleeps (FACTOR - 1) x its compute time "
-                  "each step, a straggler (compute time: its thread's CPU time with one intra-op "
-                  "thread, so ranks sharing cores do not change how slow it is; else wall time)");
+                  "each step, a persistent straggler; random:FACTOR: at each step one worker, "
+                  "drawn from the seed, is slowed so (transient stragglers). Compute time: the "
+                  "thread's CPU time with one intra-op thread, so ranks sharing cores do not "
+                  "change how slow it is; else wall time");
   cmd->add_option("--backend", c.backend, "auto | thread | mpi (auto: mpi under mpirun)")
       ->capture_default_str();
   cmd->add_option("--threads", c.threads,

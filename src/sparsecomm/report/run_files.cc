@@ -180,6 +180,8 @@ void apply_summary_json(const json& s, const fs::path& path, RunSummary& summary
     if (s.contains(key)) field = string_field(s, key, where);
   };
   text("method", summary.method);
+  text("sync", summary.sync);
+  if (summary.sync == "allreduce") summary.sync.clear();
   text("model", summary.model);
   text("backend", summary.backend);
   if (s.contains("workers")) summary.workers = static_cast<int>(integer_field(s, "workers", where));
@@ -240,6 +242,18 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
     return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   s.method = config_string("method");
+  if (const auto it = config.find("servers"); it != config.end() && it->is_number_integer() &&
+                                              it->get<int>() > 0) {
+    const auto integer = [&](const char* key) {
+      const auto v = config.find(key);
+      return v != config.end() && v->is_number_integer() ? v->get<std::int64_t>() : 0;
+    };
+    s.sync = config_string("sync").empty() ? "bsp" : config_string("sync");
+    if (s.sync == "ssp") s.sync += fmt::format(":{}", integer("staleness"));
+    if (s.sync == "dssp") {
+      s.sync += fmt::format(":{}:{}", integer("staleness_low"), integer("staleness_high"));
+    }
+  }
   s.model = config_string("model");
   s.backend = config_string("backend");
   if (const auto it = config.find("workers"); it != config.end() && it->is_number_integer()) {
@@ -323,13 +337,18 @@ RunData load_run(const fs::path& dir) {
   return run;
 }
 
+std::string run_name(const RunSummary& summary) {
+  return summary.sync.empty() ? summary.method : summary.method + "@" + summary.sync;
+}
+
 std::vector<std::string> run_labels(std::span<const RunData> runs) {
-  std::map<std::string, int> method_count;
-  for (const RunData& run : runs) ++method_count[run.summary.method];
+  std::map<std::string, int> name_count;
+  for (const RunData& run : runs) ++name_count[run_name(run.summary)];
   std::vector<std::string> labels;
   for (const RunData& run : runs) {
-    const std::string& method = run.summary.method;
-    labels.push_back(method.empty() || method_count[method] > 1 ? directory_name(run.dir) : method);
+    const std::string name = run_name(run.summary);
+    labels.push_back(run.summary.method.empty() || name_count[name] > 1 ? directory_name(run.dir)
+                                                                        : name);
   }
   std::map<std::string, int> label_count, seen;
   for (const std::string& label : labels) ++label_count[label];

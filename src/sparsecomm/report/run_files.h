@@ -50,6 +50,7 @@ struct TimeBreakdown {
 // The figures of summary.json. Numbers that are unknown are NaN.
 struct RunSummary {
   std::string method, model, backend;
+  std::string sync;  // parameter-server mode: "bsp", "ssp:2", ...; "" for all-reduce
   int workers = 0;
   double epochs = 0;
   std::int64_t steps = 0;
@@ -93,7 +94,10 @@ RunData load_run(const std::filesystem::path& dir);
 RunSummary derive_summary(const nlohmann::json& config, std::span<const StepRecord> steps,
                           std::span<const EvalRecord> evals);
 
-// Labels that tell runs apart in legends: the method, or, when methods repeat
+// The method, with "@<sync>" in parameter-server mode ("dense@ssp:2").
+std::string run_name(const RunSummary& summary);
+
+// Labels that tell runs apart in legends: run_name(), or, when names repeat
 // (or are empty), the directory name; "#<i>" is appended to any label still
 // repeated.
 std::vector<std::string> run_labels(std::span<const RunData> runs);

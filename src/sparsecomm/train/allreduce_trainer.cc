@@ -31,7 +31,7 @@ class RankTrainer {
       : comm_(comm),
         plan_(plan),
         config_(plan.config),
-        straggler_(plan.config, comm.rank(), plan.threads) {
+        straggler_(plan.config, comm.rank(), comm.size(), plan.threads) {
     model_ = make_seeded_model(config_);
     DataParallelOptions parallel;
     parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
@@ -117,7 +117,7 @@ class RankTrainer {
     record.lr = schedule_->at(step);
 
     Stopwatch compute;
-    straggler_.begin_compute();
+    straggler_.begin_compute(step);
     const EpochBatches::Batch batch = batches_->at(step);
     ddp_->zero_grad();
     const torch::Tensor loss =

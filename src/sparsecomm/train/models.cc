@@ -1,5 +1,7 @@
 #include "sparsecomm/train/models.h"
 
+#include <vector>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,21 +13,25 @@ namespace {
 
 namespace nn = torch::nn;
 
+// Fully connected layers fc1..fcN of the given hidden widths, ReLU between.
 class Mlp final : public ImageModel {
  public:
-  Mlp(std::int64_t hidden1, std::int64_t hidden2) {
-    fc1_ = register_module("fc1", nn::Linear(28 * 28, hidden1));
-    fc2_ = register_module("fc2", nn::Linear(hidden1, hidden2));
-    fc3_ = register_module("fc3", nn::Linear(hidden2, 10));
+  explicit Mlp(const std::vector<std::int64_t>& hidden) {
+    std::int64_t in = 28 * 28;
+    for (std::size_t i = 0; i <= hidden.size(); ++i) {
+      const std::int64_t out = i < hidden.size() ? hidden[i] : 10;
+      layers_.push_back(register_module(fmt::format("fc{}", i + 1), nn::Linear(in, out)));
+      in = out;
+    }
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::relu(fc1_(x.flatten(1)));
-    x = torch::relu(fc2_(x));
-    return fc3_(x);
+    x = x.flatten(1);
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = torch::relu(layers_[i](x));
+    return layers_.back()(x);
   }
 
  private:
-  nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+  std::vector<nn::Linear> layers_;
 };
 
 class Cnn final : public ImageModel {
@@ -111,10 +117,10 @@ class ResNet18 final : public ImageModel {
 }  // namespace
 
 std::shared_ptr<ImageModel> make_model(std::string_view name) {
-  if (name == "mlp") return std::make_shared<Mlp>(256, 128);
+  if (name == "mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>{256, 128});
   if (name == "cnn") return std::make_shared<Cnn>();
   if (name == "resnet18") return std::make_shared<ResNet18>();
-  if (name == "wide-mlp") return std::make_shared<Mlp>(4096, 4096);
+  if (name == "wide-mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>(5, 2048));
   throw InvalidArgument(
       fmt::format("unknown model '{}'; valid: {}", name, fmt::join(model_names(), ", ")));
 }

@@ -6,8 +6,9 @@
 //   cnn       conv3x3(32)-pool-conv3x3(64)-pool-fc128-fc10  ~422 k
 //   resnet18  ResNet-18 (BasicBlocks 2-2-2-2, 64..512) with a 3x3 stem,
 //             no max-pool, for 28x28 inputs; BatchNorm       ~11.2 M
-//   wide-mlp  784-4096-4096-10: cheap to compute, expensive  ~20.0 M
-//             to synchronize (the stress case)
+//   wide-mlp  784-2048x5-10: cheap to compute, expensive      ~18.4 M
+//             to synchronize (the stress case); five equal
+//             16 MiB layers, so buckets can pipeline it
 
 #include <memory>
 #include <string_view>

@@ -128,7 +128,7 @@ class PsRankWorker {
         plan_(plan),
         config_(plan.config),
         layout_(layout),
-        straggler_(plan.config, comm.rank(), plan.threads) {
+        straggler_(plan.config, comm.rank(), layout.workers(), plan.threads) {
     flat_ = make_flat_model(config_);
     options_ = ps_options(plan, {flat_->flat->layers().begin(), flat_->flat->layers().end()});
     worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
@@ -188,7 +188,7 @@ class PsRankWorker {
     const std::size_t pulled = worker_->log().bytes_pulled - pulled_before;
 
     Stopwatch compute;
-    straggler_.begin_compute();
+    straggler_.begin_compute(step);
     const EpochBatches::Batch batch = batches_->at(step);
     flat_->flat->zero_grad();
     const torch::Tensor loss =

@@ -43,13 +43,14 @@ bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int6
          (config.eval_every > 0 && done % config.eval_every == 0);
 }
 
-Straggler::Straggler(const TrainConfig& config, int rank, int intra_op_threads)
-    : cpu_time_(intra_op_threads == 1) {
-  const auto slowdowns = parse_slowdowns(config);
-  if (const auto it = slowdowns.find(rank); it != slowdowns.end()) factor_ = it->second;
-}
+Straggler::Straggler(const TrainConfig& config, int worker, int workers, int intra_op_threads)
+    : slowdowns_(parse_slowdowns(config)),
+      worker_(worker),
+      workers_(workers),
+      cpu_time_(intra_op_threads == 1) {}
 
-void Straggler::begin_compute() {
+void Straggler::begin_compute(std::int64_t step) {
+  factor_ = slowdowns_.factor(worker_, workers_, step);
   if (factor_ <= 1.0) return;
   wall_.restart();
   cpu_start_ = thread_cpu_seconds();

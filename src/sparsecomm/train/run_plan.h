@@ -61,20 +61,24 @@ StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int tra
 // each epoch's end, at the run's end, and every `eval_every` steps.
 bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done);
 
-// --slowdown RANK:FACTOR on this rank: after each step's compute it sleeps
-// (not spins) FACTOR - 1 times that compute. With one intra-op thread the
-// compute is the thread's CPU time, so that ranks sharing cores do not
-// change how slow the straggler is (its wall time would include waiting for
-// a core); with more threads, wall time. A no-op on other ranks.
+// --slowdown on this worker: at a step where it is slowed (Slowdowns::factor)
+// it sleeps (not spins) factor - 1 times that step's compute after
+// computing. With one intra-op thread the compute is the thread's CPU time,
+// so that ranks sharing cores do not change how slow the straggler is (its
+// wall time would include waiting for a core); with more threads, wall time.
 class Straggler {
  public:
-  Straggler(const TrainConfig& config, int rank, int intra_op_threads);
-  void begin_compute();
+  // `worker` of `workers`: this rank's place among the ranks that train.
+  Straggler(const TrainConfig& config, int worker, int workers, int intra_op_threads);
+  void begin_compute(std::int64_t step);
   void end_compute();
 
  private:
-  double factor_ = 1.0;
+  Slowdowns slowdowns_;
+  int worker_ = 0;
+  int workers_ = 1;
   bool cpu_time_ = true;
+  double factor_ = 1.0;  // this step's
   Stopwatch wall_;
   double cpu_start_ = 0.0;
 };

@@ -132,18 +132,38 @@ std::string sync_model_name(const TrainConfig& c) {
   return make_sync_model(sync).name();
 }
 
-std::map<int, double> parse_slowdowns(const TrainConfig& c) {
-  std::map<int, double> out;
+double Slowdowns::factor(int worker, int workers, std::int64_t step) const {
+  double f = 1.0;
+  if (const auto it = fixed.find(worker); it != fixed.end()) f = it->second;
+  if (roaming > 1.0 && workers > 0) {
+    // splitmix64 of (seed, step): a well-mixed draw every rank computes alike.
+    std::uint64_t z = seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 1;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    if (static_cast<int>(z % static_cast<std::uint64_t>(workers)) == worker) f *= roaming;
+  }
+  return f;
+}
+
+Slowdowns parse_slowdowns(const TrainConfig& c) {
+  Slowdowns out;
+  out.seed = c.seed;
+  bool have_random = false;
   for (const std::string& item : c.slowdown) {
     const auto colon = item.find(':');
+    const std::string who = colon == std::string::npos ? item : item.substr(0, colon);
+    const bool random = who == "random";
     int rank = -1;
     double factor = 0.0;
     bool ok = colon != std::string::npos;
     if (ok) {
       try {
         std::size_t used = 0;
-        rank = std::stoi(item.substr(0, colon), &used);
-        ok = used == colon;
+        if (!random) {
+          rank = std::stoi(who, &used);
+          ok = used == who.size();
+        }
         const std::string f = item.substr(colon + 1);
         factor = std::stod(f, &used);
         ok = ok && used == f.size();
@@ -151,17 +171,24 @@ std::map<int, double> parse_slowdowns(const TrainConfig& c) {
         ok = false;
       }
     }
-    require(ok, "slowdown", fmt::format("'{}': give RANK:FACTOR, e.g. 1:2", item));
-    require(rank >= 0, "slowdown", fmt::format("'{}': rank {} must be >= 0", item, rank));
+    require(ok, "slowdown",
+            fmt::format("'{}': give RANK:FACTOR (e.g. 1:2) or random:FACTOR (e.g. random:2)", item));
     require(factor >= 1.0 && std::isfinite(factor), "slowdown",
             fmt::format("'{}': factor {} must be >= 1 (the worker sleeps (FACTOR-1) x its "
                         "compute time each step)",
                         item, factor));
-    require(!out.count(rank), "slowdown", fmt::format("rank {} is given twice", rank));
+    if (random) {
+      require(!have_random, "slowdown", "random:FACTOR is given twice");
+      have_random = true;
+      out.roaming = factor;
+      continue;
+    }
+    require(rank >= 0, "slowdown", fmt::format("'{}': rank {} must be >= 0", item, rank));
+    require(!out.fixed.count(rank), "slowdown", fmt::format("rank {} is given twice", rank));
     require(c.workers == 0 || rank < c.workers, "slowdown",
             fmt::format("'{}': rank {} is not a worker (workers are ranks 0..{}{})", item, rank,
                         c.workers - 1, ps_mode(c) ? "; servers follow them" : ""));
-    out[rank] = factor;
+    out.fixed[rank] = factor;
   }
   return out;
 }

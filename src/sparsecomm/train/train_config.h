@@ -43,7 +43,7 @@ struct TrainConfig {
   std::int64_t staleness = 0;         // ssp: s
   std::int64_t staleness_low = 0;     // dssp: s_L
   std::int64_t staleness_high = 0;    // dssp: s_U (>= s_L)
-  std::vector<std::string> slowdown;  // "RANK:FACTOR": that worker sleeps (FACTOR-1) x compute
+  std::vector<std::string> slowdown;  // "RANK:FACTOR" | "random:FACTOR" (see Slowdowns)
 
   // Optimization.
   int epochs = 5;
@@ -76,9 +76,22 @@ struct TrainConfig {
 inline bool ps_mode(const TrainConfig& config) { return config.servers > 0; }
 // The --sync model's canonical name ("bsp", "ssp:2", "dssp:1:4").
 std::string sync_model_name(const TrainConfig& config);
-// --slowdown as rank -> factor (validated: rank >= 0, factor >= 1, each
-// rank once). Whether the rank is a worker is checked once the world is known.
-std::map<int, double> parse_slowdowns(const TrainConfig& config);
+// --slowdown: who is slowed, by how much, at which step. A slowed worker
+// sleeps (factor - 1) x its compute time after computing (see Straggler).
+struct Slowdowns {
+  std::map<int, double> fixed;  // RANK:FACTOR: that worker at every step
+  double roaming = 1.0;         // random:FACTOR: at each step one worker, drawn
+                                // from (seed, step), the same draw on every rank
+  std::uint64_t seed = 0;
+
+  // The factor of `worker` (of `workers`) at `step`: the product of its
+  // fixed factor and, if the draw picks it, the roaming one; 1 if not slowed.
+  double factor(int worker, int workers, std::int64_t step) const;
+};
+// --slowdown parsed and validated (factor >= 1, each rank once, one random
+// entry at most). Whether a fixed rank is a worker is checked once the world
+// is known.
+Slowdowns parse_slowdowns(const TrainConfig& config);
 
 // The models `make_model` knows, in a fixed order.
 const std::vector<std::string>& model_names();

@@ -146,7 +146,7 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
             config.servers, comm.size()));
       }
       const int workers = comm.size() - config.servers;
-      for (const auto& [rank, factor] : parse_slowdowns(config)) {
+      for (const auto& [rank, factor] : parse_slowdowns(config).fixed) {
         if (rank >= workers) {
           throw InvalidArgument(fmt::format(
               "--slowdown {}:{}: rank {} is not a worker (workers are ranks 0..{}, servers "
@@ -156,7 +156,7 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
       }
       layout.emplace(model_numel(config), workers, config.servers);
     } else {
-      for (const auto& [rank, factor] : parse_slowdowns(config)) {
+      for (const auto& [rank, factor] : parse_slowdowns(config).fixed) {
         if (rank >= comm.size()) {
           throw InvalidArgument(
               fmt::format("--slowdown {}:{}: there are only {} ranks", rank, factor, comm.size()));

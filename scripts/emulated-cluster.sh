@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine, for benchmarks where communication must
+# cost wall time rather than CPU: each "host" is a network namespace with its
+# own rate-limited NIC (tc tbf), all joined by one bridge. Needs root.
+#
+#   scripts/emulated-cluster.sh up [HOSTS] [RATE]   create sc0..sc<HOSTS-1>
+#                                                   (default 4 hosts, 1gbit)
+#   scripts/emulated-cluster.sh run HOSTS CMD...    mpirun CMD, one rank per
+#                                                   host, over TCP only
+#   scripts/emulated-cluster.sh down                remove every host and the bridge
+#
+# Example:
+#   scripts/emulated-cluster.sh up 4 1gbit
+#   scripts/emulated-cluster.sh run 4 build/sparsecomm bench pipeline --backend mpi
+#   scripts/emulated-cluster.sh down
+#
+# Traffic only ever goes to the private 10.77.0.0/24 addresses made here.
+set -euo pipefail
+
+BRIDGE=scbr0
+SUBNET=10.77.0
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+
+need_root() {
+  [[ $(id -u) -eq 0 ]] || { echo "emulated-cluster: needs root (network namespaces, tc)" >&2; exit 1; }
+}
+
+hosts_arg() {
+  local hosts=${1:-4}
+  [[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 64)) ||
+    { echo "emulated-cluster: HOSTS must be 1..64, got '$hosts'" >&2; exit 2; }
+  echo "$hosts"
+}
+
+up() {
+  need_root
+  local hosts rate
+  hosts=$(hosts_arg "${1:-4}")
+  rate=${2:-1gbit}
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    echo "emulated-cluster: $BRIDGE exists already; run '$0 down' first" >&2
+    exit 1
+  fi
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$SUBNET.254/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for ((i = 0; i < hosts; ++i)); do
+    ip netns add "sc$i"
+    ip link add "sch$i" type veth peer name "scv$i"
+    ip link set "scv$i" netns "sc$i"
+    ip link set "sch$i" master "$BRIDGE"
+    ip link set "sch$i" up
+    ip -n "sc$i" addr add "$SUBNET.$((i + 1))/24" dev "scv$i"
+    ip -n "sc$i" link set "scv$i" up
+    ip -n "sc$i" link set lo up
+    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst 256kb latency 5ms; then
+      echo "emulated-cluster: tc rejected rate '$rate' (examples: 100mbit, 1gbit)" >&2
+      down
+      exit 1
+    fi
+  done
+  echo "emulated-cluster: $hosts hosts at $rate each on $BRIDGE ($SUBNET.1..$SUBNET.$hosts)"
+}
+
+run() {
+  need_root
+  local hosts
+  hosts=$(hosts_arg "${1:-}")
+  shift
+  (($# > 0)) || usage
+  for ((i = 0; i < hosts; ++i)); do
+    ip netns list | grep -qw "sc$i" ||
+      { echo "emulated-cluster: host sc$i does not exist; run '$0 up $hosts' first" >&2; exit 1; }
+  done
+  local -a app=()
+  for ((i = 0; i < hosts; ++i)); do
+    ((i > 0)) && app+=(:)
+    app+=(-np 1 ip netns exec "sc$i" "$@")
+  done
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+  export PMIX_MCA_ptl_tcp_if_include=$BRIDGE  # the namespaces must reach mpirun's PMIx server
+  exec mpirun --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" "${app[@]}"
+}
+
+down() {
+  need_root
+  local ns
+  for ns in $(ip netns list | awk '{print $1}' | grep -E '^sc[0-9]+$' || true); do
+    ip netns del "$ns"
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+case ${1:-} in
+  up) shift; up "$@" ;;
+  run) shift; run "$@" ;;
+  down) shift; down ;;
+  *) usage ;;
+esac
