@@ -339,12 +339,10 @@ TEST_F(ReportTest, TableShowsWhenEachRunReachesTheFirstRunsAccuracy) {
   EXPECT_EQ(run_labels(runs), (std::vector<std::string>{"dense@bsp", "dense@ssp:2", "dense@asp"}));
 
   // Without summary.json the sync model comes from config.json.
-  const RunSummary derived =
-      derive_summary(json{{"method", "topk"}, {"servers", 1}, {"sync", "ssp"}, {"staleness", 3}},
-                     {}, {});
+  const RunSummary derived = derive_summary(
+      json{{"method", "topk"}, {"servers", 1}, {"sync", "ssp"}, {"staleness", 3}}, {}, {});
   EXPECT_EQ(run_name(derived), "topk@ssp:3");
-  EXPECT_EQ(run_name(derive_summary(json{{"method", "topk"}, {"servers", 1}}, {}, {})),
-            "topk@bsp");
+  EXPECT_EQ(run_name(derive_summary(json{{"method", "topk"}, {"servers", 1}}, {}, {})), "topk@bsp");
   EXPECT_EQ(run_name(derive_summary(json{{"method", "topk"}}, {}, {})), "topk");
 }
 
@@ -375,11 +373,19 @@ TEST_F(ReportTest, WritesPngPlotsWithGnuplot) {
     EXPECT_TRUE(fs::is_regular_file(out / file)) << file;
   }
   EXPECT_NE(read_text(out / "breakdown.dat").find("\"exdyna\""), std::string::npos);
+  // The accuracy axis starts a point below the lowest halfway accuracy (the
+  // partial run's second of three evaluations, 59.5%), and the first run's
+  // final accuracy is drawn as the target.
+  const std::string script = read_text(out / "plots.gp");
+  EXPECT_NE(script.find("set yrange [58:*]"), std::string::npos) << script;
+  EXPECT_NE(script.find("dense: final 81.23%"), std::string::npos) << script;
 
-  // One run, plotted into its own directory.
+  // One run, plotted into its own directory: full axis, no target line.
   const std::vector<fs::path> single = write_plots(std::span(runs).subspan(1, 1), runs[1].dir);
   EXPECT_EQ(single.size(), 5u);
   for (const fs::path& png : single) expect_png(png);
+  const std::string single_script = read_text(runs[1].dir / "plots.gp");
+  EXPECT_EQ(single_script.find("final "), std::string::npos) << single_script;
 }
 
 TEST_F(ReportTest, PlotsShowTheOverlapOfPipelinedRuns) {

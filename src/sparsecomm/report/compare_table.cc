@@ -36,9 +36,8 @@ std::string text_or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 // The first evaluation of `run` at or above `accuracy`; nullptr if none.
 const EvalRecord* first_reaching(const RunData& run, double accuracy) {
-  const auto it = std::find_if(run.evals.begin(), run.evals.end(), [&](const EvalRecord& e) {
-    return e.test_accuracy >= accuracy;
-  });
+  const auto it = std::find_if(run.evals.begin(), run.evals.end(),
+                               [&](const EvalRecord& e) { return e.test_accuracy >= accuracy; });
   return it == run.evals.end() ? nullptr : &*it;
 }
 
@@ -99,9 +98,8 @@ std::string format_comparison_table(std::span<const RunData> runs) {
                     text_or_dash(s.model), workers_text(s.workers), percent(s.test_accuracy),
                     percent(s.best_test_accuracy), fixed(s.wall_s, 1),
                     reached ? fixed(reached->wall_s, 1) : "-",
-                    reached ? fixed(reached->epoch, 2) : "-",
-                    fixed(s.density_ratio_mean, 3), fixed(s.imbalance_mean, 3),
-                    human_bytes(s.bytes_per_rank_per_step),
+                    reached ? fixed(reached->epoch, 2) : "-", fixed(s.density_ratio_mean, 3),
+                    fixed(s.imbalance_mean, 3), human_bytes(s.bytes_per_rank_per_step),
                     ratio_to_dense(s.bytes_per_rank_per_step, dense_bytes),
                     fixed(s.time_breakdown_s.compute, 2), fixed(s.time_breakdown_s.selection, 2),
                     fixed(s.time_breakdown_s.exchange, 2), fixed(s.time_breakdown_s.update, 2),

@@ -66,6 +66,24 @@ bool any_accuracy(std::span<const EvalRecord> evals, double EvalRecord::*x) {
   });
 }
 
+// Where a comparison's accuracy axis starts: a point below the lowest
+// accuracy any run has halfway through its evaluations, so the end of
+// training, where runs differ by tenths of a point, fills the plot; NaN
+// (gnuplot chooses) when no run has evaluations.
+double accuracy_axis_floor(std::span<const RunData> runs) {
+  double floor = NAN;
+  for (const RunData& run : runs) {
+    std::vector<double> accuracies;
+    for (const EvalRecord& e : run.evals) {
+      if (std::isfinite(e.test_accuracy)) accuracies.push_back(100.0 * e.test_accuracy);
+    }
+    if (accuracies.empty()) continue;
+    const double halfway = accuracies[accuracies.size() / 2];
+    floor = std::isnan(floor) ? halfway : std::min(floor, halfway);
+  }
+  return std::isnan(floor) ? floor : std::floor(floor - 1.0);
+}
+
 // The mean of the finite values among the last kRollingWindow added.
 class RollingMean {
  public:
@@ -277,6 +295,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
   };
 
   // Test accuracy against wall time and against epoch.
+  const double accuracy_floor = accuracy_axis_floor(runs);
   const auto accuracy_plot = [&](const char* png, double EvalRecord::*x, int column,
                                  const char* what, const char* xlabel) {
     std::vector<std::string> items;
@@ -293,6 +312,18 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
         fmt::format("set title {}\nset xlabel {}\nset ylabel 'test accuracy (%)'\n",
                     gp_quote(fmt::format("Test accuracy vs {}{}", what, about)), gp_quote(xlabel));
     script += "set key bottom right\nset xrange [0:*]\n";
+    // Comparisons: zoom on the end, and mark the first run's final accuracy
+    // (the table's "s to X%" target).
+    if (!single && std::isfinite(accuracy_floor)) {
+      script += fmt::format("set yrange [{}:*]\n", accuracy_floor);
+      if (std::isfinite(runs[0].summary.test_accuracy)) {
+        items.push_back(fmt::format(
+            "{} with lines dt 2 lw 1.5 lc rgb 'black' title {}",
+            100.0 * runs[0].summary.test_accuracy,
+            gp_quote(fmt::format("{}: final {:.2f}%", labels[0],
+                                 100.0 * runs[0].summary.test_accuracy))));
+      }
+    }
     plot(items);
   };
   accuracy_plot("accuracy_vs_time.png", &EvalRecord::wall_s, 3, "wall time", "wall time (s)");

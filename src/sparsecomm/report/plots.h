@@ -26,7 +26,9 @@ struct PlotOptions {
 //   density_ratio.png      K/k per step, its 20-step rolling mean, and 1.0
 //   time_breakdown.png     compute/selection/exchange/update seconds per run
 //   bytes_per_step.png     KiB sent per rank per step (log scale)
-// One line per run, labelled as run_labels() does. Returns the PNGs written.
+// One line per run, labelled as run_labels() does; comparing several runs,
+// the accuracy plots zoom on the end of training and draw the first run's
+// final accuracy as a dashed line. Returns the PNGs written.
 // Throws Error when gnuplot is not installed (saying how to install it) or
 // fails (with the tail of its output), InvalidArgument for an empty `runs`.
 std::vector<std::filesystem::path> write_plots(std::span<const RunData> runs,

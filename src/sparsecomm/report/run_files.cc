@@ -242,8 +242,8 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
     return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   s.method = config_string("method");
-  if (const auto it = config.find("servers"); it != config.end() && it->is_number_integer() &&
-                                              it->get<int>() > 0) {
+  if (const auto it = config.find("servers");
+      it != config.end() && it->is_number_integer() && it->get<int>() > 0) {
     const auto integer = [&](const char* key) {
       const auto v = config.find(key);
       return v != config.end() && v->is_number_integer() ? v->get<std::int64_t>() : 0;

@@ -171,8 +171,9 @@ Slowdowns parse_slowdowns(const TrainConfig& c) {
         ok = false;
       }
     }
-    require(ok, "slowdown",
-            fmt::format("'{}': give RANK:FACTOR (e.g. 1:2) or random:FACTOR (e.g. random:2)", item));
+    require(
+        ok, "slowdown",
+        fmt::format("'{}': give RANK:FACTOR (e.g. 1:2) or random:FACTOR (e.g. random:2)", item));
     require(factor >= 1.0 && std::isfinite(factor), "slowdown",
             fmt::format("'{}': factor {} must be >= 1 (the worker sleeps (FACTOR-1) x its "
                         "compute time each step)",
