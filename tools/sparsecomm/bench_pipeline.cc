@@ -99,11 +99,11 @@ void run(const PipelineBenchOptions& o) {
         "pipelining, {} on the {} backend, {} ranks, {} over {} steps (after {} warm-up), "
         "rank 0\n",
         o.model, comm.backend(), comm.size(), o.method, o.steps, o.warmup);
-    fmt::print("  {:<28} {:>8} {:>14} {:>12} {:>16} {:>10}\n", "path", "buckets", "median step s",
-               "backward s", "communication s", "overlap");
+    fmt::print("  {:<28} {:>8} {:>14} {:>12} {:>16} {:>16}\n", "path", "buckets", "median step s",
+               "backward s", "communication s", "overlap_fraction");
     for (const auto& [name, t] : {std::pair<std::string, const Timing&>{"after backward", after},
                                   {fmt::format("pipelined, {} MiB buckets", o.bucket_mb), piped}}) {
-      fmt::print("  {:<28} {:>8} {:>14.4f} {:>12.3f} {:>16.3f} {:>10.3f}\n", name, t.buckets,
+      fmt::print("  {:<28} {:>8} {:>14.4f} {:>12.3f} {:>16.3f} {:>16.3f}\n", name, t.buckets,
                  median(t.step_s), t.backward_s, t.communication_s,
                  t.communication_s > 0 ? t.overlapped_s / t.communication_s : 0.0);
     }

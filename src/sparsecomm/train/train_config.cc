@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/rng.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/sync/gradient_sync.h"
@@ -136,12 +137,12 @@ double Slowdowns::factor(int worker, int workers, std::int64_t step) const {
   double f = 1.0;
   if (const auto it = fixed.find(worker); it != fixed.end()) f = it->second;
   if (roaming > 1.0 && workers > 0) {
-    // splitmix64 of (seed, step): a well-mixed draw every rank computes alike.
-    std::uint64_t z = seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(step) + 1;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    if (static_cast<int>(z % static_cast<std::uint64_t>(workers)) == worker) f *= roaming;
+    // A counter-based draw: every rank computes the same one for (seed, step).
+    constexpr std::uint64_t kSlowdownSalt = 0x736c6f77646f776eull;  // "slowdown"
+    const std::uint64_t drawn =
+        Philox(seed ^ kSlowdownSalt)
+            .below(static_cast<std::uint64_t>(workers), static_cast<std::uint64_t>(step), 0);
+    if (drawn == static_cast<std::uint64_t>(worker)) f *= roaming;
   }
   return f;
 }
