@@ -317,11 +317,10 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     if (!single && std::isfinite(accuracy_floor)) {
       script += fmt::format("set yrange [{}:*]\n", accuracy_floor);
       if (std::isfinite(runs[0].summary.test_accuracy)) {
-        items.push_back(fmt::format(
-            "{} with lines dt 2 lw 1.5 lc rgb 'black' title {}",
-            100.0 * runs[0].summary.test_accuracy,
-            gp_quote(fmt::format("{}: final {:.2f}%", labels[0],
-                                 100.0 * runs[0].summary.test_accuracy))));
+        items.push_back(fmt::format("{} with lines dt 2 lw 1.5 lc rgb 'black' title {}",
+                                    100.0 * runs[0].summary.test_accuracy,
+                                    gp_quote(fmt::format("{}: final {:.2f}%", labels[0],
+                                                         100.0 * runs[0].summary.test_accuracy))));
       }
     }
     plot(items);
