@@ -23,8 +23,9 @@ std::string human_bytes(double bytes);
 // gets there: which run reaches the baseline's accuracy sooner), mean K/k,
 // mean imbalance, bytes per rank per step, those bytes against the first
 // dense run ("1/48": 48 times fewer; "-" when there is no dense run), the
-// compute/selection/exchange/update seconds and the directory. Unknown figures print as "-". Runs
-// whose summary was derived from metrics.jsonl (no summary.json) are marked "*" with a footnote.
+// compute/selection/exchange/update seconds and the directory. Unknown
+// figures print as "-". Runs whose summary was derived from metrics.jsonl
+// (no summary.json) are marked "*" with a footnote.
 std::string format_comparison_table(std::span<const RunData> runs);
 
 // A few labelled lines describing one run (what, how long, accuracy,
