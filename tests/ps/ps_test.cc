@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -277,6 +278,48 @@ TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
   }
   // BSP: every step gated at staleness 0.
   for (const BeginGrant& grant : run.servers[0].grants) EXPECT_EQ(grant.clock, grant.min_clock);
+}
+
+// With s = 0 a worker begins step t + 1 only after all W pushes of step t;
+// the test also holds every worker after its pull until all have pulled, so
+// all W gradients of a step are taken at the same parameters (lockstep).
+// Applied one by one, each as 1/W of a step with the pushing worker's own
+// momentum buffer, they move the parameters as one synchronous step does
+// (weight decay 0: a push's decay term would see the parameters that the
+// step's earlier pushes moved). One momentum buffer decayed at every push
+// would not: it decays W times per step.
+TEST(ParameterServer, SspWithZeroStalenessStepsLikeBsp) {
+  for (const bool nesterov : {false, true}) {
+    const int workers = 3;
+    const std::size_t d = 103;
+    const int steps = 8;
+    PsOptions options;
+    options.model = SyncModel::ssp(0);
+    options.sgd.nesterov = nesterov;
+    std::barrier all_pulled(workers);
+    const PsHooks hooks = hooks_with_gradient(
+        [&](int w, std::int64_t t, std::span<const float> params, std::span<float> out) {
+          all_pulled.arrive_and_wait();
+          gradient_of(w, t, params, out);
+        });
+    const PsRun run = run_ps(
+        workers, 1, d, options, steps,
+        [](int w, std::int64_t t) {
+          return std::chrono::microseconds(((w * 5 + t * 3) % 4) * 300);
+        },
+        20s, hooks);
+    const ServerLog& server = run.servers[0];
+    for (const AppliedPush& applied : server.applied) {
+      ASSERT_EQ(applied.pulled_version, workers * applied.clock) << "the lockstep broke";
+    }
+    // The server's final shard: a worker's last pull need not wait for the
+    // others' last pushes.
+    const std::vector<float> params = synchronous_sgd(d, workers, steps, options.sgd);
+    ASSERT_EQ(server.parameters.size(), d);
+    for (std::size_t i = 0; i < d; ++i) {
+      ASSERT_NEAR(server.parameters[i], params[i], 1e-5) << "nesterov " << nesterov;
+    }
+  }
 }
 
 // Every push arrived exactly once: counts, values and fingerprints match
