@@ -23,21 +23,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TrainConfig short_run(const std::string& method, const fs::path& out, int workers, int servers) {
-  TrainConfig c;
-  c.backend = "thread";
+// testing::short_run with `workers` workers and `servers` servers (0: the
+// all-reduce trainer with `workers` ranks), on half its samples.
+TrainConfig ps_run(const std::string& method, const fs::path& out, int workers, int servers) {
+  TrainConfig c = testing::short_run(method, out);
   c.workers = workers;
   c.servers = servers;
-  c.model = "mlp";
   c.train_samples = 2048;
   c.test_samples = 500;
-  c.method = method;
-  c.density = 0.05;
-  c.epochs = 2;
-  c.batch = 32;
-  c.lr = 0.05;
-  c.out = out.string();
-  c.plots = false;
   return c;
 }
 
@@ -60,11 +53,11 @@ std::vector<nlohmann::json> read_lines(const fs::path& path) {
 // (The PS run evaluates deferred, the all-reduce run during training.)
 TEST(PsTrain, BspDenseEqualsAllReduceDense) {
   const testing::ScratchDir scratch("ps_bsp");
-  TrainConfig ps = short_run("dense", scratch.path() / "ps", 2, 2);
+  TrainConfig ps = ps_run("dense", scratch.path() / "ps", 2, 2);
   ps.sync = "bsp";
   ps.eval_deferred = true;  // evaluated after training, on the parameters of each point
   const nlohmann::json summary = run_training(ps);
-  TrainConfig ar = short_run("dense", scratch.path() / "ar", 2, 0);
+  TrainConfig ar = ps_run("dense", scratch.path() / "ar", 2, 0);
   run_training(ar);
 
   const report::RunData a = report::load_run(ps.out);
@@ -113,7 +106,7 @@ TEST(PsTrain, SspAndDsspWithAStragglerTrainWithinTheirBounds) {
   };
   for (const Case& k : {Case{"ssp", 2, 0, 0, "ssp:2", 2}, Case{"dssp", 0, 1, 3, "dssp:1:3", 3},
                         Case{"asp", 0, 0, 0, "asp", -1}}) {
-    TrainConfig c = short_run("dense", scratch.path() / k.sync, 3, 1);
+    TrainConfig c = ps_run("dense", scratch.path() / k.sync, 3, 1);
     c.sync = k.sync;
     c.staleness = k.s;
     c.staleness_low = k.low;
@@ -148,10 +141,10 @@ TEST(PsTrain, SspAndDsspWithAStragglerTrainWithinTheirBounds) {
 
 TEST(PsTrain, SparsePushesCutBytesPerPush) {
   const testing::ScratchDir scratch("ps_topk");
-  TrainConfig dense = short_run("dense", scratch.path() / "dense", 2, 1);
+  TrainConfig dense = ps_run("dense", scratch.path() / "dense", 2, 1);
   dense.max_steps = 16;
   const nlohmann::json d = run_training(dense);
-  TrainConfig topk = short_run("topk", scratch.path() / "topk", 2, 1);
+  TrainConfig topk = ps_run("topk", scratch.path() / "topk", 2, 1);
   topk.sync = "ssp";
   topk.staleness = 1;
   topk.density = 0.01;
@@ -160,7 +153,7 @@ TEST(PsTrain, SparsePushesCutBytesPerPush) {
   EXPECT_LT(t.at("bytes_per_push").get<double>() * 20, d.at("bytes_per_push").get<double>());
   EXPECT_EQ(t.at("bytes_per_pull"), d.at("bytes_per_pull"));
   // ExDyna (partition-based: the workers all-gather counts) under BSP.
-  TrainConfig exdyna = short_run("exdyna", scratch.path() / "exdyna", 2, 1);
+  TrainConfig exdyna = ps_run("exdyna", scratch.path() / "exdyna", 2, 1);
   exdyna.density = 0.01;
   exdyna.max_steps = 16;
   const nlohmann::json e = run_training(exdyna);
@@ -224,36 +217,36 @@ TEST(PsTrain, BadOptionsFailClearly) {
     }
     return "(no error)";
   };
-  TrainConfig c = short_run("dense", scratch.path() / "a", 2, 0);
+  TrainConfig c = ps_run("dense", scratch.path() / "a", 2, 0);
   c.sync = "ssp";
   EXPECT_NE(message(c).find("add --servers"), std::string::npos) << message(c);
-  c = short_run("dense", scratch.path() / "b", 2, 1);
+  c = ps_run("dense", scratch.path() / "b", 2, 1);
   c.sync = "dssp";
   c.staleness_low = 3;
   c.staleness_high = 1;
   EXPECT_NE(message(c).find("s_L <= s_U"), std::string::npos) << message(c);
-  c = short_run("dense", scratch.path() / "c", 2, 1);
+  c = ps_run("dense", scratch.path() / "c", 2, 1);
   c.sync = "ssp";
   c.staleness = -1;
   EXPECT_NE(message(c).find("must be >= 0"), std::string::npos) << message(c);
-  c = short_run("dense", scratch.path() / "d", 2, 1);
+  c = ps_run("dense", scratch.path() / "d", 2, 1);
   c.slowdown = {"2:2"};  // rank 2 is the server
   EXPECT_NE(message(c).find("not a worker"), std::string::npos) << message(c);
-  c = short_run("exdyna", scratch.path() / "e", 2, 1);
+  c = ps_run("exdyna", scratch.path() / "e", 2, 1);
   c.sync = "ssp";
   EXPECT_NE(message(c).find("use --sync bsp"), std::string::npos) << message(c);
-  c = short_run("skipreduce", scratch.path() / "e2", 2, 1);
+  c = ps_run("skipreduce", scratch.path() / "e2", 2, 1);
   EXPECT_NE(message(c).find("unknown push method 'skipreduce'"), std::string::npos) << message(c);
-  c = short_run("dense", scratch.path() / "f", 2, 1);
+  c = ps_run("dense", scratch.path() / "f", 2, 1);
   c.sync = "gossip";
   EXPECT_NE(message(c).find("bsp, asp, ssp, dssp"), std::string::npos) << message(c);
-  c = short_run("dense", scratch.path() / "g", 2, 10'000'000);
+  c = ps_run("dense", scratch.path() / "g", 2, 10'000'000);
   EXPECT_NE(message(c).find("more servers than"), std::string::npos) << message(c);
-  c = short_run("dense", scratch.path() / "h", 2, 1);
+  c = ps_run("dense", scratch.path() / "h", 2, 1);
   c.checkpoint_every = 10;
   EXPECT_NE(message(c).find("not supported in parameter-server mode"), std::string::npos)
       << message(c);
-  c = short_run("dense", scratch.path() / "i", 2, 1);
+  c = ps_run("dense", scratch.path() / "i", 2, 1);
   c.slowdown = {"0:0.5"};
   EXPECT_NE(message(c).find("must be >= 1"), std::string::npos) << message(c);
   c.slowdown = {"random:0.5"};
@@ -264,7 +257,7 @@ TEST(PsTrain, BadOptionsFailClearly) {
   EXPECT_NE(message(c).find("or random:FACTOR"), std::string::npos) << message(c);
 
   // The new fields round-trip through config.json.
-  TrainConfig full = short_run("topk", scratch.path() / "j", 3, 2);
+  TrainConfig full = ps_run("topk", scratch.path() / "j", 3, 2);
   full.sync = "dssp";
   full.staleness_low = 1;
   full.staleness_high = 4;

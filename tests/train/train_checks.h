@@ -1,6 +1,6 @@
 #pragma once
-// Helpers of the trainer tests: scratch directories and reading the
-// parameters out of a checkpoint payload.
+// Helpers of the trainer tests: scratch directories, a short run's
+// configuration and reading the parameters out of a checkpoint payload.
 
 #include <filesystem>
 #include <span>
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "sparsecomm/core/state_io.h"
+#include "sparsecomm/train/train_config.h"
 
 namespace sparsecomm::testing {
 
@@ -33,6 +34,26 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// A short run on the first 4096 training and 1000 test samples of
+// Fashion-MNIST: the MLP on 4 thread ranks, 2 epochs of batch 32, lr 0.05,
+// density 0.05 for the sparse methods, no plots.
+inline TrainConfig short_run(const std::string& method, const std::filesystem::path& out) {
+  TrainConfig c;
+  c.backend = "thread";
+  c.workers = 4;
+  c.model = "mlp";
+  c.train_samples = 4096;
+  c.test_samples = 1000;
+  c.method = method;
+  c.density = 0.05;
+  c.epochs = 2;
+  c.batch = 32;
+  c.lr = 0.05;
+  c.out = out.string();
+  c.plots = false;
+  return c;
+}
 
 // The flat parameters saved in one rank's checkpoint payload (its layout:
 // see RankTrainer::save_checkpoint in src/sparsecomm/train/allreduce_trainer.cc).

@@ -98,23 +98,7 @@ TEST(DataParallel, ParametersAndGradientsLiveInTheFlatBuffers) {
   });
 }
 
-// A short run on the first samples of Fashion-MNIST.
-TrainConfig short_run(const std::string& method, const fs::path& out) {
-  TrainConfig c;
-  c.backend = "thread";
-  c.workers = 4;
-  c.model = "mlp";
-  c.train_samples = 4096;
-  c.test_samples = 1000;
-  c.method = method;
-  c.density = 0.05;
-  c.epochs = 2;
-  c.batch = 32;
-  c.lr = 0.05;
-  c.out = out.string();
-  c.plots = false;
-  return c;
-}
+using testing::short_run;
 
 TEST(Trainer, EveryMethodTrainsTheMlpWithTheLossGoingDown) {
   const testing::ScratchDir scratch("every_method");

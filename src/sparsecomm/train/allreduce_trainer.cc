@@ -31,6 +31,7 @@ class RankTrainer {
       : comm_(comm),
         plan_(plan),
         config_(plan.config),
+        steps_(plan, comm.rank(), comm.size(), "rank"),
         straggler_(plan.config, comm.rank(), comm.size(), plan.threads) {
     model_ = make_seeded_model(config_);
     DataParallelOptions parallel;
@@ -47,12 +48,6 @@ class RankTrainer {
     sgd.weight_decay = config_.weight_decay;
     sgd_ = std::make_unique<FlatSgd>(sgd);
 
-    steps_ = plan_steps(config_, plan.data->train.count(), comm_.size(), "rank");
-    steps_per_epoch_ = steps_.steps_per_epoch;
-    total_steps_ = steps_.total_steps;
-    schedule_ = std::make_unique<LrSchedule>(steps_.lr);
-    batches_ = std::make_unique<EpochBatches>(plan.data->train, comm_.rank(), comm_.size(),
-                                              config_.batch, config_.seed, steps_per_epoch_);
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
   }
 
@@ -69,8 +64,8 @@ class RankTrainer {
       info_.workers = comm_.size();
       info_.threads = plan_.threads;
       info_.numel = ddp_->numel();
-      info_.steps_per_epoch = steps_per_epoch_;
-      info_.total_steps = total_steps_;
+      info_.steps_per_epoch = steps_.plan.steps_per_epoch;
+      info_.total_steps = steps_.plan.total_steps;
       info_.first_step = step;
       info_.buckets = ddp_->buckets().size();
       if (ddp_->pipelined()) {
@@ -90,16 +85,17 @@ class RankTrainer {
     clock_ = Stopwatch();
     wall_offset_ = wall_offset;
     model_->train();
-    const std::int64_t end =
-        config_.stop_at_step > 0 ? std::min(total_steps_, config_.stop_at_step) : total_steps_;
+    const std::int64_t end = config_.stop_at_step > 0
+                                 ? std::min(steps_.plan.total_steps, config_.stop_at_step)
+                                 : steps_.plan.total_steps;
     for (; step < end; ++step) {
       train_step(step);
       const std::int64_t done = step + 1;
-      if (evaluates_after(config_, steps_, done)) evaluate(done);
-      if (done == end && end < total_steps_) {
+      if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
+      if (done == end && end < steps_.plan.total_steps) {
         save_checkpoint(done);  // stopped early: resumable
       } else if (config_.checkpoint_every > 0 &&
-                 (done % config_.checkpoint_every == 0 || done == total_steps_)) {
+                 (done % config_.checkpoint_every == 0 || done == steps_.plan.total_steps)) {
         save_checkpoint(done);
       }
     }
@@ -114,11 +110,11 @@ class RankTrainer {
   void train_step(std::int64_t step) {
     TrainStep record;
     record.step = step;
-    record.lr = schedule_->at(step);
+    record.lr = steps_.lr.at(step);
 
     Stopwatch compute;
     straggler_.begin_compute(step);
-    const EpochBatches::Batch batch = batches_->at(step);
+    const EpochBatches::Batch batch = steps_.batches.at(step);
     ddp_->zero_grad();
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(model_->forward(batch.images), batch.labels);
@@ -133,7 +129,7 @@ class RankTrainer {
       trace_->append(comm_.rank(), ddp_->gradients());
     }
 
-    record.sync = ddp_->synchronize(steps_.epoch_at(step));
+    record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
 
@@ -142,7 +138,7 @@ class RankTrainer {
     record.update_s = update.seconds();
 
     if (comm_.rank() == 0) {
-      record.epoch = steps_.epoch_at(step + 1);
+      record.epoch = steps_.plan.epoch_at(step + 1);
       record.wall_s = wall();
       plan_.writer->write_step(record);
       if (plan_.observer) plan_.observer->on_step(record);
@@ -153,7 +149,8 @@ class RankTrainer {
   // evaluated after training. Every rank takes part.
   void evaluate(std::int64_t done) {
     ddp_->broadcast_buffers(0);
-    const EvalPoint point{done, steps_.epoch_at(done), wall(), train_loss_sum_, train_loss_count_};
+    const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_sum_,
+                          train_loss_count_};
     train_loss_sum_ = 0.0;
     train_loss_count_ = 0;
     if (config_.eval_deferred) {
@@ -261,14 +258,10 @@ class RankTrainer {
   std::shared_ptr<ImageModel> model_;
   std::unique_ptr<DataParallel> ddp_;
   std::unique_ptr<FlatSgd> sgd_;
-  std::unique_ptr<LrSchedule> schedule_;
   nlohmann::json fingerprint_;
-  std::int64_t steps_per_epoch_ = 0;
-  std::int64_t total_steps_ = 0;
   std::int64_t first_step_ = 0;
-  StepPlan steps_;
+  TrainerSteps steps_;
   Straggler straggler_;
-  std::unique_ptr<EpochBatches> batches_;
   EvalSnapshots snapshots_;
   double off_clock_s_ = 0.0;  // spent evaluating snapshots
   double train_loss_sum_ = 0.0;

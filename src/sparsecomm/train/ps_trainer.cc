@@ -128,17 +128,11 @@ class PsRankWorker {
         plan_(plan),
         config_(plan.config),
         layout_(layout),
+        steps_(plan, comm.rank(), layout.workers(), "worker"),
         straggler_(plan.config, comm.rank(), layout.workers(), plan.threads) {
     flat_ = make_flat_model(config_);
     options_ = ps_options(plan, {flat_->flat->layers().begin(), flat_->flat->layers().end()});
     worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
-
-    steps_ = plan_steps(config_, plan.data->train.count(), layout_.workers(), "worker");
-    steps_per_epoch_ = steps_.steps_per_epoch;
-    total_steps_ = steps_.total_steps;
-    schedule_ = std::make_unique<LrSchedule>(steps_.lr);
-    batches_ = std::make_unique<EpochBatches>(plan.data->train, comm_.rank(), layout_.workers(),
-                                              config_.batch, config_.seed, steps_per_epoch_);
   }
 
   void run() {
@@ -149,18 +143,18 @@ class PsRankWorker {
       info_.sync = options_.model.name();
       info_.threads = plan_.threads;
       info_.numel = flat_->flat->numel();
-      info_.steps_per_epoch = steps_per_epoch_;
-      info_.total_steps = total_steps_;
+      info_.steps_per_epoch = steps_.plan.steps_per_epoch;
+      info_.total_steps = steps_.plan.total_steps;
       info_.pipelining = "not pipelined (parameter-server mode)";
       info_.run_dir = plan_.run_dir.string();
       if (plan_.observer) plan_.observer->on_start(info_);
     }
     clock_ = Stopwatch();
     flat_->model->train();
-    for (std::int64_t step = 0; step < total_steps_; ++step) {
+    for (std::int64_t step = 0; step < steps_.plan.total_steps; ++step) {
       train_step(step);
       const std::int64_t done = step + 1;
-      if (comm_.rank() == 0 && evaluates_after(config_, steps_, done)) evaluate(done);
+      if (comm_.rank() == 0 && evaluates_after(config_, steps_.plan, done)) evaluate(done);
     }
     worker_->finish();
     PsTotals totals(layout_.workers(), layout_.servers());
@@ -174,8 +168,8 @@ class PsRankWorker {
   void train_step(std::int64_t step) {
     TrainStep record;
     record.step = step;
-    record.lr = schedule_->at(step);
-    const double epoch = steps_.epoch_at(step);
+    record.lr = steps_.lr.at(step);
+    const double epoch = steps_.plan.epoch_at(step);
 
     Stopwatch wait;
     worker_->begin_step();
@@ -189,7 +183,7 @@ class PsRankWorker {
 
     Stopwatch compute;
     straggler_.begin_compute(step);
-    const EpochBatches::Batch batch = batches_->at(step);
+    const EpochBatches::Batch batch = steps_.batches.at(step);
     flat_->flat->zero_grad();
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(flat_->model->forward(batch.images), batch.labels);
@@ -224,7 +218,7 @@ class PsRankWorker {
     bytes_pulled_ += static_cast<double>(pulled);
 
     if (comm_.rank() == 0) {
-      record.epoch = steps_.epoch_at(step + 1);
+      record.epoch = steps_.plan.epoch_at(step + 1);
       record.wall_s = clock_.seconds();
       plan_.writer->write_step(record);
       if (plan_.observer) plan_.observer->on_step(record);
@@ -237,7 +231,7 @@ class PsRankWorker {
   // the training loss is rank 0's mean since the previous point.
   void evaluate(std::int64_t done) {
     worker_->pull(flat_->flat->parameters());
-    const EvalPoint point{done, steps_.epoch_at(done), clock_.seconds(), train_loss_sum_,
+    const EvalPoint point{done, steps_.plan.epoch_at(done), clock_.seconds(), train_loss_sum_,
                           train_loss_count_};
     train_loss_sum_ = 0.0;
     train_loss_count_ = 0;
@@ -274,7 +268,7 @@ class PsRankWorker {
       waits.push_back(static_cast<double>(totals.wait_us(w)) * 1e-6);
       blocked.push_back(totals.blocked(w));
     }
-    const double steps = static_cast<double>(std::max<std::int64_t>(1, total_steps_));
+    const double steps = static_cast<double>(std::max<std::int64_t>(1, steps_.plan.total_steps));
     const nlohmann::json extra = {
         {"staleness_mean",
          stale_count > 0 ? static_cast<double>(stale_sum) / static_cast<double>(stale_count) : 0.0},
@@ -297,12 +291,8 @@ class PsRankWorker {
   std::unique_ptr<FlatModel> flat_;
   PsOptions options_;
   std::unique_ptr<PsWorker> worker_;
-  std::unique_ptr<LrSchedule> schedule_;
-  std::int64_t steps_per_epoch_ = 0;
-  std::int64_t total_steps_ = 0;
-  StepPlan steps_;
+  TrainerSteps steps_;
   Straggler straggler_;
-  std::unique_ptr<EpochBatches> batches_;
   EvalSnapshots snapshots_;
   double train_loss_sum_ = 0.0;
   std::int64_t train_loss_count_ = 0;

@@ -38,6 +38,13 @@ StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int tra
   return plan;
 }
 
+TrainerSteps::TrainerSteps(const RunPlan& run, int trainer, int trainers,
+                           std::string_view trainer_name)
+    : plan(plan_steps(run.config, run.data->train.count(), trainers, trainer_name)),
+      lr(plan.lr),
+      batches(run.data->train, trainer, trainers, run.config.batch, run.config.seed,
+              plan.steps_per_epoch) {}
+
 bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done) {
   return done % steps.steps_per_epoch == 0 || done == steps.total_steps ||
          (config.eval_every > 0 && done % config.eval_every == 0);

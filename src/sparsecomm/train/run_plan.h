@@ -57,6 +57,16 @@ struct StepPlan {
 StepPlan plan_steps(const TrainConfig& config, std::int64_t train_count, int trainers,
                     std::string_view trainer_name);
 
+// One training rank's steps: the run's length and learning-rate schedule,
+// and this rank's batches, for `trainer` of the `trainers` ranks (or
+// workers, named so in errors) that share the training data.
+struct TrainerSteps {
+  TrainerSteps(const RunPlan& run, int trainer, int trainers, std::string_view trainer_name);
+  StepPlan plan;
+  LrSchedule lr;
+  EpochBatches batches;
+};
+
 // Whether an evaluation follows the step that completed `done` steps: at
 // each epoch's end, at the run's end, and every `eval_every` steps.
 bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done);
