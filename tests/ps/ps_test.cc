@@ -280,14 +280,15 @@ TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
   for (const BeginGrant& grant : run.servers[0].grants) EXPECT_EQ(grant.clock, grant.min_clock);
 }
 
-// With s = 0 a worker begins step t + 1 only after all W pushes of step t;
-// the test also holds every worker after its pull until all have pulled, so
-// all W gradients of a step are taken at the same parameters (lockstep).
-// Applied one by one, each as 1/W of a step with the pushing worker's own
-// momentum buffer, they move the parameters as one synchronous step does
-// (weight decay 0: a push's decay term would see the parameters that the
-// step's earlier pushes moved). One momentum buffer decayed at every push
-// would not: it decays W times per step.
+// With s = 0 a worker begins step t + 1 only after all W pushes of step t,
+// and its pull waits until they have reached every server, not just the
+// controller; the test also holds every worker after its pull until all
+// have pulled, so all W gradients of a step are taken at the same
+// parameters (lockstep). Applied one by one, each as 1/W of a step with the
+// pushing worker's own momentum buffer, they move the parameters as one
+// synchronous step does (weight decay 0: a push's decay term would see the
+// parameters that the step's earlier pushes moved). One momentum buffer
+// decayed at every push would not: it decays W times per step.
 TEST(ParameterServer, SspWithZeroStalenessStepsLikeBsp) {
   for (const bool nesterov : {false, true}) {
     const int workers = 3;
@@ -303,21 +304,24 @@ TEST(ParameterServer, SspWithZeroStalenessStepsLikeBsp) {
           gradient_of(w, t, params, out);
         });
     const PsRun run = run_ps(
-        workers, 1, d, options, steps,
+        workers, 2, d, options, steps,
         [](int w, std::int64_t t) {
           return std::chrono::microseconds(((w * 5 + t * 3) % 4) * 300);
         },
         20s, hooks);
-    const ServerLog& server = run.servers[0];
-    for (const AppliedPush& applied : server.applied) {
-      ASSERT_EQ(applied.pulled_version, workers * applied.clock) << "the lockstep broke";
-    }
-    // The server's final shard: a worker's last pull need not wait for the
+    // Each server's final shard: a worker's last pull need not wait for the
     // others' last pushes.
     const std::vector<float> params = synchronous_sgd(d, workers, steps, options.sgd);
-    ASSERT_EQ(server.parameters.size(), d);
-    for (std::size_t i = 0; i < d; ++i) {
-      ASSERT_NEAR(server.parameters[i], params[i], 1e-5) << "nesterov " << nesterov;
+    for (const ServerLog& server : run.servers) {
+      for (const AppliedPush& applied : server.applied) {
+        ASSERT_EQ(applied.pulled_version, workers * applied.clock)
+            << "server " << server.server << ": the lockstep broke";
+      }
+      ASSERT_EQ(server.parameters.size(), server.shard.size());
+      for (std::size_t i = 0; i < server.parameters.size(); ++i) {
+        ASSERT_NEAR(server.parameters[i], params[server.shard.begin + i], 1e-5)
+            << "nesterov " << nesterov;
+      }
     }
   }
 }

@@ -13,8 +13,10 @@
 //   begin_step()   gated models (bsp, ssp, dssp): a BEGIN request to the
 //                  controller, then block for its GRANT; asp: nothing
 //   pull(params)   optional (BSP needs it for synchronous semantics): a
-//                  PULL request to every server; each answers its version
-//                  and its shard
+//                  PULL request to every server, carrying the min clock of
+//                  the worker's last grant; each server answers its version
+//                  and its shard once every running worker's pushes up to
+//                  that clock have reached it (not only the controller)
 //   push(g, lr)    a PUSH to every server (an empty sparse push too), each
 //                  with the worker's clock, the shard version it last
 //                  pulled and the learning rate; c += 1
@@ -42,8 +44,9 @@
 // never blocks on a reply. A server keeps one header receive posted per
 // worker and polls them (Request::test); it handles a worker's requests in
 // its send order. A request that may not be served yet (BSP: a push for a
-// later step, a pull before the previous step is applied; the controller:
-// a BEGIN past the staleness bound) is *held*: no further request of that
+// later step, a pull before the previous step is applied; any pull before
+// the pushes up to its min clock have arrived; the controller: a BEGIN
+// past the staleness bound) is *held*: no further request of that
 // worker is received until it is served, which preserves per-worker order.
 //
 // Update rule (ALGORITHMS.md): BSP: the server stages the W pushes of a step
@@ -51,7 +54,10 @@
 // order (deterministic whatever the arrival order), divides by W and makes
 // one optimizer step. ASP/SSP/DSSP: each push is applied on arrival, divided
 // by W. The optimizer is FlatSgd with momentum over the whole shard (a
-// sparse push touches few coordinates, momentum decays all of them). A
+// sparse push touches few coordinates, momentum decays all of them): BSP
+// has one; ASP/SSP/DSSP have one per worker, whose momentum buffer only
+// that worker's pushes decay, so that in lockstep the W pushes of a step
+// equal one BSP step (a departure from ALGORITHMS.md's one per shard). A
 // shard's version counts optimizer steps (BSP: steps; otherwise pushes); an
 // update's staleness is the version when applied minus the version the
 // worker had pulled. Each push is received and applied exactly once by the
@@ -286,6 +292,7 @@ class PsWorker {
   bool in_step_ = false;
   bool finished_ = false;
   std::vector<std::int64_t> versions_;  // per server: the version last pulled
+  std::int64_t granted_min_clock_ = 0;  // the min clock of the last grant
   WorkerLog log_;
   std::unique_ptr<Sparse> sparse_;  // null for dense pushes
 };

@@ -23,7 +23,8 @@ struct RequestHeader {
   std::uint32_t kind = 0;           // RequestKind
   std::uint32_t sparse = 0;         // PUSH: 1 for a sparse payload
   std::int64_t clock = 0;           // PUSH: the step pushed; PULL/BEGIN/DONE: steps pushed
-  std::uint64_t count = 0;          // PUSH: elements in the payload
+  std::uint64_t count = 0;          // PUSH: elements in the payload; PULL: the min
+                                    // clock of the worker's last grant (0 if none)
   std::int64_t pulled_version = 0;  // PUSH: the shard version last pulled
   double learning_rate = 0.0;       // PUSH
 };

@@ -367,6 +367,13 @@ class Server {
     const RequestHeader& h = slot_of(p).header;
     // BSP: a worker at clock c reads the parameters after step c - 1.
     if (bsp() && version_ < h.clock) return false;
+    // Gated models: the reader sees, on every server, each running worker's
+    // pushes up to its grant's min clock (the controller granted on pushes
+    // it had received; this server's copies may still be in flight).
+    const auto floor = static_cast<std::int64_t>(h.count);
+    for (const Slot& slot : slots_) {
+      if (!slot.done && slot.pushes < floor) return false;
+    }
     comm_.send(ps::bytes_of(version_), layout_.worker_rank(p), ps::kTagPullVersion);
     comm_.send(std::as_bytes(std::span<const float>(params_)), layout_.worker_rank(p),
                ps::kTagPullPayload);

@@ -214,6 +214,7 @@ void PsWorker::begin_step() {
     header.clock = clock_;
     comm_.send(ps::bytes_of(header), layout_.controller_rank(), ps::kTagRequest);
     grant.wait();
+    granted_min_clock_ = reply.min_clock;
     if (reply.blocked != 0) ++log_.blocked;
     if (reply.dssp_r > 0) log_.extra_steps += reply.dssp_r;
   }
@@ -241,6 +242,7 @@ void PsWorker::pull(std::span<float> parameters) {
   RequestHeader header;
   header.kind = static_cast<std::uint32_t>(RequestKind::kPull);
   header.clock = clock_;
+  header.count = static_cast<std::uint64_t>(granted_min_clock_);
   std::vector<Request> sends;
   for (int s = 0; s < servers; ++s) {
     sends.push_back(comm_.isend(ps::bytes_of(header), layout_.server_rank(s), ps::kTagRequest));
