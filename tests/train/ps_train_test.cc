@@ -255,6 +255,14 @@ TEST(PsTrain, BadOptionsFailClearly) {
   EXPECT_NE(message(c).find("random:FACTOR is given twice"), std::string::npos) << message(c);
   c.slowdown = {"slowest:2"};
   EXPECT_NE(message(c).find("or random:FACTOR"), std::string::npos) << message(c);
+  // An --out that holds a run: PS mode cannot resume, so it does not offer to.
+  c = ps_run("dense", scratch.path() / "taken", 2, 1);
+  fs::create_directories(c.out);
+  std::ofstream(fs::path(c.out) / "metrics.jsonl") << "{}\n";
+  const std::string taken = message(c);
+  EXPECT_NE(taken.find("already holds a run"), std::string::npos) << taken;
+  EXPECT_NE(taken.find("cannot be resumed yet"), std::string::npos) << taken;
+  EXPECT_EQ(taken.find("--resume"), std::string::npos) << taken;
 
   // The new fields round-trip through config.json.
   TrainConfig full = ps_run("topk", scratch.path() / "j", 3, 2);

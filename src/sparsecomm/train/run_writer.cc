@@ -84,10 +84,14 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
   std::error_code error;
   if (resume_step < 0) {
     if (fs::exists(metrics_path_)) {
-      throw InvalidArgument(fmt::format(
-          "the output directory {} already holds a run (metrics.jsonl); pass --resume {} to "
-          "continue it, or choose another --out",
-          dir_.string(), dir_.string()));
+      const std::string what_to_do =
+          config.servers > 0
+              ? "choose another --out (parameter-server runs cannot be resumed yet)"
+              : fmt::format("pass --resume {} to continue it, or choose another --out",
+                            dir_.string());
+      throw InvalidArgument(
+          fmt::format("the output directory {} already holds a run (metrics.jsonl); {}",
+                      dir_.string(), what_to_do));
     }
     fs::create_directories(dir_, error);
     if (error) {
