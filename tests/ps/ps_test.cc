@@ -9,6 +9,8 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -330,6 +332,107 @@ TEST(ParameterServer, SspWithZeroStalenessStepsLikeBsp) {
 // what the workers sent, and each (worker, clock) was applied once.
 void expect_no_push_lost(const PsRun& run, int workers, int steps, const std::string& what) {
   EXPECT_EQ(push_problems(run, workers, steps), "") << what;
+}
+
+// A rank's view of the world in which its messages to one peer travel a
+// slow link: each arrives `delay` late, in order. isend copies the message
+// and completes at once; a lane thread sends it when due. Everything else
+// goes straight to the world. The destructor delivers what is still queued.
+class SlowLink final : public Communicator {
+ public:
+  SlowLink(Communicator& world, int slow_peer, std::chrono::milliseconds delay)
+      : world_(world), slow_peer_(slow_peer), delay_(delay), lane_([this] { deliver(); }) {
+    set_timeout(world.timeout());
+  }
+  ~SlowLink() override {
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+    }
+    ready_.notify_one();
+    lane_.join();
+  }
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+  std::string_view backend() const override { return world_.backend(); }
+  Request isend(std::span<const std::byte> data, int dst, int tag) override {
+    if (dst != slow_peer_) return world_.isend(data, dst, tag);
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back({{data.begin(), data.end()}, tag, Clock::now() + delay_});
+    }
+    ready_.notify_one();
+    return Request();
+  }
+  Request irecv(std::span<std::byte> data, int src, int tag) override {
+    return world_.irecv(data, src, tag);
+  }
+
+ private:
+  struct Message {
+    std::vector<std::byte> bytes;
+    int tag;
+    Clock::time_point due;
+  };
+  void deliver() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // closing, all delivered
+      Message m = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::this_thread::sleep_until(m.due);
+      world_.send(m.bytes, slow_peer_, m.tag);
+      lock.lock();
+    }
+  }
+  Communicator& world_;
+  int slow_peer_;
+  std::chrono::milliseconds delay_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Message> queue_;
+  bool closing_ = false;
+  std::thread lane_;  // last: starts once the rest is built
+};
+
+// The controller grants a step on the pushes it has received; another
+// server may not have its copy yet. Here worker 2's messages to server 1
+// arrive 30 ms late, so under SSP(0) the others are granted step t + 1
+// while worker 2's push of step t is still on its way to server 1. Their
+// pulls from server 1 must wait for it: every push was computed on a read
+// that held all pushes of the earlier steps, on every server.
+TEST(ParameterServer, APullWaitsForPushesStillOnTheirWayToItsServer) {
+  const int workers = 3;
+  const int servers = 2;
+  const std::size_t d = 64;
+  const int steps = 4;
+  PsOptions options;
+  options.model = SyncModel::ssp(0);
+  PsRun run = sized_run(workers, servers);
+  run_thread_world(
+      workers + servers,
+      [&](Communicator& comm) {
+        const ServerLayout layout(d, workers, servers);
+        const auto no_delay = [](int, std::int64_t) { return 0us; };
+        if (comm.rank() == 2) {
+          SlowLink slow(comm, layout.server_rank(1), 30ms);
+          run_ps_rank(slow, layout, options, steps, no_delay, run);
+        } else {
+          run_ps_rank(comm, layout, options, steps, no_delay, run);
+        }
+      },
+      20s);
+  for (const ServerLog& server : run.servers) {
+    ASSERT_EQ(server.applied.size(), static_cast<std::size_t>(workers * steps));
+    for (const AppliedPush& applied : server.applied) {
+      EXPECT_GE(applied.pulled_version, workers * applied.clock)
+          << "server " << server.server << ": worker " << applied.worker << " at clock "
+          << applied.clock << " read before all pushes of the earlier steps";
+    }
+  }
+  expect_no_push_lost(run, workers, steps, "slow link");
 }
 
 TEST(ParameterServer, NoPushLostOrAppliedTwiceUnderEveryModel) {
