@@ -260,9 +260,17 @@ void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps, 
             << "index " << index << " outside last_read() at step " << step;
       }
       if (scheme.name != "deft") {
-        // One exclusive partition per rank; together they tile [0, d).
-        ASSERT_EQ(read.size(), 1u);
-        const auto sizes = allgather_value<std::uint64_t>(comm, read[0].size());
+        // One exclusive partition per rank (one range, or ExDyna's scattered
+        // blocks: ascending, non-adjacent ranges); together they tile [0, d).
+        std::uint64_t own = 0;
+        for (std::size_t i = 0; i < read.size(); ++i) {
+          ASSERT_FALSE(read[i].empty());
+          if (i > 0) {
+            ASSERT_LT(read[i - 1].end, read[i].begin);
+          }
+          own += read[i].size();
+        }
+        const auto sizes = allgather_value<std::uint64_t>(comm, own);
         std::uint64_t covered = 0;
         for (auto size : sizes) covered += size;
         EXPECT_EQ(covered, d) << "partitions must tile the vector at step " << step;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <queue>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -157,6 +160,64 @@ void balance_from_block_counts(BlockLayout& layout, std::span<const double> bloc
     cut = std::clamp(cut, layout.first[i - 1] + min_blocks, blocks - (n - i) * min_blocks);
     layout.first[i] = cut;
   }
+}
+
+void BlockAssignment::ranges(const BlockGrid& grid, int p, std::vector<Range>& out) const {
+  out.clear();
+  for (const int b : blocks[static_cast<std::size_t>(p)]) {
+    const Range r = grid.block(b);
+    if (r.empty()) continue;
+    if (!out.empty() && out.back().end == r.begin) {
+      out.back().end = r.end;
+    } else {
+      out.push_back(r);
+    }
+  }
+}
+
+BlockAssignment cyclic_assignment(int blocks, int parts) {
+  if (parts < 1 || blocks < 0) {
+    throw InvalidArgument(
+        fmt::format("[partition] need >= 1 partition and >= 0 blocks, got {} and {}", parts,
+                    blocks));
+  }
+  BlockAssignment out;
+  out.part_of.resize(static_cast<std::size_t>(blocks));
+  out.blocks.assign(static_cast<std::size_t>(parts), {});
+  for (int b = 0; b < blocks; ++b) {
+    out.part_of[static_cast<std::size_t>(b)] = b % parts;
+    out.blocks[static_cast<std::size_t>(b % parts)].push_back(b);
+  }
+  return out;
+}
+
+void assign_blocks_greedy(std::span<const double> predicted, int parts, BlockAssignment& out) {
+  if (parts < 1) throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
+  const int blocks = static_cast<int>(predicted.size());
+  std::vector<int> order(static_cast<std::size_t>(blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const double la = predicted[static_cast<std::size_t>(a)];
+    const double lb = predicted[static_cast<std::size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  });
+  const int capacity = (blocks + parts - 1) / parts;
+  out.part_of.resize(static_cast<std::size_t>(blocks));
+  out.blocks.resize(static_cast<std::size_t>(parts));
+  for (auto& list : out.blocks) list.clear();
+  // (load, blocks held, partition): the least loaded on top; a partition
+  // that is full leaves the queue.
+  using Slot = std::tuple<double, int, int>;
+  std::priority_queue<Slot, std::vector<Slot>, std::greater<>> open;
+  for (int p = 0; p < parts; ++p) open.emplace(0.0, 0, p);
+  for (const int b : order) {
+    auto [load, held, p] = open.top();
+    open.pop();
+    out.part_of[static_cast<std::size_t>(b)] = p;
+    out.blocks[static_cast<std::size_t>(p)].push_back(b);
+    if (held + 1 < capacity) open.emplace(load + predicted[static_cast<std::size_t>(b)], held + 1, p);
+  }
+  for (auto& list : out.blocks) std::sort(list.begin(), list.end());
 }
 
 }  // namespace sparsecomm

@@ -76,4 +76,29 @@ struct BalanceOptions {
 void balance_from_block_counts(BlockLayout& layout, std::span<const double> block_counts,
                                const BalanceOptions& options);
 
+// The default ExDyna layout: scattered blocks. Each partition is a set of
+// blocks anywhere in the vector (not a contiguous run), every partition
+// holds floor(B/n) or ceil(B/n) blocks, so every rank reads about d/n
+// elements, and a hot region wider than a few blocks is shared by all
+// partitions instead of landing in one.
+struct BlockAssignment {
+  std::vector<int> part_of;              // block -> partition
+  std::vector<std::vector<int>> blocks;  // partition -> its blocks, ascending
+  int parts() const { return static_cast<int>(blocks.size()); }
+  // Partition p's elements: its blocks in ascending order, adjacent blocks
+  // merged into one range. `out` is cleared first.
+  void ranges(const BlockGrid& grid, int p, std::vector<Range>& out) const;
+};
+// Block-cyclic: block b belongs to partition b mod n (the layout before any
+// count is known).
+BlockAssignment cyclic_assignment(int blocks, int parts);
+// Greedy packing of the blocks by their predicted load (`predicted[b]`,
+// e.g. a running average of each block's selected share): blocks in
+// descending order of load (ties: lower block first) each go to the
+// partition with the least load so far (ties: fewer blocks, then lower
+// partition) among those still below ceil(B/n) blocks. A function of
+// `predicted` only: identical on every rank that has the same numbers.
+// Reuses `out`'s storage.
+void assign_blocks_greedy(std::span<const double> predicted, int parts, BlockAssignment& out);
+
 }  // namespace sparsecomm

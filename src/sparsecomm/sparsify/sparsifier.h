@@ -1,6 +1,6 @@
 #pragma once
 // The Sparsifier: chooses which coordinates of this rank's accumulated
-// gradient to transmit. See ALGORITHMS.md for every scheme.
+// gradient to transmit. docs/algorithms.md specifies every scheme.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +24,15 @@ struct StepContext {
   std::int64_t bucket = 0;            // pipelined synchronization: which bucket of the step
 };
 
+// What the last select() spent on its own small collectives (the partition
+// schemes' histogram rounds): SparseSync counts their time as exchange time,
+// not selection time.
+struct SelectionStats {
+  int collective_rounds = 0;  // collectives select() ran
+  int candidate_passes = 0;   // read passes collecting candidates (same-step threshold)
+  double collective_s = 0.0;  // wall time this rank spent in them
+};
+
 // The exchange's shared outcome, identical on all ranks.
 struct ExchangeOutcome {
   std::span<const std::size_t> counts;  // |I_r| per rank
@@ -36,7 +45,7 @@ class Sparsifier {
   virtual ~Sparsifier() = default;
   virtual std::string_view name() const = 0;
 
-  // The exchange pattern the scheme was designed with (ALGORITHMS.md).
+  // The exchange pattern the scheme was designed with (docs/algorithms.md).
   virtual ExchangePattern default_exchange() const = 0;
 
   // This step's target count k for a vector of `numel` elements (DGC's
@@ -65,11 +74,15 @@ class Sparsifier {
   // memory-bandwidth floor is a read pass over exactly these.
   std::span<const Range> last_read() const { return last_read_; }
 
+  // The last select()'s own collectives (zero for schemes that run none).
+  const SelectionStats& last_stats() const { return stats_; }
+
  protected:
   // For select(): this step read exactly `range` / nothing in streaming.
   void read_only(Range range) { last_read_.assign(1, range); }
   void read_nothing() { last_read_.clear(); }
   std::vector<Range> last_read_;
+  SelectionStats stats_;
 };
 
 }  // namespace sparsecomm

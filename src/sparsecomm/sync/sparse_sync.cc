@@ -95,6 +95,14 @@ StepMetrics SparseSync::synchronize(std::span<float> gradient, const StepContext
   watch.restart();
   exchanger_.exchange(comm, selection_, accumulated, gradient, result_);
   metrics.exchange_s = watch.seconds();
+  // The sparsifier's own small collectives (histogram rounds) are
+  // communication: counted with the exchange.
+  const SelectionStats& own = parts_.sparsifier->last_stats();
+  metrics.selection_collective_s = own.collective_s;
+  metrics.selection_collectives = own.collective_rounds;
+  metrics.candidate_passes = own.candidate_passes;
+  metrics.selection_s = std::max(0.0, metrics.selection_s - own.collective_s);
+  metrics.exchange_s += own.collective_s;
 
   parts_.memory->after_exchange(result_.transmitted);
   const ExchangeOutcome outcome{result_.counts, result_.union_size, metrics.target};

@@ -18,8 +18,11 @@ struct StepMetrics {
   double imbalance = 0.0;      // n * max|I_r| / sum|I_r| - 1 (0 when nothing selected)
   double residual_norm = 0.0;  // ||e_r||_2
   double accumulate_s = 0.0;   // forming a = g + e (reported apart from selection)
-  double selection_s = 0.0;    // the sparsifier's select()
-  double exchange_s = 0.0;
+  double selection_s = 0.0;    // the sparsifier's select(), less its own collectives
+  double exchange_s = 0.0;     // the exchange, plus select()'s own collectives
+  double selection_collective_s = 0.0;  // select()'s own collectives (in exchange_s)
+  int selection_collectives = 0;        // how many it ran (the partition schemes' rounds)
+  int candidate_passes = 0;             // its read passes (same-step threshold; 1 normally)
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
   std::uint64_t index_bytes_raw = 0;

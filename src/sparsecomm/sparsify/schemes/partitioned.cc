@@ -8,6 +8,7 @@
 
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/threshold_select.h"
 #include "sparsecomm/sparsify/schemes/schemes.h"
 
@@ -19,10 +20,11 @@ using ControllerKind = PartitionedOptions::Controller;
 
 class PartitionedSparsifier final : public Sparsifier {
  public:
-  explicit PartitionedSparsifier(const PartitionedOptions& options) : options_(options) {
+  explicit PartitionedSparsifier(const PartitionedOptions& options)
+      : options_(options), step_threshold_(options.exact) {
     if (options.controller == ControllerKind::kHistogram) {
       controller_ = make_histogram_controller(options.histogram);
-    } else {
+    } else if (options.controller == ControllerKind::kTable) {
       controller_ = make_table_controller(options.table);
     }
   }
@@ -37,36 +39,17 @@ class PartitionedSparsifier final : public Sparsifier {
               SparseSelection& out) override {
     prepare(accumulated.size(), comm.size());
     const std::size_t k = target(accumulated.size(), ctx);
-    const Range range = partition(owned_partition(ctx.step, comm.rank(), comm.size()));
-    const auto own = accumulated.subspan(range.begin, range.size());
-    read_only(range);
-    if (!controller_->started()) start_controller(own, k, comm);
-
-    // One pass over the own partition collects every candidate >= the floor
-    // into `out`; the controller bins them and compacts the (few) candidates
-    // >= the threshold in place: they are the selection.
-    out.clear();
-    threshold_select(own, controller_->candidate_floor(), static_cast<Index>(range.begin), out);
-    const std::size_t controller_counts = controller_->step_counts();
-    const std::size_t block_counts =
-        options_.layout == Layout::kBalanced ? static_cast<std::size_t>(grid_.blocks) : 0;
-    shared_.assign(controller_counts + block_counts, 0);
-    controller_->contribute_and_select(out,
-                                       std::span<std::int64_t>(shared_.data(), controller_counts));
-    if (options_.padding && out.empty() && !range.empty()) {
-      const std::size_t i = range.begin + static_cast<std::size_t>(ctx.step) % range.size();
-      out.indices.push_back(static_cast<Index>(i));
-      out.values.push_back(accumulated[i]);
+    own_ranges(owned_partition(ctx.step, comm.rank(), comm.size()), last_read_);
+    stats_ = {};
+    if (controller_ == nullptr) {
+      select_same_step(accumulated, k, comm, out);
+    } else {
+      select_predicted(accumulated, ctx, k, comm, out);
     }
-    if (block_counts > 0) {
-      count_per_block(owned_partition(ctx.step, comm.rank(), comm.size()), out,
-                      std::span<std::int64_t>(shared_.data() + controller_counts, block_counts));
-    }
-    share_counts(controller_counts, block_counts, k, comm);
   }
 
   void observe(const ExchangeOutcome& outcome, const StepContext& ctx) override {
-    controller_->observe(outcome.union_size, outcome.target);
+    if (controller_ != nullptr) controller_->observe(outcome.union_size, outcome.target);
     if (options_.layout != Layout::kSweep) return;
     // Partition ((t + i) mod n) was rank i's this step.
     const int n = layout_.parts();
@@ -75,8 +58,8 @@ class PartitionedSparsifier final : public Sparsifier {
       loads[static_cast<std::size_t>(owned_partition(ctx.step, i, n))] =
           static_cast<std::int64_t>(outcome.counts[static_cast<std::size_t>(i)]);
     }
-    SweepOptions sweep = options_.sweep;
-    faithful_sweep(layout_, loads, static_cast<std::int64_t>(outcome.union_size), grid_, sweep);
+    faithful_sweep(layout_, loads, static_cast<std::int64_t>(outcome.union_size), grid_,
+                   options_.sweep);
   }
 
   void save(StateWriter& writer) const override {
@@ -84,9 +67,14 @@ class PartitionedSparsifier final : public Sparsifier {
     writer.string(options_.name);
     writer.value<std::uint64_t>(numel_);
     writer.value<std::int32_t>(world_);
-    writer.array(std::span<const int>(layout_.first));
+    writer.array(std::span<const int>(options_.layout == Layout::kScattered ? assignment_.part_of
+                                                                            : layout_.first));
     writer.array(std::span<const double>(block_average_));
-    controller_->save(writer);
+    if (controller_ != nullptr) {
+      controller_->save(writer);
+    } else {
+      step_threshold_.save(writer);
+    }
   }
   void load(StateReader& reader) override {
     reader.expect_tag("partitioned");
@@ -97,21 +85,103 @@ class PartitionedSparsifier final : public Sparsifier {
     }
     const auto numel = reader.value<std::uint64_t>();
     const auto world = reader.value<std::int32_t>();
-    layout_.first = reader.array<int>();
+    std::vector<int> layout = reader.array<int>();
     block_average_ = reader.array<double>();
-    controller_->load(reader);
+    if (controller_ != nullptr) {
+      controller_->load(reader);
+    } else {
+      step_threshold_.load(reader);
+    }
     // Forget the current geometry, then rebuild it for the saved one (a state
     // saved before the first step has none: the next select() builds it).
     numel_ = 0;
     world_ = 0;
     equal_.clear();
-    if (numel != 0) prepare(static_cast<std::size_t>(numel), world, /*keep_layout=*/true);
+    if (numel != 0) prepare(static_cast<std::size_t>(numel), world, &layout);
   }
 
  private:
-  void prepare(std::size_t numel, int world, bool keep_layout = false) {
+  // MiCRO, ExDyna: this step's threshold from this step's candidates.
+  void select_same_step(std::span<const float> accumulated, std::size_t k, Communicator& comm,
+                        SparseSelection& out) {
+    if (!step_threshold_.started()) step_threshold_.start(accumulated, last_read_, k, comm);
+    collect(accumulated, step_threshold_.candidate_floor(), out);
+    // The per-block candidate counts travel with the first histogram round:
+    // the balancer's view of where this step's load lies.
+    const std::size_t blocks = balancing_blocks();
+    shared_.assign(blocks, 0);
+    if (blocks > 0) count_per_block(out, shared_);
+    step_threshold_.choose(out, k, shared_, comm, [&](float floor, SparseSelection& candidates) {
+      collect(accumulated, floor, candidates);
+    });
+    if (blocks > 0) rebalance(shared_);
+    const StepThresholdStats& s = step_threshold_.stats();
+    stats_.collective_rounds = s.rounds;
+    stats_.candidate_passes = s.candidate_passes;
+    stats_.collective_s = s.collective_s;
+  }
+
+  // The previous-step controllers (histogram, table): select with the
+  // threshold the last steps predicted, then share the counts that steer
+  // the next one.
+  void select_predicted(std::span<const float> accumulated, const StepContext& ctx, std::size_t k,
+                        Communicator& comm, SparseSelection& out) {
+    if (!controller_->started()) {
+      initial_.assign(controller_->initial_counts(), 0);
+      for (const Range& r : last_read_) {
+        controller_->contribute_initial(accumulated.subspan(r.begin, r.size()), initial_);
+      }
+      if (!initial_.empty()) allreduce(comm, std::span<std::int64_t>(initial_));
+      controller_->start(initial_, k);
+    }
+    // One pass collects every candidate >= the floor into `out`; the
+    // controller bins them and compacts the (few) candidates >= the
+    // threshold in place: they are the selection.
+    collect(accumulated, controller_->candidate_floor(), out);
+    const std::size_t controller_counts = controller_->step_counts();
+    const std::size_t blocks = balancing_blocks();
+    shared_.assign(controller_counts + blocks, 0);
+    controller_->contribute_and_select(out,
+                                       std::span<std::int64_t>(shared_.data(), controller_counts));
+    if (options_.padding && out.empty()) {
+      const std::size_t size = read_size();
+      if (size > 0) {
+        // The reference's one index, at position t mod size of the partition.
+        std::size_t at = static_cast<std::size_t>(ctx.step) % size;
+        for (const Range& r : last_read_) {
+          if (at < r.size()) {
+            out.indices.push_back(static_cast<Index>(r.begin + at));
+            out.values.push_back(accumulated[r.begin + at]);
+            break;
+          }
+          at -= r.size();
+        }
+      }
+    }
+    const auto block_counts = std::span<std::int64_t>(shared_).subspan(controller_counts);
+    if (blocks > 0) count_per_block(out, block_counts);
+    if (shared_.empty()) return;
+    const Stopwatch exchange;
+    allreduce(comm, std::span<std::int64_t>(shared_));
+    stats_.collective_s = exchange.seconds();
+    stats_.collective_rounds = 1;
+    stats_.candidate_passes = 1;
+    controller_->update(std::span<const std::int64_t>(shared_.data(), controller_counts), k);
+    if (blocks > 0) rebalance(block_counts);
+  }
+
+  // out = every element of the own partition with |a| >= floor, ascending.
+  void collect(std::span<const float> accumulated, float floor, SparseSelection& out) const {
+    out.clear();
+    for (const Range& r : last_read_) {
+      threshold_select(accumulated.subspan(r.begin, r.size()), floor, static_cast<Index>(r.begin),
+                       out);
+    }
+  }
+
+  void prepare(std::size_t numel, int world, const std::vector<int>* saved_layout = nullptr) {
     if (numel == numel_ && world == world_) return;
-    if (world_ != 0 && !keep_layout) {
+    if (world_ != 0 && saved_layout == nullptr) {
       throw InvalidArgument(fmt::format(
           "[{}] the vector size or world changed ({} elements on {} ranks, was {} on {}): a "
           "sparsifier serves one model on one world",
@@ -127,10 +197,33 @@ class PartitionedSparsifier final : public Sparsifier {
       equal_ = equal_partitions(numel, world);
       return;
     }
-    grid_ = make_block_grid(numel, options_.blocks, static_cast<std::size_t>(options_.alignment),
+    // Scattered partitions need many blocks per rank, so that no single hot
+    // block outweighs a rank's share; the contiguous layouts keep B.
+    const int blocks = options_.layout == Layout::kScattered
+                           ? std::max(options_.blocks, options_.blocks_per_rank * world)
+                           : options_.blocks;
+    grid_ = make_block_grid(numel, blocks, static_cast<std::size_t>(options_.alignment),
                             options_.spread_remainder);
-    if (!keep_layout || layout_.parts() != world || layout_.first.back() != grid_.blocks) {
+    if (options_.layout == Layout::kScattered) {
+      assignment_ = cyclic_assignment(grid_.blocks, world);
+      if (saved_layout != nullptr && saved_layout->size() == assignment_.part_of.size()) {
+        for (auto& list : assignment_.blocks) list.clear();
+        for (int b = 0; b < grid_.blocks; ++b) {
+          const int p = (*saved_layout)[static_cast<std::size_t>(b)];
+          if (p < 0 || p >= world) {
+            throw Error(fmt::format("[{}] saved layout names partition {} of {}", options_.name,
+                                    p, world));
+          }
+          assignment_.part_of[static_cast<std::size_t>(b)] = p;
+          assignment_.blocks[static_cast<std::size_t>(p)].push_back(b);
+        }
+      }
+    } else {
       layout_ = initial_layout(grid_.blocks, world);
+      if (saved_layout != nullptr && static_cast<int>(saved_layout->size()) == world + 1 &&
+          saved_layout->back() == grid_.blocks) {
+        layout_.first = *saved_layout;
+      }
     }
     if (options_.sweep.min_blocks <= 0)
       options_.sweep.min_blocks = std::max(1, grid_.blocks / (4 * world));
@@ -140,62 +233,71 @@ class PartitionedSparsifier final : public Sparsifier {
     if (options_.balance.min_blocks <= 0) options_.balance.min_blocks = 1;
   }
 
-  Range partition(int p) const {
-    return options_.layout == Layout::kEqual ? equal_[static_cast<std::size_t>(p)]
-                                             : layout_.range(grid_, p);
+  // The non-empty ranges of partition p, ascending (adjacent blocks merged).
+  void own_ranges(int p, std::vector<Range>& out) const {
+    out.clear();
+    if (options_.layout == Layout::kScattered) {
+      assignment_.ranges(grid_, p, out);
+      return;
+    }
+    const Range range = options_.layout == Layout::kEqual ? equal_[static_cast<std::size_t>(p)]
+                                                          : layout_.range(grid_, p);
+    if (!range.empty()) out.push_back(range);
+  }
+  std::size_t read_size() const {
+    std::size_t size = 0;
+    for (const Range& r : last_read_) size += r.size();
+    return size;
   }
 
-  void start_controller(std::span<const float> own, std::size_t k, Communicator& comm) {
-    initial_.assign(controller_->initial_counts(), 0);
-    controller_->contribute_initial(own, initial_);
-    if (!initial_.empty()) allreduce(comm, std::span<std::int64_t>(initial_));
-    controller_->start(initial_, k);
+  // Blocks whose counts the balancer shares each step (0: no balancer that
+  // needs them).
+  std::size_t balancing_blocks() const {
+    return options_.layout == Layout::kBalanced || options_.layout == Layout::kScattered
+               ? static_cast<std::size_t>(grid_.blocks)
+               : 0;
   }
-
-  // Selected indices per block of partition p (the selection lies in it,
-  // ascending): one binary search per block boundary, no division per index.
-  void count_per_block(int p, const SparseSelection& out, std::span<std::int64_t> counts) const {
-    const Index* at = out.indices.data();
-    const Index* const end = at + out.size();
-    const int first = layout_.first[static_cast<std::size_t>(p)];
-    const int last = layout_.first[static_cast<std::size_t>(p) + 1];
-    for (int b = first; b < last && at != end; ++b) {
-      const Index* const next =
-          b + 1 == last ? end : std::lower_bound(at, end, static_cast<Index>(grid_.block(b).end));
-      counts[static_cast<std::size_t>(b)] = next - at;
-      at = next;
+  // counts[b] = the elements of `selection` in block b.
+  void count_per_block(const SparseSelection& selection, std::span<std::int64_t> counts) const {
+    for (std::size_t i = 0; i < selection.size(); ++i) {
+      ++counts[static_cast<std::size_t>(grid_.block_of(selection.indices[i]))];
     }
   }
 
-  // One all-reduce of shared_ = [controller counts | per-block selected
-  // counts], then the controller's update and (ExDyna) the new boundaries.
-  void share_counts(std::size_t controller_counts, std::size_t block_counts, std::size_t k,
-                    Communicator& comm) {
-    if (controller_counts + block_counts == 0) return;
-    allreduce(comm, std::span<std::int64_t>(shared_));
-    controller_->update(std::span<const std::int64_t>(shared_.data(), controller_counts), k);
-    if (block_counts > 0) {
-      // A running average of the per-block counts: a block selected heavily
-      // this step has its residual reset, so the last step alone over-states
-      // where the next selections fall.
-      const bool first = block_average_.size() != block_counts;
-      block_average_.resize(block_counts, 0.0);
-      const double weight = first ? 1.0 : options_.balance_smoothing;
-      for (std::size_t b = 0; b < block_counts; ++b) {
-        block_average_[b] +=
-            weight * (static_cast<double>(shared_[controller_counts + b]) - block_average_[b]);
-      }
+  // The summed per-block counts of this step update their running average
+  // (as shares of the step's total, so a step with more candidates does not
+  // weigh more), from which the balancer lays out the next step's
+  // partitions.
+  void rebalance(std::span<const std::int64_t> block_counts) {
+    // A block selected heavily this step has its residual reset, so the last
+    // step alone over-states where the next selections fall: average.
+    const std::size_t blocks = block_counts.size();
+    double total = 0.0;
+    for (const std::int64_t c : block_counts) total += static_cast<double>(c);
+    if (!(total > 0)) return;
+    const bool first = block_average_.size() != blocks;
+    block_average_.resize(blocks, 0.0);
+    const double weight = first ? 1.0 : options_.balance_smoothing;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const double share = static_cast<double>(block_counts[b]) / total;
+      block_average_[b] += weight * (share - block_average_[b]);
+    }
+    if (options_.layout == Layout::kScattered) {
+      assign_blocks_greedy(block_average_, world_, assignment_);
+    } else {
       balance_from_block_counts(layout_, block_average_, options_.balance);
     }
   }
 
   PartitionedOptions options_;
-  std::unique_ptr<DensityController> controller_;
+  std::unique_ptr<DensityController> controller_;  // null: the same-step threshold
+  StepThreshold step_threshold_;
   std::size_t numel_ = 0;
   int world_ = 0;
   std::vector<Range> equal_;
   BlockGrid grid_;
-  BlockLayout layout_;
+  BlockLayout layout_;          // contiguous layouts (counts, sweep)
+  BlockAssignment assignment_;  // scattered layout
   std::vector<std::int64_t> initial_;
   std::vector<std::int64_t> shared_;
   std::vector<double> block_average_;
@@ -211,14 +313,19 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
   const bool faithful = scheme == "exdyna-faithful";
   const bool exdyna = scheme != "micro";
   std::vector<OptionSpec> specs = {
-      {"controller", faithful ? "table" : "histogram",
-       "density controller: histogram (on target) or table (the reference's, undershoots)"},
+      {"controller", faithful ? "table" : "exact",
+       "density controller: exact (this step's threshold from all-reduced histograms of this "
+       "step's candidates; K within a bin of k every step), histogram (predicted from earlier "
+       "steps; on target on average) or table (the reference's, undershoots)"},
+      {"tolerance", "0.01", "exact: refine the histogram while K would miss k by more than this x k"},
+      {"max_rounds", "6", "exact: histogram rounds per candidate pass"},
+      {"margin", "2", "exact: the next floor passes margin x k of this step's candidates"},
       {"gain", "0.1", "histogram controller: integral gain on log(K/k) / slope"},
       {"smoothing", "0.3", "histogram controller: weight of the newest ideal threshold"},
       {"trend_smoothing", "0.1", "histogram controller: weight of the newest change in its trend"},
       {"settle_steps", "20",
        "histogram controller: first steps that follow the ideal threshold directly"},
-      {"mantissa_bits", "7", "histogram controller: bins per binade = 2^mantissa_bits"},
+      {"mantissa_bits", "7", "exact and histogram: bins per binade = 2^mantissa_bits"},
       {"floor_factor", "0.7", "histogram controller: initial candidate floor / threshold"},
       {"candidates_low", "1.2",
        "histogram controller, after settling: lowest candidates / k before the floor drops"},
@@ -233,9 +340,13 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
       {"padding", "false", "reference: send one index when a rank selects nothing"},
   };
   if (exdyna) {
-    specs.push_back({"balancer", faithful ? "sweep" : "counts",
-                     "counts (boundaries from all-reduced per-block counts) or sweep (reference)"});
+    specs.push_back({"balancer", faithful ? "sweep" : "scattered",
+                     "scattered (blocks dealt greedily by predicted load, every partition "
+                     "ceil(B/n) blocks at most), counts (contiguous partitions from all-reduced "
+                     "per-block counts) or sweep (reference)"});
     specs.push_back({"blocks", "1024", "block count B"});
+    specs.push_back(
+        {"blocks_per_rank", "64", "scattered balancer: at least this many blocks per rank"});
     specs.push_back({"alignment", "32", "block size multiple"});
     specs.push_back({"spread_remainder", faithful ? "false" : "true",
                      "spread d - S*B over the blocks in alignment units (false: the reference "
@@ -246,8 +357,8 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
          "minimum blocks per partition (0: max(1, B/(4n)) for the sweep, 1 for counts)"});
     specs.push_back(
         {"max_move", "0", "counts balancer: max blocks a boundary moves per step (0: any)"});
-    specs.push_back(
-        {"balance_smoothing", "0.1", "counts balancer: weight of the newest block counts"});
+    specs.push_back({"balance_smoothing", "0.1",
+                     "counts and scattered balancers: weight of the newest block counts"});
   }
   return specs;
 }
@@ -257,14 +368,21 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.name = std::string(scheme);
   p.density = o.number(scheme, "density", 0.01, 0.0, 1.0, /*min_exclusive=*/true);
   const bool faithful = scheme == "exdyna-faithful";
-  const std::string controller =
-      o.choice(scheme, "controller", faithful ? "table" : "histogram", {"histogram", "table"});
-  p.controller = controller == "table" ? ControllerKind::kTable : ControllerKind::kHistogram;
+  const std::string controller = o.choice(scheme, "controller", faithful ? "table" : "exact",
+                                          {"exact", "histogram", "table"});
+  p.controller = controller == "table"       ? ControllerKind::kTable
+                 : controller == "histogram" ? ControllerKind::kHistogram
+                                             : ControllerKind::kExact;
+  p.exact.tolerance = o.number(scheme, "tolerance", 0.01, 0.0, 1.0);
+  p.exact.max_rounds = static_cast<int>(o.integer(scheme, "max_rounds", 6, 1, 64));
+  p.exact.margin = o.number(scheme, "margin", 2.0, 1.0, 1000.0);
+  p.exact.max_margin = std::max(p.exact.max_margin, p.exact.margin);
   p.histogram.gain = o.number(scheme, "gain", 0.1, 0.0, 1.0);
   p.histogram.smoothing = o.number(scheme, "smoothing", 0.3, 0.0, 1.0, true);
   p.histogram.trend_smoothing = o.number(scheme, "trend_smoothing", 0.1, 0.0, 1.0);
   p.histogram.settle_steps = o.integer(scheme, "settle_steps", 20, 0, 1000000);
   p.histogram.mantissa_bits = static_cast<int>(o.integer(scheme, "mantissa_bits", 7, 0, 10));
+  p.exact.mantissa_bits = p.histogram.mantissa_bits;
   p.histogram.floor_factor = o.number(scheme, "floor_factor", 0.7, 0.0, 1.0, true);
   p.histogram.settled_candidates_low = o.number(scheme, "candidates_low", 1.2, 1.0, 1000.0);
   p.histogram.settled_candidates_high = o.number(scheme, "candidates_high", 2.0, 1.0, 1000.0);
@@ -284,10 +402,13 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
     p.layout = Layout::kEqual;
     return p;
   }
-  const std::string balancer =
-      o.choice(scheme, "balancer", faithful ? "sweep" : "counts", {"counts", "sweep"});
-  p.layout = balancer == "sweep" ? Layout::kSweep : Layout::kBalanced;
+  const std::string balancer = o.choice(scheme, "balancer", faithful ? "sweep" : "scattered",
+                                        {"scattered", "counts", "sweep"});
+  p.layout = balancer == "sweep"    ? Layout::kSweep
+             : balancer == "counts" ? Layout::kBalanced
+                                    : Layout::kScattered;
   p.blocks = static_cast<int>(o.integer(scheme, "blocks", 1024, 1, 1 << 24));
+  p.blocks_per_rank = static_cast<int>(o.integer(scheme, "blocks_per_rank", 64, 1, 1 << 16));
   p.alignment = static_cast<int>(o.integer(scheme, "alignment", 32, 1, 1 << 20));
   p.spread_remainder = o.flag(scheme, "spread_remainder", !faithful);
   p.sweep.band = o.number(scheme, "band", 1.05, 1.0, 10.0);
@@ -326,12 +447,13 @@ SchemeDefinition partitioned_definition(std::string summary) {
 
 SchemeDefinition micro_definition() {
   return partitioned_definition<kMicro>(
-      "threshold selection in n equal exclusive partitions rotating every step; on-target density");
+      "threshold selection in n equal exclusive partitions rotating every step; this step's "
+      "threshold from all-reduced histograms (K within a bin of k every step)");
 }
 SchemeDefinition exdyna_definition() {
   return partitioned_definition<kExDyna>(
-      "MiCRO on blocks with partitions rebalanced from all-reduced block counts; on-target "
-      "density");
+      "MiCRO on scattered blocks dealt to partitions by their predicted load; this step's "
+      "threshold from all-reduced histograms (K within a bin of k every step)");
 }
 SchemeDefinition exdyna_faithful_definition() {
   return partitioned_definition<kExDynaFaithful>(

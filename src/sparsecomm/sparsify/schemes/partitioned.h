@@ -3,11 +3,16 @@
 // rotate every step, with a shared density controller and (ExDyna) dynamic
 // partition allocation. One implementation, configured by options:
 //
-//   scheme            layout            controller   empty selection
-//   micro             equal             histogram    count 0
-//   exdyna            blocks, balanced  histogram    count 0
-//   exdyna-faithful   blocks, sweep     table        count 0
-//   (micro with controller=table, padding=true is the MiCRO reference)
+//   scheme            layout                       controller   empty selection
+//   micro             equal                        exact        count 0
+//   exdyna            blocks, scattered (greedy)   exact        count 0
+//   exdyna-faithful   blocks, sweep                table        count 0
+//   (micro with controller=table, padding=true is the MiCRO reference;
+//   exdyna with balancer=counts controller=histogram is the previous default)
+//
+// exact: this step's threshold from this step's candidates (StepThreshold);
+// histogram, table: the threshold the previous steps predict
+// (DensityController).
 
 #include <memory>
 #include <string_view>
@@ -17,19 +22,27 @@
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sparsify/partition.h"
 #include "sparsecomm/sparsify/sparsifier.h"
+#include "sparsecomm/sparsify/step_threshold.h"
 
 namespace sparsecomm {
 
 struct PartitionedOptions {
-  enum class Layout { kEqual, kSweep, kBalanced };
-  enum class Controller { kHistogram, kTable };
+  enum class Layout {
+    kEqual,      // MiCRO: n equal contiguous partitions
+    kSweep,      // the reference's one-block sweep of contiguous partitions
+    kBalanced,   // contiguous partitions from prefix sums of per-block counts
+    kScattered,  // blocks dealt greedily by predicted load, ceil(B/n) each at most
+  };
+  enum class Controller { kExact, kHistogram, kTable };
   std::string name = "micro";
   double density = 0.01;
   Layout layout = Layout::kEqual;
-  Controller controller = Controller::kHistogram;
+  Controller controller = Controller::kExact;
+  StepThresholdOptions exact;
   HistogramControllerOptions histogram;
   TableControllerOptions table;
   int blocks = 1024;               // ExDyna block count B
+  int blocks_per_rank = 64;        // scattered layout: B = max(blocks, blocks_per_rank * n)
   int alignment = 32;              // block size multiple
   bool spread_remainder = true;    // false: the reference's remainder-in-the-last-block
   SweepOptions sweep;              // faithful sweep band and min blocks
