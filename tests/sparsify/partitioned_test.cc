@@ -148,6 +148,64 @@ TEST(Partition, CountsBalancerRespectsMinBlocksAndMaxMove) {
     EXPECT_LE(std::abs(limited.first[i] - initial_layout(64, 4).first[i]), 3);
 }
 
+// Scattered layout: every block in exactly one partition, at most ceil(B/n)
+// blocks per partition, lists ascending, and the predicted load spread so
+// the heaviest partition exceeds the mean by less than the heaviest block.
+TEST(Partition, GreedyAssignmentCoversEqualSharesAndBalancesTheLoad) {
+  const Philox rng(5);
+  for (int n = 1; n <= 8; ++n) {
+    for (int blocks : {0, 1, n - 1, n, 3 * n + 1, 257}) {
+      if (blocks < 0) continue;
+      std::vector<double> load(static_cast<std::size_t>(blocks));
+      for (std::size_t b = 0; b < load.size(); ++b) {
+        const double u = (rng.block(b, static_cast<std::uint64_t>(n))[0] + 0.5) / 4294967296.0;
+        load[b] = b % 17 == 0 ? 50.0 * u : u * u;  // a few hot blocks
+      }
+      BlockAssignment a = cyclic_assignment(blocks, n);
+      assign_blocks_greedy(load, n, a);
+      SCOPED_TRACE("n=" + std::to_string(n) + " B=" + std::to_string(blocks));
+      ASSERT_EQ(a.parts(), n);
+      std::vector<int> seen(static_cast<std::size_t>(blocks), 0);
+      std::vector<double> part_load(static_cast<std::size_t>(n), 0.0);
+      for (int p = 0; p < n; ++p) {
+        const auto& list = a.blocks[static_cast<std::size_t>(p)];
+        EXPECT_LE(static_cast<int>(list.size()), (blocks + n - 1) / n);
+        EXPECT_TRUE(std::is_sorted(list.begin(), list.end()));
+        for (int b : list) {
+          ++seen[static_cast<std::size_t>(b)];
+          EXPECT_EQ(a.part_of[static_cast<std::size_t>(b)], p);
+          part_load[static_cast<std::size_t>(p)] += load[static_cast<std::size_t>(b)];
+        }
+      }
+      for (int count : seen) EXPECT_EQ(count, 1) << "disjoint and covering";
+      if (blocks >= 2 * n) {
+        const double total = std::accumulate(load.begin(), load.end(), 0.0);
+        const double heaviest_block = *std::max_element(load.begin(), load.end());
+        EXPECT_LE(*std::max_element(part_load.begin(), part_load.end()),
+                  total / n + heaviest_block);
+      }
+      // A function of the loads only.
+      BlockAssignment again = cyclic_assignment(blocks, n);
+      assign_blocks_greedy(load, n, again);
+      EXPECT_EQ(again.part_of, a.part_of);
+    }
+  }
+}
+
+TEST(Partition, ScatteredRangesMergeAdjacentBlocks) {
+  const BlockGrid grid = make_block_grid(10 * 32, 10, 32);
+  BlockAssignment a = cyclic_assignment(10, 3);
+  a.blocks[0] = {0, 1, 2, 5, 9};
+  std::vector<Range> ranges;
+  a.ranges(grid, 0, ranges);
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[0].begin, 0u);
+  EXPECT_EQ(ranges[0].end, 96u);
+  EXPECT_EQ(ranges[1].begin, 160u);
+  EXPECT_EQ(ranges[1].end, 192u);
+  EXPECT_EQ(ranges[2].end, 320u);
+}
+
 TEST(Deft, PiecesSplitLargeTensors) {
   const std::vector<LayerSpan> layers = {{"a", 0, 10}, {"b", 10, 100}, {"c", 110, 10}};
   const auto pieces = deft_pieces(layers, 120, 4);  // d/n = 30: b is split in 4
@@ -335,7 +393,7 @@ TEST_P(PartitionedWorlds, EdgeCasesWork) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, PartitionedWorlds, ::testing::Values(1, 2, 3, 4, 7, 8),
+INSTANTIATE_TEST_SUITE_P(Worlds, PartitionedWorlds, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& param) {
                            return "n" + std::to_string(param.param);
                          });

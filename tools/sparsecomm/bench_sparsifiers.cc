@@ -95,6 +95,7 @@
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/sparsify/sparsifier.h"
+#include "sparsecomm/sync/load_balance.h"
 #include "sparsecomm/sync/sparse_sync.h"
 #include "sparsecomm/sync/step_metrics.h"
 #include "sparsecomm/traces/gradient_stream.h"
@@ -826,6 +827,9 @@ struct Row {
   double density_ratio_mean = 0.0;
   double density_error_p95 = 0.0;
   double imbalance_mean = 0.0;
+  double imbalance_floor = 0.0;  // the counting floor at the mean K (load_balance.h)
+  double rounds_mean = 0.0;      // select()'s own collectives per step
+  double rescans = 0.0;          // share of steps with a second candidate pass
   double bytes_per_rank = 0.0;
   std::optional<double> index_bytes_saved;  // none when no index was sent
 };
@@ -1044,7 +1048,7 @@ Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& o
   row.skipped = run.skipped;
   if (!row.skipped.empty()) return row;
   std::vector<double> slowest, ratio, error, imbalance, floors, floor_ratios, fractions;
-  double bytes = 0.0, raw = 0.0, encoded = 0.0;
+  double bytes = 0.0, raw = 0.0, encoded = 0.0, union_sum = 0.0, rounds = 0.0, rescans = 0.0;
   std::size_t steady = 0;
   for (std::size_t t = 0; t < static_cast<std::size_t>(run.steps); ++t) {
     if (timed_step(options, static_cast<std::int64_t>(t))) {
@@ -1072,6 +1076,9 @@ Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& o
     ratio.push_back(m.density_ratio);
     error.push_back(std::abs(m.density_ratio - 1.0));
     imbalance.push_back(m.imbalance);
+    union_sum += static_cast<double>(m.union_size);
+    rounds += m.selection_collectives;
+    rescans += m.candidate_passes > 1 ? 1.0 : 0.0;
     for (std::size_t r = 0; r < n; ++r) {
       const StepMetrics& mr = run.metrics[t * n + r];
       bytes += static_cast<double>(mr.bytes_sent);
@@ -1095,6 +1102,10 @@ Row summarize(const SchemeRun& run, const Baselines& baselines, const Options& o
   row.density_ratio_mean = mean(ratio);
   row.density_error_p95 = percentile(error, 0.95);
   row.imbalance_mean = mean(imbalance);
+  row.imbalance_floor = imbalance_floor(
+      run.workers, std::llround(union_sum / static_cast<double>(std::max<std::size_t>(steady, 1))));
+  row.rounds_mean = rounds / static_cast<double>(std::max<std::size_t>(steady, 1));
+  row.rescans = rescans / static_cast<double>(std::max<std::size_t>(steady, 1));
   row.bytes_per_rank = bytes / static_cast<double>(n * steady);
   if (raw > 0.0) row.index_bytes_saved = 1.0 - encoded / raw;
   return row;
@@ -1120,6 +1131,12 @@ nlohmann::ordered_json to_json(const Row& row, const Options& options) {
   j["density_ratio_mean"] = row.density_ratio_mean;
   j["density_error_p95"] = row.density_error_p95;
   j["imbalance_mean"] = row.imbalance_mean;
+  j["imbalance_floor"] = row.imbalance_floor;
+  j["read_share"] = row.read_fraction
+                        ? nlohmann::ordered_json(*row.read_fraction * options.workers)
+                        : nlohmann::ordered_json(nullptr);
+  j["selection_collectives_mean"] = row.rounds_mean;
+  j["rescan_share"] = row.rescans;
   j["bytes_per_rank"] = row.bytes_per_rank;
   j["index_bytes_saved"] = optional(row.index_bytes_saved);
   j["source"] = options.source;
@@ -1156,9 +1173,11 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
   const auto optional = [](const std::optional<double>& v, std::string_view suffix, int digits) {
     return v ? fmt::format("{:.{}f}{}", *v, digits, suffix) : std::string("-");
   };
-  fmt::print("{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>11} {:>9}\n",
-             "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth",
-             "vs torch", "K/k mean", "|K/k-1|95", "imbal", "bytes/rank", "idx saved");
+  fmt::print(
+      "{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6} {:>11} "
+      "{:>9}\n",
+      "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth", "vs torch",
+      "K/k mean", "|K/k-1|95", "imbal", "floor", "rounds", "bytes/rank", "idx saved");
   for (const Row& row : rows) {
     if (!row.skipped.empty()) {
       fmt::print("{:<16} {:<16} not measured: {}\n", row.scheme, row.exchange, row.skipped);
@@ -1166,11 +1185,12 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
     }
     fmt::print(
         "{:<16} {:<16} {:>9.3f} {:>9} {:>7} {:>6} {:>7.1f}x {:>8} {:>8.3f} {:>9.3f} {:>7.3f} "
-        "{:>11} {:>9}\n",
+        "{:>6.3f} {:>6.2f} {:>11} {:>9}\n",
         row.scheme, row.exchange, row.select_ms, optional(row.floor_ms, "", 3),
         optional(row.floor_ratio, "", 2), optional(row.read_fraction, "", 3),
         row.nth_element_speedup, optional(row.torch_topk_speedup, "x", 1), row.density_ratio_mean,
-        row.density_error_p95, row.imbalance_mean, format_bytes(row.bytes_per_rank),
+        row.density_error_p95, row.imbalance_mean, row.imbalance_floor, row.rounds_mean,
+        format_bytes(row.bytes_per_rank),
         row.index_bytes_saved ? fmt::format("{:.1f}%", 100.0 * *row.index_bytes_saved)
                               : std::string("-"));
   }
@@ -1202,7 +1222,8 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "floor ms: a read pass over exactly the elements that rank's select() read, timed in the "
       "same turn on the same vector (caches evicted first), median over (rank, timed step); "
       "x floor: median over (rank, timed step) of that rank's select ms / its own floor; "
-      "read/d: median elements read per (rank, step) / d. Whole vector: the other schemes";
+      "read/d: median elements read per (rank, step) / d (x n in the JSON's read_share). Whole "
+      "vector: the other schemes";
   if (!partitioned.empty()) {
     floor_note += fmt::format(
         "; {}: the rank's own partition (ExDyna's sizes follow the selected load) or DEFT "
@@ -1214,8 +1235,10 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
   if (!unbounded.empty()) floor_note += fmt::format("; {}: none, k scattered values", unbounded);
   fmt::print("{}.\n", floor_note);
   fmt::print(
-      "K/k, |K/k-1|95, imbal, bytes/rank, idx saved: steady state, steps {}..{} (the first {} "
-      "are warm-up). vs nth / vs torch: baseline time / select ms, for the same k on |a| of rank "
+      "K/k, |K/k-1|95, imbal, floor, rounds, bytes/rank, idx saved: steady state, steps {}..{} "
+      "(the first {} are warm-up). floor: the imbalance of the mean K elements dropped on the "
+      "ranks uniformly at random (simulated), which no balancer beats. rounds: select()'s own "
+      "collectives per step (the partition schemes' histogram rounds). vs nth / vs torch: baseline time / select ms, for the same k on |a| of rank "
       "0's first gradient. bytes/rank: sent per rank per step. idx saved: 1 - encoded / raw "
       "index bytes.\n",
       options.warmup_steps, options.steps - 1, options.warmup_steps);

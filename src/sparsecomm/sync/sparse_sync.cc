@@ -7,6 +7,7 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/sync/load_balance.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
 
 namespace sparsecomm {
@@ -21,18 +22,6 @@ std::string rank_list(const std::vector<std::uint8_t>& finite_flags) {
     out += std::to_string(r);
   }
   return out;
-}
-
-double imbalance_of(std::span<const std::size_t> counts) {
-  std::size_t max = 0;
-  std::size_t sum = 0;
-  for (const std::size_t c : counts) {
-    max = std::max(max, c);
-    sum += c;
-  }
-  if (sum == 0) return 0.0;
-  return static_cast<double>(counts.size()) * static_cast<double>(max) / static_cast<double>(sum) -
-         1.0;
 }
 
 }  // namespace
