@@ -606,6 +606,7 @@ class ProbeSparsifier final : public Sparsifier {
       inner_->select(accumulated, ctx, recording, out);
     }
     last_read_.assign(inner_->last_read().begin(), inner_->last_read().end());
+    stats_ = inner_->last_stats();
     probe_.live = &out;
     verify_selection(probe_, out, accumulated);
     check_exchange_fits(comm, out);
