@@ -15,6 +15,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev                       # logging, formatting
   libgtest-dev libgmock-dev                      # tests
   zlib1g-dev dataset-fashion-mnist               # gzip IDX reader, the training data
+  fortunes                                       # the text corpus of --dataset fortunes
   gnuplot-nox                                    # the PNG plots of a run
   libtorch-dev                                   # LibTorch (torch::topk baseline, training)
   libopenblas0-openmp                            # LibTorch's BLAS; else the reference BLAS (20x slower)

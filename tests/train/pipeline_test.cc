@@ -35,11 +35,11 @@ std::vector<float> train(const std::string& model_name, const std::string& metho
   std::vector<float> result;
   static std::mutex construction;
   run_thread_world(kWorld, [&](Communicator& comm) {
-    std::shared_ptr<ImageModel> model;
+    std::shared_ptr<Model> model;
     {
       std::lock_guard lock(construction);
       torch::manual_seed(1);
-      model = make_model(model_name);
+      model = make_model(model_name, 10);
     }
     SchemeOptions options;
     if (method != "dense") options.set("density=0.05");
@@ -206,11 +206,11 @@ TEST(Pipeline, BucketedTopkWithErrorFeedbackConservesGradientMass) {
   const torch::Tensor labels = torch::randint(0, 10, {kSteps, kWorld, 8});
   static std::mutex construction;
   run_thread_world(kWorld, [&](Communicator& comm) {
-    std::shared_ptr<ImageModel> model;
+    std::shared_ptr<Model> model;
     {
       std::lock_guard lock(construction);
       torch::manual_seed(1);
-      model = make_model("mlp");
+      model = make_model("mlp", 10);
     }
     SchemeOptions options;
     options.set("density=0.02");
@@ -261,7 +261,7 @@ TEST(Pipeline, BucketedTopkWithErrorFeedbackConservesGradientMass) {
 
 TEST(Pipeline, GlobalSchemesRunAfterBackward) {
   run_thread_world(2, [](Communicator& comm) {
-    auto model = make_model("mlp");
+    auto model = make_model("mlp", 10);
     DataParallel ddp(
         *model, comm, [] { return make_gradient_sync("exdyna", SchemeOptions{}); },
         DataParallelOptions{1});

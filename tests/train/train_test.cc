@@ -37,12 +37,12 @@ TEST(DataParallel, DenseOverRanksEqualsOneRankOnTheConcatenatedBatch) {
   const torch::Tensor labels = torch::randint(0, 10, {kSteps, kWorld * kPerRank});
 
   auto train = [&](Communicator& comm, std::int64_t batch_begin, std::int64_t batch_size) {
-    std::shared_ptr<ImageModel> model;
+    std::shared_ptr<Model> model;
     {
       static std::mutex mutex;
       std::lock_guard lock(mutex);
       torch::manual_seed(1);
-      model = make_model("mlp");
+      model = make_model("mlp", 10);
     }
     DataParallel ddp(*model, comm, make_gradient_sync("dense", SchemeOptions{}));
     FlatSgd sgd(SgdOptions{0.9, false, 1e-4});
@@ -77,7 +77,7 @@ TEST(DataParallel, DenseOverRanksEqualsOneRankOnTheConcatenatedBatch) {
 TEST(DataParallel, ParametersAndGradientsLiveInTheFlatBuffers) {
   run_thread_world(2, [](Communicator& comm) {
     torch::manual_seed(static_cast<std::uint64_t>(comm.rank()));  // replicas differ before
-    auto model = make_model("cnn");
+    auto model = make_model("cnn", 10);
     DataParallel ddp(*model, comm, make_gradient_sync("dense", SchemeOptions{}));
     std::size_t offset = 0;
     for (const auto& p : model->parameters()) {

@@ -12,6 +12,7 @@
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/data/text_corpus.h"
 #include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/train/data_parallel.h"
@@ -32,6 +33,11 @@ struct PipelineBenchOptions {
   std::int64_t batch = 64;
 };
 
+// The dataset whose kind of samples the model reads.
+std::string dataset_for(const std::string& model) {
+  return model_reads_text(model) ? "fortunes" : "fashion-mnist";
+}
+
 struct Timing {
   std::vector<double> step_s;  // rank 0's wall time per step (after warm-up)
   double backward_s = 0.0;
@@ -40,15 +46,17 @@ struct Timing {
   std::size_t buckets = 0;
 };
 
-// Trains `steps` steps on fixed random batches (rank-specific) with buckets
-// of `bucket_bytes` (0: after backward); every rank returns its timing.
+// Trains `steps` steps on fixed random batches (rank-specific: images, or
+// windows of character ids for a text model) with buckets of `bucket_bytes`
+// (0: after backward); every rank returns its timing.
 Timing measure(Communicator& comm, const PipelineBenchOptions& o, std::size_t bucket_bytes) {
   static std::mutex construction;
-  std::shared_ptr<ImageModel> model;
+  const std::int64_t classes = dataset_classes(dataset_for(o.model));
+  std::shared_ptr<Model> model;
   {
     std::lock_guard lock(construction);
     torch::manual_seed(1);
-    model = make_model(o.model);
+    model = make_model(o.model, classes);
   }
   SchemeOptions options;
   DataParallel ddp(
@@ -56,8 +64,12 @@ Timing measure(Communicator& comm, const PipelineBenchOptions& o, std::size_t bu
       DataParallelOptions{bucket_bytes});
   FlatSgd sgd(SgdOptions{0.9, false, 0.0});
   auto generator = at::detail::createCPUGenerator(static_cast<std::uint64_t>(7 + comm.rank()));
-  const torch::Tensor images = torch::randn({o.batch, 1, 28, 28}, generator);
-  const torch::Tensor labels = torch::randint(0, 10, {o.batch}, generator);
+  const auto window = static_cast<std::int64_t>(TextCorpusOptions{}.window);
+  const torch::Tensor inputs =
+      model_reads_text(o.model)
+          ? torch::randint(0, classes, {o.batch, window}, generator, torch::kInt64)
+          : torch::randn({o.batch, 1, 28, 28}, generator);
+  const torch::Tensor labels = torch::randint(0, classes, {o.batch}, generator);
   Timing timing;
   timing.buckets = ddp.buckets().size();
   for (int t = 0; t < o.warmup + o.steps; ++t) {
@@ -65,7 +77,7 @@ Timing measure(Communicator& comm, const PipelineBenchOptions& o, std::size_t bu
     Stopwatch step;
     ddp.zero_grad();
     Stopwatch backward;
-    torch::nn::functional::cross_entropy(model->forward(images), labels).backward();
+    torch::nn::functional::cross_entropy(model->forward(inputs), labels).backward();
     const double backward_s = backward.seconds();
     const StepMetrics m = ddp.synchronize();
     sgd.step(ddp.parameters(), ddp.gradients(), 0.01);
@@ -81,6 +93,7 @@ Timing measure(Communicator& comm, const PipelineBenchOptions& o, std::size_t bu
 void run(const PipelineBenchOptions& o) {
   TrainConfig check;
   check.model = o.model;
+  check.dataset = dataset_for(o.model);
   check.method = o.method;
   validate(check);
   if (o.bucket_mb <= 0) throw InvalidArgument("--bucket-mb must be > 0 (the pipelined side)");
@@ -122,7 +135,7 @@ void add_bench_pipeline_command(CLI::App& bench) {
       "median step times, their ratio, and the share of communication hidden under backward");
   cmd->add_option("--backend", options->backend, "auto | thread | mpi")->capture_default_str();
   cmd->add_option("--workers", options->workers, "ranks (thread backend)")->capture_default_str();
-  cmd->add_option("--model", options->model, "mlp | cnn | resnet18 | wide-mlp")
+  cmd->add_option("--model", options->model, "mlp | cnn | resnet18 | wide-mlp | char-lstm")
       ->capture_default_str();
   cmd->add_option("--method", options->method, "a bucketable method (dense, topk, ...)")
       ->capture_default_str();

@@ -16,6 +16,8 @@
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/data/fashion_mnist.h"
+#include "sparsecomm/data/text_corpus.h"
 #include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
@@ -221,7 +223,8 @@ void add_train_command(CLI::App& app) {
   TrainConfig& c = flags->config;
   CLI::App* cmd = app.add_subcommand(
       "train",
-      "Data-parallel training of a LibTorch model on Fashion-MNIST with a chosen gradient "
+      "Data-parallel training of a LibTorch model on Fashion-MNIST (or fortune text: "
+      "--model char-lstm --dataset fortunes) with a chosen gradient "
       "synchronization, or through parameter servers (--servers, --sync). With no arguments: 4 "
       "ranks as threads, the CNN, ExDyna at density 1%, 5 epochs.");
   cmd->add_option("--config", flags->config_file,
@@ -259,10 +262,15 @@ void add_train_command(CLI::App& app) {
                   "LibTorch intra-op threads per rank (0: 1 per thread rank; under mpirun the "
                   "cores shared among the local ranks)")
       ->capture_default_str();
-  cmd->add_option("--model", c.model, "mlp | cnn | resnet18 | wide-mlp")->capture_default_str();
-  cmd->add_option("--dataset", c.dataset, "fashion-mnist | synthetic")->capture_default_str();
-  cmd->add_option("--data-dir", c.data_dir, "where the Fashion-MNIST IDX files are")
+  cmd->add_option("--model", c.model, "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm (text)")
       ->capture_default_str();
+  cmd->add_option("--dataset", c.dataset,
+                  "fashion-mnist | synthetic (images) | fortunes (text: Debian's fortunes package)")
+      ->capture_default_str();
+  cmd->add_option("--data-dir", c.data_dir,
+                  fmt::format("where the dataset's files are (default: {} for fashion-mnist, {} "
+                              "for fortunes)",
+                              kFashionMnistDirectory, kFortunesDirectory));
   cmd->add_option("--train-samples", c.train_samples, "use the first N training samples (0: all)")
       ->capture_default_str();
   cmd->add_option("--test-samples", c.test_samples, "use the first N test samples (0: all)")

@@ -117,7 +117,7 @@ class RankTrainer {
     const EpochBatches::Batch batch = steps_.batches.at(step);
     ddp_->zero_grad();
     const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(model_->forward(batch.images), batch.labels);
+        torch::nn::functional::cross_entropy(model_->forward(batch.inputs), batch.labels);
     loss.backward();
     record.loss = loss.item<double>();
     straggler_.end_compute();
@@ -255,7 +255,7 @@ class RankTrainer {
   Communicator& comm_;
   RunPlan& plan_;
   const TrainConfig& config_;
-  std::shared_ptr<ImageModel> model_;
+  std::shared_ptr<Model> model_;
   std::unique_ptr<DataParallel> ddp_;
   std::unique_ptr<FlatSgd> sgd_;
   nlohmann::json fingerprint_;

@@ -22,7 +22,7 @@ void load_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& sa
 
 }  // namespace
 
-EvalCounts evaluate_range(ImageModel& model, const TensorSplit& test, std::int64_t begin,
+EvalCounts evaluate_range(Model& model, const TensorSplit& test, std::int64_t begin,
                           std::int64_t end) {
   const bool was_training = model.is_training();
   model.eval();
@@ -31,7 +31,7 @@ EvalCounts evaluate_range(ImageModel& model, const TensorSplit& test, std::int64
     torch::NoGradGuard no_grad;
     for (std::int64_t first = begin; first < end; first += kEvalBatch) {
       const std::int64_t count = std::min(kEvalBatch, end - first);
-      const torch::Tensor logits = model.forward(test.images.narrow(0, first, count));
+      const torch::Tensor logits = model.forward(test.inputs.narrow(0, first, count));
       const torch::Tensor labels = test.labels.narrow(0, first, count);
       counts.loss_sum +=
           torch::nn::functional::cross_entropy(

@@ -33,12 +33,12 @@ struct EvalCounts {
   double loss_sum = 0.0;  // summed cross-entropy
 };
 
-// The model (switched to eval mode and back) on test images [begin, end).
-EvalCounts evaluate_range(ImageModel& model, const TensorSplit& test, std::int64_t begin,
+// The model (switched to eval mode and back) on test samples [begin, end).
+EvalCounts evaluate_range(Model& model, const TensorSplit& test, std::int64_t begin,
                           std::int64_t end);
 
 // The TrainEval of `at` from totals over the whole test set (`test_count`
-// images) and over every rank's training loss.
+// samples) and over every rank's training loss.
 TrainEval make_train_eval(const EvalPoint& at, std::int64_t test_count, const EvalCounts& counts,
                           double train_loss_sum, std::int64_t train_loss_count);
 

@@ -14,12 +14,12 @@ namespace {
 namespace nn = torch::nn;
 
 // Fully connected layers fc1..fcN of the given hidden widths, ReLU between.
-class Mlp final : public ImageModel {
+class Mlp final : public Model {
  public:
-  explicit Mlp(const std::vector<std::int64_t>& hidden) {
+  Mlp(const std::vector<std::int64_t>& hidden, std::int64_t classes) {
     std::int64_t in = 28 * 28;
     for (std::size_t i = 0; i <= hidden.size(); ++i) {
-      const std::int64_t out = i < hidden.size() ? hidden[i] : 10;
+      const std::int64_t out = i < hidden.size() ? hidden[i] : classes;
       layers_.push_back(register_module(fmt::format("fc{}", i + 1), nn::Linear(in, out)));
       in = out;
     }
@@ -34,13 +34,13 @@ class Mlp final : public ImageModel {
   std::vector<nn::Linear> layers_;
 };
 
-class Cnn final : public ImageModel {
+class Cnn final : public Model {
  public:
-  Cnn() {
+  explicit Cnn(std::int64_t classes) {
     conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)));
     conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
     fc1_ = register_module("fc1", nn::Linear(64 * 7 * 7, 128));
-    fc2_ = register_module("fc2", nn::Linear(128, 10));
+    fc2_ = register_module("fc2", nn::Linear(128, classes));
   }
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::max_pool2d(torch::relu(conv1_(x)), 2);
@@ -83,9 +83,9 @@ class BasicBlock final : public nn::Module {
   nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, shortcut_bn_{nullptr};
 };
 
-class ResNet18 final : public ImageModel {
+class ResNet18 final : public Model {
  public:
-  ResNet18() {
+  explicit ResNet18(std::int64_t classes) {
     stem_ = register_module("stem", conv3x3(1, 64, 1));
     stem_bn_ = register_module("stem_bn", nn::BatchNorm2d(64));
     const std::int64_t widths[] = {64, 128, 256, 512};
@@ -98,7 +98,7 @@ class ResNet18 final : public ImageModel {
         in = widths[stage];
       }
     }
-    fc_ = register_module("fc", nn::Linear(512, 10));
+    fc_ = register_module("fc", nn::Linear(512, classes));
   }
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::relu(stem_bn_(stem_(x)));
@@ -114,13 +114,37 @@ class ResNet18 final : public ImageModel {
   nn::Linear fc_{nullptr};
 };
 
+// Next-character prediction: ids [B, T] -> embedding -> LSTM -> the logits
+// of the character after the last one, from the last step's output.
+class CharLstm final : public Model {
+ public:
+  explicit CharLstm(std::int64_t vocabulary) {
+    embedding_ = register_module("embedding", nn::Embedding(vocabulary, kEmbedding));
+    lstm_ =
+        register_module("lstm", nn::LSTM(nn::LSTMOptions(kEmbedding, kHidden).batch_first(true)));
+    fc_ = register_module("fc", nn::Linear(kHidden, vocabulary));
+  }
+  torch::Tensor forward(torch::Tensor ids) override {
+    const torch::Tensor outputs = std::get<0>(lstm_(embedding_(ids)));  // [B, T, hidden]
+    return fc_(outputs.select(1, -1));
+  }
+
+ private:
+  static constexpr std::int64_t kEmbedding = 64;
+  static constexpr std::int64_t kHidden = 256;
+  nn::Embedding embedding_{nullptr};
+  nn::LSTM lstm_{nullptr};
+  nn::Linear fc_{nullptr};
+};
+
 }  // namespace
 
-std::shared_ptr<ImageModel> make_model(std::string_view name) {
-  if (name == "mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>{256, 128});
-  if (name == "cnn") return std::make_shared<Cnn>();
-  if (name == "resnet18") return std::make_shared<ResNet18>();
-  if (name == "wide-mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>(5, 2048));
+std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes) {
+  if (name == "mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>{256, 128}, classes);
+  if (name == "cnn") return std::make_shared<Cnn>(classes);
+  if (name == "resnet18") return std::make_shared<ResNet18>(classes);
+  if (name == "wide-mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>(5, 2048), classes);
+  if (name == "char-lstm") return std::make_shared<CharLstm>(classes);
   throw InvalidArgument(
       fmt::format("unknown model '{}'; valid: {}", name, fmt::join(model_names(), ", ")));
 }

@@ -1,6 +1,8 @@
 #pragma once
-// The models `sparsecomm train` knows, for 1x28x28 images and 10 classes.
-// (LibTorch.)
+// The models `sparsecomm train` knows (LibTorch). Image models read
+// [B, 1, 28, 28] floats; char-lstm reads [B, T] int64 character ids (any T).
+// Each gives logits over `classes` (10 for images, the character vocabulary
+// of src/sparsecomm/data/text_corpus.h for text); counts below are for those.
 //
 //   mlp       784-256-128-10, ReLU                         ~235 k parameters
 //   cnn       conv3x3(32)-pool-conv3x3(64)-pool-fc128-fc10  ~422 k
@@ -9,7 +11,10 @@
 //   wide-mlp  784-2048x5-10: cheap to compute, expensive      ~18.4 M
 //             to synchronize (the stress case); five equal
 //             16 MiB layers, so buckets can pipeline it
+//   char-lstm embedding(97, 64)-LSTM(256)-fc97 on the last    ~361 k
+//             step: next-character prediction
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 
@@ -17,16 +22,16 @@
 
 namespace sparsecomm {
 
-class ImageModel : public torch::nn::Module {
+class Model : public torch::nn::Module {
  public:
-  // images [B, 1, 28, 28] -> logits [B, 10]
-  virtual torch::Tensor forward(torch::Tensor images) = 0;
+  // inputs [B, ...] (images or ids, as above) -> logits [B, classes]
+  virtual torch::Tensor forward(torch::Tensor inputs) = 0;
 };
 
-// Builds `name` (see model_names() in train_config.h) with LibTorch's
-// default initialization drawn from the current global generator: seed it
-// (torch::manual_seed) first, and build one model at a time per process.
-// InvalidArgument for an unknown name.
-std::shared_ptr<ImageModel> make_model(std::string_view name);
+// Builds `name` (see model_names() in train_config.h) for `classes` classes
+// (dataset_classes() there) with LibTorch's default initialization drawn from
+// the current global generator: seed it (torch::manual_seed) first, and build
+// one model at a time per process. InvalidArgument for an unknown name.
+std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes);
 
 }  // namespace sparsecomm

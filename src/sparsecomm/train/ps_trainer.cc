@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 // A worker's (or server's) replica: the seeded model in flat buffers, with
 // no broadcast (servers take part in no collective before training).
 struct FlatModel {
-  std::shared_ptr<ImageModel> model;
+  std::shared_ptr<Model> model;
   std::unique_ptr<FlatModule> flat;
 };
 
@@ -186,7 +186,7 @@ class PsRankWorker {
     const EpochBatches::Batch batch = steps_.batches.at(step);
     flat_->flat->zero_grad();
     const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(flat_->model->forward(batch.images), batch.labels);
+        torch::nn::functional::cross_entropy(flat_->model->forward(batch.inputs), batch.labels);
     loss.backward();
     flat_->flat->reattach_gradients();
     record.loss = loss.item<double>();

@@ -93,9 +93,10 @@ class Straggler {
   double cpu_start_ = 0.0;
 };
 
-// The configured model with the seed's initial weights (identical on every
-// rank: models are built one at a time per process).
-std::shared_ptr<ImageModel> make_seeded_model(const TrainConfig& config);
+// The configured model for the dataset's classes with the seed's initial
+// weights (identical on every rank: models are built one at a time per
+// process).
+std::shared_ptr<Model> make_seeded_model(const TrainConfig& config);
 // Its parameter count.
 std::size_t model_numel(const TrainConfig& config);
 

@@ -8,6 +8,8 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/rng.h"
+#include "sparsecomm/data/fashion_mnist.h"
+#include "sparsecomm/data/text_corpus.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/sync/gradient_sync.h"
@@ -22,8 +24,28 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp"};
+  static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp", "char-lstm"};
   return names;
+}
+
+const std::vector<std::string>& dataset_names() {
+  static const std::vector<std::string> names = {"fashion-mnist", "synthetic", "fortunes"};
+  return names;
+}
+
+bool model_reads_text(const std::string& model) { return model == "char-lstm"; }
+
+bool dataset_is_text(const std::string& dataset) { return dataset == "fortunes"; }
+
+std::int64_t dataset_classes(const std::string& dataset) {
+  return dataset_is_text(dataset) ? static_cast<std::int64_t>(kTextVocabularySize) : 10;
+}
+
+std::string data_dir_of(const TrainConfig& config) {
+  if (!config.data_dir.empty()) return config.data_dir;
+  if (config.dataset == "fashion-mnist") return kFashionMnistDirectory;
+  if (config.dataset == "fortunes") return kFortunesDirectory;
+  return "";
 }
 
 namespace {
@@ -49,8 +71,16 @@ void validate(const TrainConfig& c) {
           fmt::format("timeout {} s must be >= 0 (0: the default)", c.timeout_s));
   require(one_of(c.model, model_names()), "model",
           fmt::format("'{}' is not a model; valid: {}", c.model, fmt::join(model_names(), ", ")));
-  require(one_of(c.dataset, {"fashion-mnist", "synthetic"}), "dataset",
-          fmt::format("'{}' is not a dataset; valid: fashion-mnist, synthetic", c.dataset));
+  require(
+      one_of(c.dataset, dataset_names()), "dataset",
+      fmt::format("'{}' is not a dataset; valid: {}", c.dataset, fmt::join(dataset_names(), ", ")));
+  require(model_reads_text(c.model) == dataset_is_text(c.dataset), "model",
+          model_reads_text(c.model)
+              ? fmt::format("model {} reads text: it needs --dataset fortunes, not {}", c.model,
+                            c.dataset)
+              : fmt::format("model {} reads images: it needs --dataset fashion-mnist or "
+                            "synthetic, not {} (char-lstm trains on fortunes)",
+                            c.model, c.dataset));
   require(c.train_samples >= 0, "train-samples", "must be >= 0 (0: all)");
   require(c.test_samples >= 0, "test-samples", "must be >= 0 (0: all)");
   bool known_method = false;

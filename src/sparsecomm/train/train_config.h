@@ -22,9 +22,10 @@ struct TrainConfig {
                                  // default, 60 s or SPARSECOMM_TIMEOUT_MS)
 
   // Model and data.
-  std::string model = "cnn";              // mlp | cnn | resnet18 | wide-mlp
-  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string model = "cnn";              // mlp | cnn | resnet18 | wide-mlp | char-lstm
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic (images) | fortunes (text)
+  // Where the dataset's files are; "" : the Debian package's (data_dir_of).
+  std::string data_dir;
   std::int64_t train_samples = 0;  // 0: the whole training split; else its first N
   std::int64_t test_samples = 0;   // 0: the whole test split; else its first N
 
@@ -95,9 +96,23 @@ Slowdowns parse_slowdowns(const TrainConfig& config);
 
 // The models `make_model` knows, in a fixed order.
 const std::vector<std::string>& model_names();
+// The datasets, in a fixed order: fashion-mnist and synthetic are images
+// (10 classes), fortunes is text (samples of character ids, see
+// src/sparsecomm/data/text_corpus.h).
+const std::vector<std::string>& dataset_names();
+// Whether the model reads character ids (char-lstm) rather than images.
+bool model_reads_text(const std::string& model);
+bool dataset_is_text(const std::string& dataset);
+// The number of classes of the dataset's labels: 10 for images, the
+// character vocabulary (kTextVocabularySize) for text.
+std::int64_t dataset_classes(const std::string& dataset);
+// Where the dataset's files are: config.data_dir, or when that is empty the
+// Debian package's directory ("" for synthetic, which reads none).
+std::string data_dir_of(const TrainConfig& config);
 
-// Checks every field; InvalidArgument naming the field, the bad value and
-// what is valid. Method options are checked when the method is built.
+// Checks every field (and that the model reads what the dataset holds);
+// InvalidArgument naming the field, the bad value and what is valid. Method
+// options are checked when the method is built.
 void validate(const TrainConfig& config);
 
 nlohmann::json to_json(const TrainConfig& config);

@@ -4,6 +4,7 @@
 
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/synthetic_images.h"
+#include "sparsecomm/data/text_corpus.h"
 
 namespace sparsecomm {
 namespace {
@@ -20,7 +21,20 @@ TensorSplit to_tensors(const ImageDataset& data, std::int64_t limit) {
   torch::Tensor raw = torch::from_blob(const_cast<std::uint8_t*>(data.images.data()),
                                        {n, 1, rows, cols}, torch::kUInt8);
   TensorSplit split;
-  split.images = (raw.to(torch::kFloat32) / 255.0f - kPixelMean) / kPixelStd;
+  split.inputs = (raw.to(torch::kFloat32) / 255.0f - kPixelMean) / kPixelStd;
+  split.labels = torch::from_blob(const_cast<std::uint8_t*>(data.labels.data()), {n}, torch::kUInt8)
+                     .to(torch::kInt64);
+  return split;
+}
+
+TensorSplit to_tensors(const TextSamples& data, std::int64_t limit) {
+  const auto n = static_cast<std::int64_t>(
+      limit > 0 ? std::min<std::size_t>(data.count, static_cast<std::size_t>(limit)) : data.count);
+  const auto window = static_cast<std::int64_t>(data.window);
+  TensorSplit split;
+  split.inputs =
+      torch::from_blob(const_cast<std::uint8_t*>(data.inputs.data()), {n, window}, torch::kUInt8)
+          .to(torch::kInt64);
   split.labels = torch::from_blob(const_cast<std::uint8_t*>(data.labels.data()), {n}, torch::kUInt8)
                      .to(torch::kInt64);
   return split;
@@ -30,16 +44,20 @@ TensorSplit to_tensors(const ImageDataset& data, std::int64_t limit) {
 
 Datasets load_datasets(const TrainConfig& config) {
   Datasets out;
-  if (config.dataset == "synthetic") {
+  if (config.dataset == "fortunes") {
+    const TextCorpus corpus = load_fortunes(data_dir_of(config));
+    out.train = to_tensors(corpus.train, config.train_samples);
+    out.test = to_tensors(corpus.test, config.test_samples);
+  } else if (config.dataset == "synthetic") {
     const std::size_t train = config.train_samples > 0 ? config.train_samples : 16384;
     const std::size_t test = config.test_samples > 0 ? config.test_samples : 4096;
     out.train = to_tensors(make_synthetic_images(train, config.seed, 0), 0);
     out.test = to_tensors(make_synthetic_images(test, config.seed, 1ull << 40), 0);
   } else {
-    out.train =
-        to_tensors(load_fashion_mnist(DatasetSplit::kTrain, config.data_dir), config.train_samples);
-    out.test =
-        to_tensors(load_fashion_mnist(DatasetSplit::kTest, config.data_dir), config.test_samples);
+    out.train = to_tensors(load_fashion_mnist(DatasetSplit::kTrain, data_dir_of(config)),
+                           config.train_samples);
+    out.test = to_tensors(load_fashion_mnist(DatasetSplit::kTest, data_dir_of(config)),
+                          config.test_samples);
   }
   return out;
 }
@@ -63,7 +81,7 @@ EpochBatches::Batch EpochBatches::at(std::int64_t step) {
   const std::int64_t first = (step % steps_per_epoch_) * batch_;
   std::vector<std::int64_t> indices(shard_.begin() + first, shard_.begin() + first + batch_);
   const torch::Tensor index = torch::tensor(indices, torch::kInt64);
-  return {train_.images.index_select(0, index), train_.labels.index_select(0, index)};
+  return {train_.inputs.index_select(0, index), train_.labels.index_select(0, index)};
 }
 
 }  // namespace sparsecomm

@@ -1,6 +1,7 @@
 #pragma once
 // The trainer's data (internal to train/): Fashion-MNIST or the synthetic
-// images as normalized tensors, and each rank's batches, epoch by epoch.
+// images as normalized tensors, or the fortunes text as character ids, and
+// each rank's batches, epoch by epoch.
 
 #include <cstdint>
 #include <vector>
@@ -12,8 +13,8 @@
 namespace sparsecomm {
 
 struct TensorSplit {
-  torch::Tensor images;  // [N, 1, 28, 28] float, normalized
-  torch::Tensor labels;  // [N] int64
+  torch::Tensor inputs;  // images: [N, 1, 28, 28] float, normalized; text: [N, T] int64 ids
+  torch::Tensor labels;  // [N] int64 (text: the id of the character after each window)
   std::int64_t count() const { return labels.size(0); }
 };
 
@@ -23,7 +24,8 @@ struct Datasets {
 };
 
 // The configured dataset (`train_samples` / `test_samples` cut it to its
-// first N; the synthetic one has 16,384 / 4,096 by default).
+// first N; the synthetic one has 16,384 / 4,096 by default; fortunes: see
+// load_fortunes in src/sparsecomm/data/text_corpus.h).
 Datasets load_datasets(const TrainConfig& config);
 
 // The batches one trainer (an all-reduce rank or a PS worker) of `trainers`
@@ -35,7 +37,7 @@ class EpochBatches {
                std::uint64_t seed, std::int64_t steps_per_epoch);
 
   struct Batch {
-    torch::Tensor images;
+    torch::Tensor inputs;
     torch::Tensor labels;
   };
   // The batch of global step `step` (0-based).
