@@ -253,16 +253,35 @@ TEST(Deft, PackingBalancesCost) {
 struct SchemeCase {
   std::string name;
   std::function<std::unique_ptr<Sparsifier>()> make;
+  // The whole saved state is identical on every rank (false: per-rank
+  // quotas keep a floor of each rank's own; the layout is still shared, and
+  // disjoint, covering selections show it).
+  bool shared_state = true;
 };
 
 std::vector<SchemeCase> partition_schemes(double density) {
   std::vector<SchemeCase> cases;
-  for (const char* name : {"micro", "exdyna", "exdyna-faithful"}) {
-    cases.push_back({name, [name, density] {
+  const std::vector<std::pair<const char*, std::vector<std::string>>> variants = {
+      {"micro", {}},
+      {"exdyna", {}},
+      {"exdyna", {"controller=exact"}},
+      {"exdyna", {"controller=exact", "balancer=scattered"}},
+      {"exdyna", {"balancer=counts", "controller=histogram"}},
+      {"exdyna-faithful", {}}};
+  for (const auto& [name, extra] : variants) {
+    std::string label = name;
+    for (const std::string& option : extra) label += " " + option;
+    const bool quota = std::string(name) == "exdyna" &&
+                       std::find(extra.begin(), extra.end(), "controller=exact") == extra.end() &&
+                       std::find(extra.begin(), extra.end(), "controller=histogram") == extra.end();
+    cases.push_back({label,
+                     [name, extra, density] {
                        SchemeOptions options;
                        options.set("density", std::to_string(density));
+                       for (const std::string& option : extra) options.set(option);
                        return make_partitioned_sparsifier(partitioned_options_from(name, options));
-                     }});
+                     },
+                     !quota});
   }
   cases.push_back({"deft", [density] {
                      DeftOptions options;
@@ -354,6 +373,7 @@ void check_agreement(const SchemeCase& scheme, int n, std::size_t d, int steps, 
       std::vector<std::size_t> sizes(count_values.begin(), count_values.end());
       ExchangeOutcome outcome{sizes, total, sparsifier->target(d, ctx)};
       sparsifier->observe(outcome, ctx);
+      if (!scheme.shared_state) continue;
       // Identical shared state (thresholds, layouts) on every rank.
       StateWriter writer;
       sparsifier->save(writer);

@@ -171,6 +171,42 @@ TEST(StepThreshold, ZeroToleranceRefinesToTheExactCount) {
   for (const Outcome& o : outcomes) EXPECT_EQ(o.selected, 1000);
 }
 
+// Per-rank quotas (ExDyna's default): each rank its own threshold from its
+// own histogram, no collective, and exactly its quota selected (within the
+// tolerance; exactly on ties), whatever the ranks' scales.
+TEST(StepThreshold, PerRankQuotasSelectEachRanksShareWithoutACollective) {
+  StepThresholdOptions options;
+  options.per_rank = true;
+  for (std::size_t quota : {1u, 37u, 400u}) {
+    run_thread_world(4, [&](Communicator& comm) {
+      StepThreshold threshold(options);
+      std::vector<float> values(5000);
+      const std::vector<Range> own = {{0, values.size()}};
+      SparseSelection candidates;
+      for (int step = 0; step < 6; ++step) {
+        // Rank r's scale is 4^r: a global threshold would give rank 3 nearly everything.
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          values[i] = static_cast<float>(std::pow(4.0, comm.rank()) *
+                                         (uniform(comm.rank(), step, i) - 0.5));
+        }
+        if (step == 3) std::fill(values.begin(), values.begin() + 2000, 0.125f);  // ties
+        if (!threshold.started()) threshold.start(values, own, quota, comm);
+        const auto collect = [&](float floor, SparseSelection& out) {
+          out.clear();
+          threshold_select(values, floor, 0, out);
+        };
+        collect(threshold.candidate_floor(), candidates);
+        threshold.choose(candidates, quota, {}, comm, collect);
+        EXPECT_EQ(threshold.stats().rounds, 0) << "no collective";
+        EXPECT_NEAR(static_cast<double>(candidates.size()), static_cast<double>(quota),
+                    options.tolerance * static_cast<double>(quota))
+            << "rank " << comm.rank() << " step " << step;
+        EXPECT_EQ(threshold.stats().selected, static_cast<std::int64_t>(candidates.size()));
+      }
+    });
+  }
+}
+
 TEST(StepThreshold, BadOptionsAreRejected) {
   StepThresholdOptions bad;
   bad.margin = 0.5;

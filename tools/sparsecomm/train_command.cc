@@ -25,6 +25,7 @@
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/run_writer.h"
 #include "sparsecomm/train/trainer.h"
 
 namespace sparsecomm::cli {
@@ -67,8 +68,15 @@ class ConsoleReporter final : public TrainObserver {
     window_.exchange += s.exchange_s;
     window_.update += s.update_s;
     window_.bytes += static_cast<double>(s.sync.bytes_sent);
-    window_.density += s.sync.density_ratio;
-    window_.imbalance += s.sync.imbalance;
+    // K/k and imbalance: only the steps after the settling phase, as in
+    // summary.json (the whole window when the run is shorter).
+    if (s.step >= kSettleSteps || info_.total_steps <= kSettleSteps) {
+      window_.judged += 1;
+      window_.density += s.sync.density_ratio;
+      window_.imbalance += s.sync.imbalance;
+    } else {
+      window_.settling = true;
+    }
     window_.overlapped += s.sync.overlapped_s;
     if (!terminal_ || clock_.seconds() < next_draw_s_) return;
     next_draw_s_ = clock_.seconds() + 0.2;
@@ -99,12 +107,19 @@ class ConsoleReporter final : public TrainObserver {
       return;
     }
     const double n = std::max(1.0, window_.steps);
+    const double judged = std::max(1.0, window_.judged);
+    const std::string density =
+        window_.judged > 0 ? fmt::format("K/k {:.3f}  imbalance {:.3f}{}", window_.density / judged,
+                                         window_.imbalance / judged,
+                                         window_.settling
+                                             ? fmt::format(" (from step {})", kSettleSteps)
+                                             : std::string())
+                           : fmt::format("K/k, imbalance: settling (to step {})", kSettleSteps);
     fmt::print(
-        "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  K/k {:.3f}  imbalance {:.3f}  "
+        "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  {}  "
         "{}/rank/step  time: compute {:.1f}s selection {:.2f}s exchange {:.2f}s update {:.2f}s  "
         "{}[{:.0f}s]\n",
-        e.epoch, e.train_loss, 100.0 * e.test_accuracy, window_.density / n, window_.imbalance / n,
-        format_bytes(window_.bytes / n), window_.compute, window_.selection, window_.exchange,
+        e.epoch, e.train_loss, 100.0 * e.test_accuracy, density, format_bytes(window_.bytes / n), window_.compute, window_.selection, window_.exchange,
         window_.update, overlap_text(), e.wall_s);
     std::fflush(stdout);
     window_ = {};
@@ -123,6 +138,8 @@ class ConsoleReporter final : public TrainObserver {
   struct Window {
     double steps = 0, loss = 0, compute = 0, selection = 0, exchange = 0, update = 0, bytes = 0,
            overlapped = 0, density = 0, imbalance = 0;
+    double judged = 0;      // steps whose K/k and imbalance count (after settling)
+    bool settling = false;  // some steps of the window were still settling
   };
   std::string label_;
   bool terminal_;

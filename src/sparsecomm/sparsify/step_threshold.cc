@@ -51,6 +51,7 @@ StepThreshold::StepThreshold(const StepThresholdOptions& options) : options_(opt
 }
 
 void StepThreshold::all_reduce(std::span<std::int64_t> payload, Communicator& comm) {
+  if (options_.per_rank) return;  // this rank's own counts are the whole story
   const Stopwatch watch;
   allreduce(comm, payload);
   stats_.collective_s += watch.seconds();
@@ -105,10 +106,17 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
   stats_ = {};
   stats_.candidate_passes = 1;
   if (!started_) throw Error("[density] StepThreshold::choose() before start()");
+  if (!shared.empty() && (k == 0 || options_.per_rank)) {
+    // The scheme's integers travel alone: no histogram round carries them.
+    const Stopwatch watch;
+    allreduce(comm, shared);
+    stats_.collective_s += watch.seconds();
+    ++stats_.rounds;
+    shared = {};
+  }
   if (k == 0) {
     candidates.indices.clear();
     candidates.values.clear();
-    if (!shared.empty()) all_reduce(shared, comm);  // the scheme's integers still travel
     return kInf;
   }
   const auto want = static_cast<std::int64_t>(k);
@@ -125,7 +133,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
     count_round(candidates, lo, shift);
     if (shared_pending) payload_.insert(payload_.end(), shared.begin(), shared.end());
     all_reduce(payload_, comm);
-    ++stats_.rounds;
+    if (!options_.per_rank) ++stats_.rounds;
     ++rounds_in_pass;
     if (shared_pending) {
       std::copy(payload_.begin() + kBins + 1, payload_.end(), shared.begin());
@@ -187,7 +195,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
         // One float value holds the crossing: keep exactly k in all.
         threshold = from_bits(bin_lo);
         keep_ties(candidates, static_cast<std::uint32_t>(bin_lo), miss_high, comm);
-        ++stats_.rounds;
+        if (!options_.per_rank) ++stats_.rounds;
         stats_.selected = want;
         steer_floor(threshold, k, rescanned);
         return threshold;
@@ -209,11 +217,13 @@ void StepThreshold::keep_ties(SparseSelection& candidates, std::uint32_t tie_bit
                               std::int64_t take, Communicator& comm) {
   std::int64_t mine = 0;
   for (const float v : candidates.values) mine += magnitude_bits(v) == tie_bits ? 1 : 0;
-  const Stopwatch watch;
-  const std::vector<std::int64_t> ties = allgather_value(comm, mine);
-  stats_.collective_s += watch.seconds();
-  std::int64_t before = 0;
-  for (int r = 0; r < comm.rank(); ++r) before += ties[static_cast<std::size_t>(r)];
+  std::int64_t before = 0;  // tied elements of the ranks before this one
+  if (!options_.per_rank) {
+    const Stopwatch watch;
+    const std::vector<std::int64_t> ties = allgather_value(comm, mine);
+    stats_.collective_s += watch.seconds();
+    for (int r = 0; r < comm.rank(); ++r) before += ties[static_cast<std::size_t>(r)];
+  }
   std::int64_t keep_tied = std::clamp<std::int64_t>(take - before, 0, mine);
   std::size_t kept = 0;
   for (std::size_t i = 0; i < candidates.size(); ++i) {

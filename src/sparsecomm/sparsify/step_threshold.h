@@ -41,6 +41,12 @@
 namespace sparsecomm {
 
 struct StepThresholdOptions {
+  // false: one global threshold, from histograms all-reduced over the ranks
+  // (K = the sum of the ranks' counts lands on k). true: each rank its own
+  // threshold from its own histogram (no collective), so that it selects
+  // exactly its quota; the caller passes the quota as k. Every other rule
+  // (floor, rescan, refinement, ties) is the same, on this rank's counts.
+  bool per_rank = false;
   int mantissa_bits = 7;     // first-round bins: 2^mantissa_bits per binade (0.54% wide at 7)
   double tolerance = 0.01;   // refine while the nearer bin edge misses k by more than this x k
   int max_rounds = 6;        // histogram rounds per candidate pass (the last one picks an edge)
@@ -77,9 +83,10 @@ class StepThreshold {
 
   // `candidates`: this rank's elements >= candidate_floor(), ascending
   // indices; on return, compacted in place to this rank's selection.
-  // `shared`: the scheme's integers, summed over ranks in place along with
-  // the first round. k == 0 selects nothing (no collective). Returns the
-  // threshold (+inf when nothing may be selected).
+  // `k`: the global target (per_rank: this rank's quota). `shared`: the
+  // scheme's integers, summed over ranks in place along with the first round
+  // (per_rank: in one all-reduce of their own). k == 0 selects nothing.
+  // Returns the threshold (+inf when nothing may be selected).
   float choose(SparseSelection& candidates, std::size_t k, std::span<std::int64_t> shared,
                Communicator& comm, const Rescan& rescan);
 

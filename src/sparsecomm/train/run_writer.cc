@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/sync/load_balance.h"
 
 namespace sparsecomm {
 namespace {
@@ -33,10 +34,6 @@ double p95(std::vector<double> values) {
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
   return values[at];
 }
-
-// Density control is judged from step 100 on (ALGORITHMS.md) when the run
-// has that many steps.
-constexpr std::int64_t kDensitySettleSteps = 100;
 
 }  // namespace
 
@@ -143,14 +140,25 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
   // Skip-Reduce share, throughput.
   std::vector<double> ratios;
   std::vector<double> deviations;
+  std::vector<double> imbalances;
+  std::vector<double> union_sizes;
   const bool settled = std::any_of(run.steps.begin(), run.steps.end(),
-                                   [](const auto& r) { return r.step >= kDensitySettleSteps; });
+                                   [](const auto& r) { return r.step >= kSettleSteps; });
   for (const report::StepRecord& r : run.steps) {
-    if (settled && r.step < kDensitySettleSteps) continue;
+    if (settled && r.step < kSettleSteps) continue;
     if (!std::isfinite(r.density_ratio)) continue;
     ratios.push_back(r.density_ratio);
     deviations.push_back(std::abs(r.density_ratio - 1.0));
+    if (std::isfinite(r.imbalance)) imbalances.push_back(r.imbalance);
+    if (std::isfinite(r.union_size)) union_sizes.push_back(r.union_size);
   }
+  // The counting floor of the imbalance at the mean K (load_balance.h): what
+  // no balancer can beat with K elements on this many ranks.
+  const double mean_union = mean(union_sizes);
+  const double floor =
+      std::isfinite(mean_union)
+          ? imbalance_floor(info.workers, std::llround(mean_union))
+          : std::nan("");
   std::vector<double> skip_fractions;
   double overlapped = 0.0;
   double communication = 0.0;
@@ -196,8 +204,11 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
       {"bytes_per_rank_per_step", number(s.bytes_per_rank_per_step)},
       {"density_ratio_mean", number(mean(ratios))},
       {"density_ratio_p95_deviation", number(p95(deviations))},
-      {"density_ratio_from_step", settled ? kDensitySettleSteps : 0},
-      {"imbalance_mean", number(s.imbalance_mean)},
+      {"density_ratio_from_step", settled ? kSettleSteps : 0},
+      {"imbalance_mean", number(mean(imbalances))},
+      {"imbalance_p95", number(p95(imbalances))},
+      {"imbalance_floor", number(floor)},
+      {"imbalance_from_step", settled ? kSettleSteps : 0},
       {"skip_subject_fraction", number(mean(skip_fractions))},
       {"buckets", info.buckets},
       {"pipelining", info.pipelining},

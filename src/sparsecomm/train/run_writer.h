@@ -16,6 +16,12 @@
 
 namespace sparsecomm {
 
+// K/k and imbalance are judged from this step on (the density controller's
+// and the balancer's settling phase; docs/algorithms.md, "Density control"),
+// in the per-epoch lines and in summary.json, when the run has that many
+// steps; shorter runs are judged on every step.
+constexpr std::int64_t kSettleSteps = 100;
+
 class RunWriter {
  public:
   // New run: creates `dir`; refuses a directory that already holds a run

@@ -39,10 +39,11 @@ class PartitionedSparsifier final : public Sparsifier {
               SparseSelection& out) override {
     prepare(accumulated.size(), comm.size());
     const std::size_t k = target(accumulated.size(), ctx);
-    own_ranges(owned_partition(ctx.step, comm.rank(), comm.size()), last_read_);
+    const int partition = owned_partition(ctx.step, comm.rank(), comm.size());
+    own_ranges(partition, last_read_);
     stats_ = {};
     if (controller_ == nullptr) {
-      select_same_step(accumulated, k, comm, out);
+      select_same_step(accumulated, k, partition, comm, out);
     } else {
       select_predicted(accumulated, ctx, k, comm, out);
     }
@@ -67,8 +68,9 @@ class PartitionedSparsifier final : public Sparsifier {
     writer.string(options_.name);
     writer.value<std::uint64_t>(numel_);
     writer.value<std::int32_t>(world_);
-    writer.array(std::span<const int>(options_.layout == Layout::kScattered ? assignment_.part_of
-                                                                            : layout_.first));
+    const bool scattered =
+        options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic;
+    writer.array(std::span<const int>(scattered ? assignment_.part_of : layout_.first));
     writer.array(std::span<const double>(block_average_));
     if (controller_ != nullptr) {
       controller_->save(writer);
@@ -102,8 +104,15 @@ class PartitionedSparsifier final : public Sparsifier {
 
  private:
   // MiCRO, ExDyna: this step's threshold from this step's candidates.
-  void select_same_step(std::span<const float> accumulated, std::size_t k, Communicator& comm,
-                        SparseSelection& out) {
+  void select_same_step(std::span<const float> accumulated, std::size_t k, int partition,
+                        Communicator& comm, SparseSelection& out) {
+    // Per-rank quotas: partition p's share of k, the remainder going to the
+    // lowest partitions (which rotate over the ranks): they sum to k.
+    if (options_.exact.per_rank) {
+      const auto n = static_cast<std::size_t>(comm.size());
+      const auto p = static_cast<std::size_t>(partition);
+      k = k / n + (p < k % n ? 1 : 0);
+    }
     if (!step_threshold_.started()) step_threshold_.start(accumulated, last_read_, k, comm);
     collect(accumulated, step_threshold_.candidate_floor(), out);
     // The per-block candidate counts travel with the first histogram round:
@@ -199,12 +208,13 @@ class PartitionedSparsifier final : public Sparsifier {
     }
     // Scattered partitions need many blocks per rank, so that no single hot
     // block outweighs a rank's share; the contiguous layouts keep B.
-    const int blocks = options_.layout == Layout::kScattered
-                           ? std::max(options_.blocks, options_.blocks_per_rank * world)
-                           : options_.blocks;
+    const bool scattered =
+        options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic;
+    const int blocks = scattered ? std::max(options_.blocks, options_.blocks_per_rank * world)
+                                 : options_.blocks;
     grid_ = make_block_grid(numel, blocks, static_cast<std::size_t>(options_.alignment),
                             options_.spread_remainder);
-    if (options_.layout == Layout::kScattered) {
+    if (scattered) {
       assignment_ = cyclic_assignment(grid_.blocks, world);
       if (saved_layout != nullptr && saved_layout->size() == assignment_.part_of.size()) {
         for (auto& list : assignment_.blocks) list.clear();
@@ -236,7 +246,7 @@ class PartitionedSparsifier final : public Sparsifier {
   // The non-empty ranges of partition p, ascending (adjacent blocks merged).
   void own_ranges(int p, std::vector<Range>& out) const {
     out.clear();
-    if (options_.layout == Layout::kScattered) {
+    if (options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic) {
       assignment_.ranges(grid_, p, out);
       return;
     }
@@ -313,13 +323,16 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
   const bool faithful = scheme == "exdyna-faithful";
   const bool exdyna = scheme != "micro";
   std::vector<OptionSpec> specs = {
-      {"controller", faithful ? "table" : "exact",
-       "density controller: exact (this step's threshold from all-reduced histograms of this "
-       "step's candidates; K within a bin of k every step), histogram (predicted from earlier "
-       "steps; on target on average) or table (the reference's, undershoots)"},
-      {"tolerance", "0.01", "exact: refine the histogram while K would miss k by more than this x k"},
-      {"max_rounds", "6", "exact: histogram rounds per candidate pass"},
-      {"margin", "2", "exact: the next floor passes margin x k of this step's candidates"},
+      {"controller", faithful ? "table" : exdyna ? "quota" : "exact",
+       "density controller: quota (each rank selects exactly its share k/n of its partition, "
+       "from its own histogram of this step's candidates: K = k and balanced every step, no "
+       "collective), exact (one threshold from all-reduced histograms of this step's "
+       "candidates; K within a bin of k every step), histogram (predicted from earlier steps; "
+       "on target on average) or table (the reference's, undershoots)"},
+      {"tolerance", "0.01",
+       "quota, exact: refine the histogram while K would miss k by more than this x k"},
+      {"max_rounds", "6", "quota, exact: histogram rounds per candidate pass"},
+      {"margin", "2", "quota, exact: the next floor passes margin x k of this step's candidates"},
       {"gain", "0.1", "histogram controller: integral gain on log(K/k) / slope"},
       {"smoothing", "0.3", "histogram controller: weight of the newest ideal threshold"},
       {"trend_smoothing", "0.1", "histogram controller: weight of the newest change in its trend"},
@@ -340,13 +353,14 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
       {"padding", "false", "reference: send one index when a rank selects nothing"},
   };
   if (exdyna) {
-    specs.push_back({"balancer", faithful ? "sweep" : "scattered",
-                     "scattered (blocks dealt greedily by predicted load, every partition "
-                     "ceil(B/n) blocks at most), counts (contiguous partitions from all-reduced "
-                     "per-block counts) or sweep (reference)"});
+    specs.push_back({"balancer", faithful ? "sweep" : "cyclic",
+                     "cyclic (partition p holds the blocks b with b mod n == p: every partition "
+                     "samples the whole vector), scattered (blocks dealt greedily by predicted "
+                     "load, ceil(B/n) each at most), counts (contiguous partitions from "
+                     "all-reduced per-block counts) or sweep (reference)"});
     specs.push_back({"blocks", "1024", "block count B"});
     specs.push_back(
-        {"blocks_per_rank", "64", "scattered balancer: at least this many blocks per rank"});
+        {"blocks_per_rank", "64", "cyclic, scattered: at least this many blocks per rank"});
     specs.push_back({"alignment", "32", "block size multiple"});
     specs.push_back({"spread_remainder", faithful ? "false" : "true",
                      "spread d - S*B over the blocks in alignment units (false: the reference "
@@ -368,11 +382,14 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.name = std::string(scheme);
   p.density = o.number(scheme, "density", 0.01, 0.0, 1.0, /*min_exclusive=*/true);
   const bool faithful = scheme == "exdyna-faithful";
-  const std::string controller = o.choice(scheme, "controller", faithful ? "table" : "exact",
-                                          {"exact", "histogram", "table"});
+  const bool micro = scheme == "micro";
+  const std::string controller =
+      o.choice(scheme, "controller", faithful ? "table" : micro ? "exact" : "quota",
+               {"quota", "exact", "histogram", "table"});
   p.controller = controller == "table"       ? ControllerKind::kTable
                  : controller == "histogram" ? ControllerKind::kHistogram
                                              : ControllerKind::kExact;
+  p.exact.per_rank = controller == "quota";
   p.exact.tolerance = o.number(scheme, "tolerance", 0.01, 0.0, 1.0);
   p.exact.max_rounds = static_cast<int>(o.integer(scheme, "max_rounds", 6, 1, 64));
   p.exact.margin = o.number(scheme, "margin", 2.0, 1.0, 1000.0);
@@ -402,10 +419,11 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
     p.layout = Layout::kEqual;
     return p;
   }
-  const std::string balancer = o.choice(scheme, "balancer", faithful ? "sweep" : "scattered",
-                                        {"scattered", "counts", "sweep"});
+  const std::string balancer = o.choice(scheme, "balancer", faithful ? "sweep" : "cyclic",
+                                        {"cyclic", "scattered", "counts", "sweep"});
   p.layout = balancer == "sweep"    ? Layout::kSweep
              : balancer == "counts" ? Layout::kBalanced
+             : balancer == "cyclic" ? Layout::kCyclic
                                     : Layout::kScattered;
   p.blocks = static_cast<int>(o.integer(scheme, "blocks", 1024, 1, 1 << 24));
   p.blocks_per_rank = static_cast<int>(o.integer(scheme, "blocks_per_rank", 64, 1, 1 << 16));
@@ -452,8 +470,8 @@ SchemeDefinition micro_definition() {
 }
 SchemeDefinition exdyna_definition() {
   return partitioned_definition<kExDyna>(
-      "MiCRO on scattered blocks dealt to partitions by their predicted load; this step's "
-      "threshold from all-reduced histograms (K within a bin of k every step)");
+      "MiCRO on block-cyclic partitions rotating every step; each rank selects exactly its "
+      "share k/n of its partition, chosen from this step's gradients (K = k, balanced)");
 }
 SchemeDefinition exdyna_faithful_definition() {
   return partitioned_definition<kExDynaFaithful>(

@@ -3,16 +3,17 @@
 // rotate every step, with a shared density controller and (ExDyna) dynamic
 // partition allocation. One implementation, configured by options:
 //
-//   scheme            layout                       controller   empty selection
-//   micro             equal                        exact        count 0
-//   exdyna            blocks, scattered (greedy)   exact        count 0
-//   exdyna-faithful   blocks, sweep                table        count 0
+//   scheme            layout                   controller   empty selection
+//   micro             equal                    exact        count 0
+//   exdyna            blocks, cyclic           quota        count 0
+//   exdyna-faithful   blocks, sweep            table        count 0
 //   (micro with controller=table, padding=true is the MiCRO reference;
 //   exdyna with balancer=counts controller=histogram is the previous default)
 //
-// exact: this step's threshold from this step's candidates (StepThreshold);
-// histogram, table: the threshold the previous steps predict
-// (DensityController).
+// exact: one global threshold from all-reduced histograms of this step's
+// candidates; quota: each rank's own threshold that selects exactly its
+// share k/n of its partition (StepThreshold, per_rank); histogram, table:
+// the threshold the previous steps predict (DensityController).
 
 #include <memory>
 #include <string_view>
@@ -32,6 +33,7 @@ struct PartitionedOptions {
     kSweep,      // the reference's one-block sweep of contiguous partitions
     kBalanced,   // contiguous partitions from prefix sums of per-block counts
     kScattered,  // blocks dealt greedily by predicted load, ceil(B/n) each at most
+    kCyclic,     // block-cyclic: partition p holds the blocks b with b mod n == p
   };
   enum class Controller { kExact, kHistogram, kTable };
   std::string name = "micro";
