@@ -264,16 +264,15 @@ std::vector<SchemeCase> partition_schemes(double density) {
   const std::vector<std::pair<const char*, std::vector<std::string>>> variants = {
       {"micro", {}},
       {"exdyna", {}},
-      {"exdyna", {"controller=exact"}},
-      {"exdyna", {"controller=exact", "balancer=scattered"}},
+      {"exdyna", {"controller=quota"}},
+      {"exdyna", {"cap=0"}},
+      {"exdyna", {"balancer=scattered"}},
       {"exdyna", {"balancer=counts", "controller=histogram"}},
       {"exdyna-faithful", {}}};
   for (const auto& [name, extra] : variants) {
     std::string label = name;
     for (const std::string& option : extra) label += " " + option;
-    const bool quota = std::string(name) == "exdyna" &&
-                       std::find(extra.begin(), extra.end(), "controller=exact") == extra.end() &&
-                       std::find(extra.begin(), extra.end(), "controller=histogram") == extra.end();
+    const bool quota = std::find(extra.begin(), extra.end(), "controller=quota") != extra.end();
     cases.push_back({label,
                      [name, extra, density] {
                        SchemeOptions options;

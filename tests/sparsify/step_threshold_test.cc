@@ -207,12 +207,58 @@ TEST(StepThreshold, PerRankQuotasSelectEachRanksShareWithoutACollective) {
   }
 }
 
+// A cap on each rank's count: the ranks' scales differ 4x each, so one
+// global threshold alone would give rank 3 nearly everything; with cap 1.05
+// no rank selects more than ceil(1.05 k/n), the others take the rest
+// (water-filling), and K stays within the tolerance of k.
+TEST(StepThreshold, ACapKeepsEveryRankAtMostCapTimesItsShare) {
+  StepThresholdOptions options;
+  options.cap = 1.05;
+  for (std::size_t k : {8u, 400u, 4000u}) {
+    const auto cap = static_cast<std::size_t>(std::ceil(1.05 * static_cast<double>(k) / 4));
+    run_thread_world(4, [&](Communicator& comm) {
+      StepThreshold threshold(options);
+      std::vector<float> values(5000);
+      const std::vector<Range> own = {{0, values.size()}};
+      SparseSelection candidates;
+      for (int step = 0; step < 6; ++step) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          values[i] = static_cast<float>(std::pow(4.0, comm.rank()) *
+                                         (uniform(comm.rank(), step, i) - 0.5));
+        }
+        if (!threshold.started()) threshold.start(values, own, k, comm);
+        const auto collect = [&](float floor, SparseSelection& out) {
+          out.clear();
+          threshold_select(values, floor, 0, out);
+        };
+        collect(threshold.candidate_floor(), candidates);
+        threshold.choose(candidates, k, {}, comm, collect);
+        EXPECT_LE(candidates.size(), cap) << "rank " << comm.rank() << " step " << step;
+        const auto sizes = allgather_value(comm, static_cast<std::int64_t>(candidates.size()));
+        std::int64_t total = 0;
+        for (const std::int64_t size : sizes) total += size;
+        EXPECT_NEAR(static_cast<double>(total), static_cast<double>(k),
+                    std::max(1.0, options.tolerance * static_cast<double>(k)))
+            << "step " << step;
+        EXPECT_EQ(threshold.stats().selected, total);
+        // The busiest ranks are at the cap; a capped rank kept its largest.
+        if (comm.rank() == 3) {
+          EXPECT_EQ(candidates.size(), cap);
+        }
+      }
+    });
+  }
+}
+
 TEST(StepThreshold, BadOptionsAreRejected) {
   StepThresholdOptions bad;
   bad.margin = 0.5;
   EXPECT_THROW(StepThreshold{bad}, InvalidArgument);
   bad = {};
   bad.max_rounds = 0;
+  EXPECT_THROW(StepThreshold{bad}, InvalidArgument);
+  bad = {};
+  bad.cap = 0.5;
   EXPECT_THROW(StepThreshold{bad}, InvalidArgument);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include <fmt/format.h>
@@ -39,12 +40,14 @@ std::uint64_t round_end(std::uint32_t lo, int shift) {
 
 StepThreshold::StepThreshold(const StepThresholdOptions& options) : options_(options) {
   if (options.mantissa_bits < 0 || options.mantissa_bits > 23 || !(options.tolerance >= 0) ||
-      options.max_rounds < 1 || !(options.margin >= 1) || !(options.max_margin >= options.margin)) {
+      options.max_rounds < 1 || !(options.margin >= 1) || !(options.max_margin >= options.margin) ||
+      !(options.cap == 0 || options.cap >= 1)) {
     throw InvalidArgument(fmt::format(
         "[density] same-step threshold: need 0 <= mantissa_bits <= 23 (got {}), tolerance >= 0 "
-        "(got {}), max_rounds >= 1 (got {}), 1 <= margin <= max_margin (got {}, {})",
+        "(got {}), max_rounds >= 1 (got {}), 1 <= margin <= max_margin (got {}, {}), cap 0 or "
+        ">= 1 (got {})",
         options.mantissa_bits, options.tolerance, options.max_rounds, options.margin,
-        options.max_margin));
+        options.max_margin, options.cap));
   }
   fine_shift_ = 23 - options.mantissa_bits;
   margin_ = options.margin;
@@ -84,7 +87,8 @@ void StepThreshold::start(std::span<const float> values, std::span<const Range> 
   started_ = true;
 }
 
-void StepThreshold::count_round(const SparseSelection& candidates, std::uint32_t lo, int shift) {
+void StepThreshold::count_round(const SparseSelection& candidates, std::uint32_t lo, int shift,
+                                bool with_uncapped) {
   payload_.assign(kBins + 1, 0);
   const std::uint64_t end = round_end(lo, shift);
   std::int64_t above = 0;
@@ -98,6 +102,22 @@ void StepThreshold::count_round(const SparseSelection& candidates, std::uint32_t
     }
   }
   payload_[kBins] = above;
+  if (rank_cap_ > 0 && with_uncapped) {
+    // The counts before the cap follow the capped ones: the next floor is
+    // placed on them (capped counts can never reach margin x k).
+    payload_.insert(payload_.end(), payload_.begin(), payload_.begin() + kBins + 1);
+  }
+  if (rank_cap_ > 0) {
+    // This rank counts for at most rank_cap_ elements: keep the counts from
+    // the top until they reach it.
+    std::int64_t left = rank_cap_;
+    payload_[kBins] = std::min(payload_[kBins], left);
+    left -= payload_[kBins];
+    for (std::size_t slot = kBins; slot-- > 0;) {
+      payload_[slot] = std::min(payload_[slot], left);
+      left -= payload_[slot];
+    }
+  }
 }
 
 float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
@@ -121,6 +141,12 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
   }
   const auto want = static_cast<std::int64_t>(k);
   const double tolerance = options_.tolerance * static_cast<double>(k);
+  rank_cap_ = 0;
+  if (options_.cap > 0 && !options_.per_rank) {
+    rank_cap_ = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(std::ceil(options_.cap * static_cast<double>(k) /
+                                               static_cast<double>(comm.size()))));
+  }
   float floor = floor_;
   bool rescanned = false;
   bool shared_pending = !shared.empty();
@@ -130,23 +156,31 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
   int rounds_in_pass = 0;
   float threshold = kInf;
   for (;;) {
-    count_round(candidates, lo, shift);
+    const bool with_uncapped = first_of_pass && rank_cap_ > 0;
+    count_round(candidates, lo, shift, with_uncapped);
+    const std::size_t counts = payload_.size();
     if (shared_pending) payload_.insert(payload_.end(), shared.begin(), shared.end());
     all_reduce(payload_, comm);
     if (!options_.per_rank) ++stats_.rounds;
     ++rounds_in_pass;
     if (shared_pending) {
-      std::copy(payload_.begin() + kBins + 1, payload_.end(), shared.begin());
-      payload_.resize(kBins + 1);
+      std::copy(payload_.begin() + static_cast<std::ptrdiff_t>(counts), payload_.end(),
+                shared.begin());
       shared_pending = false;
     }
+    if (first_of_pass) {
+      // [capped counts | uncapped counts] with a cap; the counts otherwise.
+      const auto uncapped = payload_.begin() + (with_uncapped ? kBins + 1 : 0);
+      first_round_.assign(uncapped, uncapped + kBins + 1);
+      first_round_lo_ = lo;
+      stats_.candidates = 0;
+      for (const std::int64_t c : first_round_) stats_.candidates += c;
+    }
+    payload_.resize(kBins + 1);
     const std::int64_t above = payload_[kBins];
     std::int64_t total = above;
     for (std::size_t slot = 0; slot < kBins; ++slot) total += payload_[slot];
     if (first_of_pass) {
-      first_round_ = payload_;
-      first_round_lo_ = lo;
-      stats_.candidates = total;
       first_of_pass = false;
       if (total < want) {
         if (floor <= kLowestFloor) {
@@ -196,6 +230,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
         threshold = from_bits(bin_lo);
         keep_ties(candidates, static_cast<std::uint32_t>(bin_lo), miss_high, comm);
         if (!options_.per_rank) ++stats_.rounds;
+        if (rank_cap_ > 0) keep_largest(candidates, static_cast<std::size_t>(rank_cap_));
         stats_.selected = want;
         steer_floor(threshold, k, rescanned);
         return threshold;
@@ -209,8 +244,39 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
     shift = std::max(0, shift - kBinBits);
   }
   compact_at_least(candidates, threshold);
+  if (rank_cap_ > 0) keep_largest(candidates, static_cast<std::size_t>(rank_cap_));
   steer_floor(threshold, k, rescanned);
   return threshold;
+}
+
+void StepThreshold::keep_largest(SparseSelection& candidates, std::size_t count) {
+  if (candidates.size() <= count) return;
+  // The count-th largest magnitude; everything above it stays, and as many
+  // elements equal to it as fit, in index order.
+  magnitudes_.resize(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    magnitudes_[i] = std::fabs(candidates.values[i]);
+  }
+  const auto nth = magnitudes_.begin() + static_cast<std::ptrdiff_t>(count - 1);
+  std::nth_element(magnitudes_.begin(), nth, magnitudes_.end(), std::greater<>());
+  const float last = *nth;
+  std::size_t above = 0;
+  for (const float v : candidates.values) above += std::fabs(v) > last ? 1 : 0;
+  std::size_t equal_left = count - above;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const float m = std::fabs(candidates.values[i]);
+    bool keep = m > last;
+    if (m == last && equal_left > 0) {
+      keep = true;
+      --equal_left;
+    }
+    candidates.indices[kept] = candidates.indices[i];
+    candidates.values[kept] = candidates.values[i];
+    kept += keep ? 1 : 0;
+  }
+  candidates.indices.resize(kept);
+  candidates.values.resize(kept);
 }
 
 void StepThreshold::keep_ties(SparseSelection& candidates, std::uint32_t tie_bits,

@@ -47,6 +47,14 @@ struct StepThresholdOptions {
   // exactly its quota; the caller passes the quota as k. Every other rule
   // (floor, rescan, refinement, ties) is the same, on this rank's counts.
   bool per_rank = false;
+  // With one global threshold: no rank selects more than
+  // ceil(cap x k / n) (0: no cap). Each rank's histogram is truncated at the
+  // cap from the top before the all-reduce, so the summed counts are
+  // sum_r min(count_r, cap): the threshold found is where the capped counts
+  // reach k, a rank above the cap keeps its own top `cap`, and the others
+  // keep everything above the threshold (water-filling). K stays on k and
+  // the imbalance stays below cap - 1.
+  double cap = 0.0;
   int mantissa_bits = 7;     // first-round bins: 2^mantissa_bits per binade (0.54% wide at 7)
   double tolerance = 0.01;   // refine while the nearer bin edge misses k by more than this x k
   int max_rounds = 6;        // histogram rounds per candidate pass (the last one picks an edge)
@@ -96,11 +104,14 @@ class StepThreshold {
   void load(StateReader& reader);
 
  private:
-  struct Round;
-  void count_round(const SparseSelection& candidates, std::uint32_t lo, int shift);
+  // payload_ = this rank's counts of the round (capped at rank_cap_), then,
+  // with_uncapped, the same counts before the cap.
+  void count_round(const SparseSelection& candidates, std::uint32_t lo, int shift,
+                   bool with_uncapped);
   void all_reduce(std::span<std::int64_t> payload, Communicator& comm);
   void keep_ties(SparseSelection& candidates, std::uint32_t tie_bits, std::int64_t take,
                  Communicator& comm);
+  void keep_largest(SparseSelection& candidates, std::size_t count);
   void steer_floor(float threshold, std::size_t k, bool rescanned);
 
   StepThresholdOptions options_;
@@ -109,11 +120,13 @@ class StepThreshold {
   float floor_ = 0.0f;
   double margin_ = 2.0;
   StepThresholdStats stats_;
-  // The first round of the last candidate pass (global counts), kept to
-  // place the next floor.
+  // The first round of the last candidate pass (global counts, before any
+  // cap), kept to place the next floor.
   std::vector<std::int64_t> first_round_;
   std::uint32_t first_round_lo_ = 0;
+  std::int64_t rank_cap_ = 0;  // this step's per-rank cap (0: none)
   std::vector<std::int64_t> payload_;  // scratch
+  std::vector<float> magnitudes_;      // scratch of keep_largest()
 };
 
 }  // namespace sparsecomm

@@ -323,12 +323,15 @@ std::vector<OptionSpec> partitioned_option_specs(std::string_view scheme) {
   const bool faithful = scheme == "exdyna-faithful";
   const bool exdyna = scheme != "micro";
   std::vector<OptionSpec> specs = {
-      {"controller", faithful ? "table" : exdyna ? "quota" : "exact",
-       "density controller: quota (each rank selects exactly its share k/n of its partition, "
-       "from its own histogram of this step's candidates: K = k and balanced every step, no "
-       "collective), exact (one threshold from all-reduced histograms of this step's "
-       "candidates; K within a bin of k every step), histogram (predicted from earlier steps; "
-       "on target on average) or table (the reference's, undershoots)"},
+      {"controller", faithful ? "table" : "exact",
+       "density controller: exact (one threshold from all-reduced histograms of this step's "
+       "candidates; K within a bin of k every step), quota (each rank selects exactly its "
+       "share k/n of its partition from its own histogram: K = k and balanced, no collective), "
+       "histogram (predicted from earlier steps; on target on average) or table (the "
+       "reference's, undershoots)"},
+      {"cap", exdyna && !faithful ? "1.05" : "0",
+       "exact: no rank selects more than cap x k/n; the threshold is where the capped counts "
+       "reach k (0: no cap)"},
       {"tolerance", "0.01",
        "quota, exact: refine the histogram while K would miss k by more than this x k"},
       {"max_rounds", "6", "quota, exact: histogram rounds per candidate pass"},
@@ -384,12 +387,17 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   const bool faithful = scheme == "exdyna-faithful";
   const bool micro = scheme == "micro";
   const std::string controller =
-      o.choice(scheme, "controller", faithful ? "table" : micro ? "exact" : "quota",
-               {"quota", "exact", "histogram", "table"});
+      o.choice(scheme, "controller", faithful ? "table" : "exact",
+               {"exact", "quota", "histogram", "table"});
   p.controller = controller == "table"       ? ControllerKind::kTable
                  : controller == "histogram" ? ControllerKind::kHistogram
                                              : ControllerKind::kExact;
   p.exact.per_rank = controller == "quota";
+  p.exact.cap = o.number(scheme, "cap", micro || faithful ? 0.0 : 1.05, 0.0, 1000.0);
+  if (p.exact.cap != 0 && p.exact.cap < 1) {
+    throw InvalidArgument(fmt::format(
+        "[{}] option cap={} must be 0 (no cap) or >= 1 (a multiple of k/n)", scheme, p.exact.cap));
+  }
   p.exact.tolerance = o.number(scheme, "tolerance", 0.01, 0.0, 1.0);
   p.exact.max_rounds = static_cast<int>(o.integer(scheme, "max_rounds", 6, 1, 64));
   p.exact.margin = o.number(scheme, "margin", 2.0, 1.0, 1000.0);
@@ -470,8 +478,8 @@ SchemeDefinition micro_definition() {
 }
 SchemeDefinition exdyna_definition() {
   return partitioned_definition<kExDyna>(
-      "MiCRO on block-cyclic partitions rotating every step; each rank selects exactly its "
-      "share k/n of its partition, chosen from this step's gradients (K = k, balanced)");
+      "MiCRO on block-cyclic partitions rotating every step; this step's threshold from "
+      "all-reduced histograms, no rank above 1.05 k/n (K within a bin of k, balanced)");
 }
 SchemeDefinition exdyna_faithful_definition() {
   return partitioned_definition<kExDynaFaithful>(

@@ -5,14 +5,15 @@
 //
 //   scheme            layout                   controller   empty selection
 //   micro             equal                    exact        count 0
-//   exdyna            blocks, cyclic           quota        count 0
+//   exdyna            blocks, cyclic           exact, cap   count 0
 //   exdyna-faithful   blocks, sweep            table        count 0
 //   (micro with controller=table, padding=true is the MiCRO reference;
 //   exdyna with balancer=counts controller=histogram is the previous default)
 //
 // exact: one global threshold from all-reduced histograms of this step's
-// candidates; quota: each rank's own threshold that selects exactly its
-// share k/n of its partition (StepThreshold, per_rank); histogram, table:
+// candidates (with a cap, no rank above cap x k/n); quota: each rank's own
+// threshold that selects exactly its share k/n of its partition
+// (StepThreshold, per_rank); histogram, table:
 // the threshold the previous steps predict (DensityController).
 
 #include <memory>
