@@ -6,10 +6,11 @@ recorded gradient traces, from the JSON outputs of
 
 found in a results directory (every *.json file in it, each a JSON array of
 scheme rows). The model comes from the row's "source" (the trace's
-`--model X`), n from "workers", c from "density". A file whose name contains
-"previous" holds the previous default ExDyna (--opt controller=histogram
---opt balancer=counts); its rows are labelled
-"exdyna (previous: histogram + counts)".
+`--model X`), n from "workers", c from "density". The bench's JSON does not
+record --opt values, so a variant of ExDyna is told by its file name: a
+name containing "previous" holds the previous default (--opt
+controller=histogram --opt balancer=counts), one containing "quota" ExDyna
+with --opt controller=quota; their exdyna rows are labelled as such.
 
 Targets: imbalance <= max(0.10, floor + 0.05); density |mean K/k - 1| <= 0.02
 and p95 |K/k - 1| <= 0.10.
@@ -23,9 +24,14 @@ import re
 import sys
 from pathlib import Path
 
-PREVIOUS_LABEL = "exdyna (previous: histogram + counts)"
+# File-name tag -> the label of the exdyna rows in that file.
+VARIANTS = {
+    "previous": "exdyna (previous: histogram + counts)",
+    "quota": "exdyna (controller=quota)",
+}
 MODEL_ORDER = {"cnn": 0, "mlp": 1, "char-lstm": 2}
-SCHEME_ORDER = {"micro": 0, "exdyna": 1, PREVIOUS_LABEL: 2, "exdyna-faithful": 3}
+SCHEME_ORDER = {"micro": 0, "exdyna": 1, VARIANTS["quota"]: 2, VARIANTS["previous"]: 3,
+                "exdyna-faithful": 4}
 
 
 def model_of(row, path):
@@ -59,11 +65,11 @@ def table_rows(results):
             continue
         if isinstance(data, dict):
             data = [data]
-        previous = "previous" in path.name
+        variant = next((label for tag, label in VARIANTS.items() if tag in path.name), None)
         for row in data:
             scheme = row.get("scheme", "?")
-            if previous and scheme == "exdyna":
-                scheme = PREVIOUS_LABEL
+            if variant and scheme == "exdyna":
+                scheme = variant
             rows.append((model_of(row, path), row.get("workers"), row.get("density"), scheme,
                          row, path.name))
     rows.sort(key=lambda r: (MODEL_ORDER.get(r[0], 99), r[0], r[1] or 0, -(r[2] or 0),

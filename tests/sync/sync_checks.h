@@ -75,6 +75,7 @@ inline std::vector<SyncCase> scheme_pattern_cases() {
       {"cltk", true, {}},
       {"micro", false, {}},
       {"exdyna", false, {}},
+      {"exdyna", false, {"controller=quota"}},
       {"exdyna-faithful", false, {}},
       {"deft", false, {}},
   };
