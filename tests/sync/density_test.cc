@@ -121,15 +121,14 @@ double first_step_threshold(const GradientStream& source, double density) {
 // ExDyna's cap keeps every rank at or below 1.05 k/n; per-rank quotas
 // balance by construction. Without the cap (one global threshold, where the
 // layout decides the balance), ExDyna's block-cyclic partitions balance
-// better than MiCRO's equal contiguous ones. The reference sweep and the
-// faithful scheme are printed beside them.
+// better than MiCRO's equal contiguous ones. The faithful scheme is printed
+// beside them.
 TEST_P(DensityControl, DefaultSchemesHoldTheTargetAndExDynaBalances) {
   const auto [n, density] = GetParam();
   const RunFigures micro = run_scheme("micro", n, density, stream());
   const RunFigures exdyna = run_scheme("exdyna", n, density, stream());
   const RunFigures quota = run_scheme("exdyna", n, density, stream(), {"controller=quota"});
   const RunFigures global = run_scheme("exdyna", n, density, stream(), {"cap=0"});
-  run_scheme("exdyna", n, density, stream(), {"cap=0", "balancer=sweep"});
   run_scheme("exdyna-faithful", n, density, stream(),
              {fmt::format("initial_threshold={:.4g}", first_step_threshold(stream(), density))});
   for (const RunFigures& f : {micro, exdyna, quota, global}) {
