@@ -41,6 +41,9 @@ void accumulate(StepMetrics& total, const StepMetrics& m) {
   total.accumulate_s += m.accumulate_s;
   total.selection_s += m.selection_s;
   total.exchange_s += m.exchange_s;
+  total.selection_collective_s += m.selection_collective_s;
+  total.selection_collectives += m.selection_collectives;
+  total.candidate_passes += m.candidate_passes;
   total.bytes_sent += m.bytes_sent;
   total.bytes_received += m.bytes_received;
   total.index_bytes_raw += m.index_bytes_raw;
