@@ -1227,7 +1227,7 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "vector: the other schemes";
   if (!partitioned.empty()) {
     floor_note += fmt::format(
-        "; {}: the rank's own partition (ExDyna's sizes follow the selected load) or DEFT "
+        "; {}: the rank's own partition (ExDyna: its block-cyclic blocks) or DEFT "
         "bin's pieces (+ the whole vector on the leader)",
         partitioned);
   }
