@@ -119,6 +119,50 @@ void check_ring_allreduce(Communicator& comm, std::size_t numel, std::size_t seg
   EXPECT_GE(report.total_s, report.reduce_scatter_s + report.allgather_s - 1e-9) << what;
 }
 
+// One recursive-doubling all-reduce of `numel` elements: the exact sum on
+// every rank, and log2(p) (+2 when folding) exchanges' bytes in the report.
+template <class T>
+void check_recursive_doubling(Communicator& comm, std::size_t numel) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const std::string what = fmt::format("recursive doubling n={} rank={} numel={}", n, r, numel);
+  std::vector<T> data(numel);
+  for (std::size_t i = 0; i < numel; ++i) data[i] = ring_input<T>(r, i);
+  AllreduceOptions options;
+  options.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  AllreduceReport report;
+  allreduce(comm, std::span<T>(data), options, &report);
+  expect_all<T>(
+      data, [&](std::size_t i) { return ring_expected<T>(n, i); }, what);
+  if (n == 1) {
+    EXPECT_EQ(report.bytes_sent, 0u) << what;
+    return;
+  }
+  int p = 1;
+  int rounds = 0;
+  while (p * 2 <= n) {
+    p *= 2;
+    ++rounds;
+  }
+  const int folded = n - p;
+  const std::uint64_t buffer = numel * sizeof(T);
+  // Folded even ranks: one send, one receive; the rest: one per round, plus
+  // the fold-in receive and the fold-out send on folded odd ranks.
+  const bool sits_out = r < 2 * folded && r % 2 == 0;
+  const std::uint64_t exchanges = sits_out ? 1 : static_cast<std::uint64_t>(rounds);
+  const std::uint64_t extra = r < 2 * folded && !sits_out ? 1 : 0;
+  EXPECT_EQ(report.bytes_sent, (exchanges + extra) * buffer) << what;
+  EXPECT_EQ(report.bytes_received, (exchanges + extra) * buffer) << what;
+}
+
+inline void check_recursive_doubling_sweep(Communicator& comm) {
+  for (const std::size_t numel : {std::size_t{0}, std::size_t{1}, std::size_t{7},
+                                  std::size_t{513}, std::size_t{70001}}) {
+    check_recursive_doubling<float>(comm, numel);
+    check_recursive_doubling<std::int64_t>(comm, numel);
+  }
+}
+
 // The full sweep of sizes and segment sizes for both element types.
 inline void check_ring_sweep(Communicator& comm) {
   for (const std::size_t numel : ring_sizes(comm.size())) {

@@ -17,6 +17,10 @@ TEST(CollectivesMpi, RingSumsExactlyForEverySizeAndSegmentSize) {
   run_on_mpi_world([](Communicator& comm) { check_ring_sweep(comm); });
 }
 
+TEST(CollectivesMpi, RecursiveDoublingSumsExactly) {
+  run_on_mpi_world([](Communicator& comm) { check_recursive_doubling_sweep(comm); });
+}
+
 TEST(CollectivesMpi, RingMatchesNative) {
   run_on_mpi_world([](Communicator& comm) {
     ASSERT_TRUE(comm.has_native_allreduce());

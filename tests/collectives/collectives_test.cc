@@ -34,6 +34,10 @@ TEST(AllreduceAlgorithm, ParsesAndNames) {
   EXPECT_EQ(parse_allreduce_algorithm("native"), AllreduceAlgorithm::kNative);
   EXPECT_EQ(allreduce_algorithm_name(AllreduceAlgorithm::kRing), "ring");
   EXPECT_EQ(allreduce_algorithm_name(AllreduceAlgorithm::kNative), "native");
+  EXPECT_EQ(parse_allreduce_algorithm("recursive-doubling"),
+            AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(allreduce_algorithm_name(AllreduceAlgorithm::kRecursiveDoubling),
+            "recursive-doubling");
   EXPECT_THROW(parse_allreduce_algorithm("tree"), InvalidArgument);
 }
 
@@ -85,6 +89,17 @@ TEST_P(RingAllreduceTest, NativeIsNotSupportedOnThreads) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, RingAllreduceTest, ::testing::Values(1, 2, 3, 4, 7, 8),
                          world_name);
+
+class RecursiveDoublingTest : public ::testing::TestWithParam<int> {};
+
+// Powers of two and not (folding): the exact sum on every rank.
+TEST_P(RecursiveDoublingTest, SumsExactlyOnEveryWorldSize) {
+  run_thread_world(
+      GetParam(), [](Communicator& comm) { check_recursive_doubling_sweep(comm); },
+      kWorldTimeout);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, RecursiveDoublingTest, ::testing::Range(1, 10), world_name);
 
 TEST(RingAllreduce, MismatchedSizesAreACommErrorNotAHang) {
   // Rank 0 passes one element more, so some chunk boundaries differ: the

@@ -53,15 +53,18 @@ namespace sparsecomm {
 
 AllreduceAlgorithm parse_allreduce_algorithm(std::string_view name) {
   if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "recursive-doubling") return AllreduceAlgorithm::kRecursiveDoubling;
   if (name == "native") return AllreduceAlgorithm::kNative;
-  throw InvalidArgument(
-      fmt::format("[allreduce] unknown algorithm '{}' (valid: ring, native)", name));
+  throw InvalidArgument(fmt::format(
+      "[allreduce] unknown algorithm '{}' (valid: ring, recursive-doubling, native)", name));
 }
 
 std::string_view allreduce_algorithm_name(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
     case AllreduceAlgorithm::kRing:
       return "ring";
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return "recursive-doubling";
     case AllreduceAlgorithm::kNative:
       return "native";
   }
@@ -333,6 +336,58 @@ void ring_allreduce(Communicator& comm, std::span<std::int64_t> data, const Ring
 
 namespace {
 
+// Recursive doubling over p = the largest power of two <= n ranks. The
+// first 2(n - p) ranks fold in pairwise first (even ranks send their buffer
+// to the odd one above and sit out), and the odd ones send the result back
+// at the end. Partners add what they receive into their own buffer, so the
+// two sides of every exchange compute a + b and b + a: bitwise equal, and
+// every rank ends with the same bits.
+template <class T>
+void recursive_doubling(Communicator& comm, std::span<T> data, AllreduceReport& report) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int folded = n - p;  // pairs (2i, 2i+1), i < folded, fold into 2i+1
+  const auto bytes = std::as_writable_bytes(data);
+  std::vector<T>& incoming = detail::scratch_storage<T>();
+  incoming.resize(data.size());
+  const auto incoming_bytes = std::as_writable_bytes(std::span<T>(incoming));
+  const auto add_incoming = [&] {
+    T* __restrict out = data.data();
+    const T* __restrict in = incoming.data();
+    for (std::size_t i = 0; i < data.size(); ++i) out[i] += in[i];
+  };
+  const int tag = tags::kRecursiveDoubling;
+  if (r < 2 * folded && r % 2 == 0) {
+    comm.send(bytes, r + 1, tag);
+    comm.recv(bytes, r + 1, tag);
+    report.bytes_sent += bytes.size();
+    report.bytes_received += bytes.size();
+    return;
+  }
+  if (r < 2 * folded) {
+    comm.recv(incoming_bytes, r - 1, tag);
+    add_incoming();
+    report.bytes_received += bytes.size();
+  }
+  const int virtual_rank = r < 2 * folded ? r / 2 : r - folded;
+  const auto real_rank = [folded](int v) { return v < folded ? 2 * v + 1 : v + folded; };
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const int partner = real_rank(virtual_rank ^ mask);
+    Request receive = comm.irecv(incoming_bytes, partner, tag);
+    comm.send(bytes, partner, tag);
+    receive.wait();
+    add_incoming();
+    report.bytes_sent += bytes.size();
+    report.bytes_received += bytes.size();
+  }
+  if (r < 2 * folded) {
+    comm.send(bytes, r - 1, tag);
+    report.bytes_sent += bytes.size();
+  }
+}
+
 template <class T>
 void allreduce_impl(Communicator& comm, std::span<T> data, const AllreduceOptions& options,
                     AllreduceReport* report) {
@@ -345,6 +400,9 @@ void allreduce_impl(Communicator& comm, std::span<T> data, const AllreduceOption
     switch (options.algorithm) {
       case AllreduceAlgorithm::kNative:
         comm.native_allreduce(data);
+        break;
+      case AllreduceAlgorithm::kRecursiveDoubling:
+        recursive_doubling(comm, data, local);
         break;
       case AllreduceAlgorithm::kRing: {
         detail::RingOptions ring;

@@ -17,9 +17,14 @@
 
 namespace sparsecomm {
 
-enum class AllreduceAlgorithm { kRing, kNative };
+// kRing: the segmented ring (bandwidth-optimal; 2(n-1) latency-bound steps).
+// kRecursiveDoubling: log2(n) exchanges of the whole buffer (plus one
+// fold-in and one fold-out step when n is not a power of two): for small
+// buffers, where latency dominates. kNative: the backend's (MPI).
+enum class AllreduceAlgorithm { kRing, kRecursiveDoubling, kNative };
 
-// "ring" or "native"; anything else is an InvalidArgument listing both.
+// "ring", "recursive-doubling" or "native"; anything else is an
+// InvalidArgument listing them.
 AllreduceAlgorithm parse_allreduce_algorithm(std::string_view name);
 std::string_view allreduce_algorithm_name(AllreduceAlgorithm algorithm);
 

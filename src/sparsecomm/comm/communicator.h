@@ -37,6 +37,8 @@ inline constexpr int kAllgather = 30002;
 inline constexpr int kAlltoall = 30003;
 inline constexpr int kRingReduceScatter = 30010;
 inline constexpr int kRingAllgather = 30011;
+// Dense recursive-doubling all-reduce (collectives/allreduce.cc).
+inline constexpr int kRecursiveDoubling = 30012;
 // Sparse all-reduce, recursive doubling (collectives/sparse_allreduce.cc).
 inline constexpr int kSparseAllreduceHeader = 30020;
 inline constexpr int kSparseAllreducePayload = 30021;

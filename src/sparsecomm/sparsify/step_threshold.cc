@@ -26,6 +26,9 @@ constexpr std::size_t kBins = std::size_t{1} << kBinBits;
 constexpr std::uint32_t kInfBits = 0x7f800000u;
 constexpr float kLowestFloor = std::numeric_limits<float>::min();  // smallest normal float
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// The rounds carry a few KiB: latency, not bandwidth, is their cost, so
+// they take log2(n) exchanges instead of the ring's 2(n - 1) steps.
+constexpr AllreduceOptions kSmallAllreduce{.algorithm = AllreduceAlgorithm::kRecursiveDoubling};
 
 std::uint32_t magnitude_bits(float v) { return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu; }
 float from_bits(std::uint64_t bits) {
@@ -56,7 +59,7 @@ StepThreshold::StepThreshold(const StepThresholdOptions& options) : options_(opt
 void StepThreshold::all_reduce(std::span<std::int64_t> payload, Communicator& comm) {
   if (options_.per_rank) return;  // this rank's own counts are the whole story
   const Stopwatch watch;
-  allreduce(comm, payload);
+  allreduce(comm, payload, kSmallAllreduce);
   stats_.collective_s += watch.seconds();
 }
 
@@ -129,7 +132,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
   if (!shared.empty() && (k == 0 || options_.per_rank)) {
     // The scheme's integers travel alone: no histogram round carries them.
     const Stopwatch watch;
-    allreduce(comm, shared);
+    allreduce(comm, shared, kSmallAllreduce);
     stats_.collective_s += watch.seconds();
     ++stats_.rounds;
     shared = {};
