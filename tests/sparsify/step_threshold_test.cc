@@ -171,82 +171,82 @@ TEST(StepThreshold, ZeroToleranceRefinesToTheExactCount) {
   for (const Outcome& o : outcomes) EXPECT_EQ(o.selected, 1000);
 }
 
-// Per-rank quotas (ExDyna's default): each rank its own threshold from its
-// own histogram, no collective, and exactly its quota selected (within the
-// tolerance; exactly on ties), whatever the ranks' scales.
+// Six steps of start/choose on 4 ranks whose scales differ 4x each (one
+// global threshold alone would give rank 3 nearly everything), with ties on
+// step 3 when `ties`; `check(comm, step, selection, threshold)` after each.
+void run_unequal_ranks(
+    const StepThresholdOptions& options, std::size_t k, bool ties,
+    const std::function<void(Communicator&, int, const SparseSelection&, const StepThreshold&)>&
+        check) {
+  run_thread_world(4, [&](Communicator& comm) {
+    StepThreshold threshold(options);
+    std::vector<float> values(5000);
+    const std::vector<Range> own = {{0, values.size()}};
+    SparseSelection candidates;
+    for (int step = 0; step < 6; ++step) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = static_cast<float>(std::pow(4.0, comm.rank()) *
+                                       (uniform(comm.rank(), step, i) - 0.5));
+      }
+      if (ties && step == 3) std::fill(values.begin(), values.begin() + 2000, 0.125f);
+      if (!threshold.started()) threshold.start(values, own, k, comm);
+      const auto collect = [&](float floor, SparseSelection& out) {
+        out.clear();
+        threshold_select(values, floor, 0, out);
+      };
+      collect(threshold.candidate_floor(), candidates);
+      threshold.choose(candidates, k, {}, comm, collect);
+      check(comm, step, candidates, threshold);
+    }
+  });
+}
+
+// Per-rank quotas: each rank its own threshold from its own histogram, no
+// collective, and exactly its quota selected (within the tolerance; exactly
+// on ties), whatever the ranks' scales.
 TEST(StepThreshold, PerRankQuotasSelectEachRanksShareWithoutACollective) {
   StepThresholdOptions options;
   options.per_rank = true;
   for (std::size_t quota : {1u, 37u, 400u}) {
-    run_thread_world(4, [&](Communicator& comm) {
-      StepThreshold threshold(options);
-      std::vector<float> values(5000);
-      const std::vector<Range> own = {{0, values.size()}};
-      SparseSelection candidates;
-      for (int step = 0; step < 6; ++step) {
-        // Rank r's scale is 4^r: a global threshold would give rank 3 nearly everything.
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          values[i] = static_cast<float>(std::pow(4.0, comm.rank()) *
-                                         (uniform(comm.rank(), step, i) - 0.5));
-        }
-        if (step == 3) std::fill(values.begin(), values.begin() + 2000, 0.125f);  // ties
-        if (!threshold.started()) threshold.start(values, own, quota, comm);
-        const auto collect = [&](float floor, SparseSelection& out) {
-          out.clear();
-          threshold_select(values, floor, 0, out);
-        };
-        collect(threshold.candidate_floor(), candidates);
-        threshold.choose(candidates, quota, {}, comm, collect);
-        EXPECT_EQ(threshold.stats().rounds, 0) << "no collective";
-        EXPECT_NEAR(static_cast<double>(candidates.size()), static_cast<double>(quota),
-                    options.tolerance * static_cast<double>(quota))
-            << "rank " << comm.rank() << " step " << step;
-        EXPECT_EQ(threshold.stats().selected, static_cast<std::int64_t>(candidates.size()));
-      }
-    });
+    run_unequal_ranks(options, quota, /*ties=*/true,
+                      [&](Communicator& comm, int step, const SparseSelection& selection,
+                          const StepThreshold& threshold) {
+                        EXPECT_EQ(threshold.stats().rounds, 0) << "no collective";
+                        EXPECT_NEAR(static_cast<double>(selection.size()),
+                                    static_cast<double>(quota),
+                                    options.tolerance * static_cast<double>(quota))
+                            << "rank " << comm.rank() << " step " << step;
+                        EXPECT_EQ(threshold.stats().selected,
+                                  static_cast<std::int64_t>(selection.size()));
+                      });
   }
 }
 
-// A cap on each rank's count: the ranks' scales differ 4x each, so one
-// global threshold alone would give rank 3 nearly everything; with cap 1.05
-// no rank selects more than ceil(1.05 k/n), the others take the rest
-// (water-filling), and K stays within the tolerance of k.
+// A cap on each rank's count: with cap 1.05 no rank selects more than
+// ceil(1.05 k/n), the others take the rest (water-filling), and K stays
+// within the tolerance of k.
 TEST(StepThreshold, ACapKeepsEveryRankAtMostCapTimesItsShare) {
   StepThresholdOptions options;
   options.cap = 1.05;
   for (std::size_t k : {8u, 400u, 4000u}) {
     const auto cap = static_cast<std::size_t>(std::ceil(1.05 * static_cast<double>(k) / 4));
-    run_thread_world(4, [&](Communicator& comm) {
-      StepThreshold threshold(options);
-      std::vector<float> values(5000);
-      const std::vector<Range> own = {{0, values.size()}};
-      SparseSelection candidates;
-      for (int step = 0; step < 6; ++step) {
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          values[i] = static_cast<float>(std::pow(4.0, comm.rank()) *
-                                         (uniform(comm.rank(), step, i) - 0.5));
-        }
-        if (!threshold.started()) threshold.start(values, own, k, comm);
-        const auto collect = [&](float floor, SparseSelection& out) {
-          out.clear();
-          threshold_select(values, floor, 0, out);
-        };
-        collect(threshold.candidate_floor(), candidates);
-        threshold.choose(candidates, k, {}, comm, collect);
-        EXPECT_LE(candidates.size(), cap) << "rank " << comm.rank() << " step " << step;
-        const auto sizes = allgather_value(comm, static_cast<std::int64_t>(candidates.size()));
-        std::int64_t total = 0;
-        for (const std::int64_t size : sizes) total += size;
-        EXPECT_NEAR(static_cast<double>(total), static_cast<double>(k),
-                    std::max(1.0, options.tolerance * static_cast<double>(k)))
-            << "step " << step;
-        EXPECT_EQ(threshold.stats().selected, total);
-        // The busiest ranks are at the cap; a capped rank kept its largest.
-        if (comm.rank() == 3) {
-          EXPECT_EQ(candidates.size(), cap);
-        }
-      }
-    });
+    run_unequal_ranks(
+        options, k, /*ties=*/false,
+        [&](Communicator& comm, int step, const SparseSelection& selection,
+            const StepThreshold& threshold) {
+          EXPECT_LE(selection.size(), cap) << "rank " << comm.rank() << " step " << step;
+          const auto sizes = allgather_value(comm, static_cast<std::int64_t>(selection.size()));
+          std::int64_t total = 0;
+          for (const std::int64_t size : sizes) total += size;
+          EXPECT_NEAR(static_cast<double>(total), static_cast<double>(k),
+                      std::max(1.0, options.tolerance * static_cast<double>(k)))
+              << "step " << step;
+          EXPECT_EQ(threshold.stats().selected, total);
+          // The largest rank is at the cap.
+          if (comm.rank() == 3) {
+            EXPECT_EQ(selection.size(), cap);
+          }
+        });
   }
 }
 

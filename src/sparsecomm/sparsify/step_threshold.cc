@@ -262,24 +262,10 @@ void StepThreshold::keep_largest(SparseSelection& candidates, std::size_t count)
   }
   const auto nth = magnitudes_.begin() + static_cast<std::ptrdiff_t>(count - 1);
   std::nth_element(magnitudes_.begin(), nth, magnitudes_.end(), std::greater<>());
-  const float last = *nth;
+  const std::uint32_t level = magnitude_bits(*nth);
   std::size_t above = 0;
-  for (const float v : candidates.values) above += std::fabs(v) > last ? 1 : 0;
-  std::size_t equal_left = count - above;
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const float m = std::fabs(candidates.values[i]);
-    bool keep = m > last;
-    if (m == last && equal_left > 0) {
-      keep = true;
-      --equal_left;
-    }
-    candidates.indices[kept] = candidates.indices[i];
-    candidates.values[kept] = candidates.values[i];
-    kept += keep ? 1 : 0;
-  }
-  candidates.indices.resize(kept);
-  candidates.values.resize(kept);
+  for (const float v : candidates.values) above += magnitude_bits(v) > level ? 1 : 0;
+  keep_above_and_first_at(candidates, level, count - above);
 }
 
 void StepThreshold::keep_ties(SparseSelection& candidates, std::uint32_t tie_bits,
@@ -293,14 +279,19 @@ void StepThreshold::keep_ties(SparseSelection& candidates, std::uint32_t tie_bit
     stats_.collective_s += watch.seconds();
     for (int r = 0; r < comm.rank(); ++r) before += ties[static_cast<std::size_t>(r)];
   }
-  std::int64_t keep_tied = std::clamp<std::int64_t>(take - before, 0, mine);
+  keep_above_and_first_at(candidates, tie_bits,
+                          static_cast<std::size_t>(std::clamp<std::int64_t>(take - before, 0, mine)));
+}
+
+void StepThreshold::keep_above_and_first_at(SparseSelection& candidates, std::uint32_t level,
+                                            std::size_t at_level) {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const std::uint32_t bits = magnitude_bits(candidates.values[i]);
-    bool keep = bits > tie_bits;
-    if (bits == tie_bits && keep_tied > 0) {
+    bool keep = bits > level;
+    if (bits == level && at_level > 0) {
       keep = true;
-      --keep_tied;
+      --at_level;
     }
     candidates.indices[kept] = candidates.indices[i];
     candidates.values[kept] = candidates.values[i];

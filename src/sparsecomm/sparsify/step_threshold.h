@@ -112,6 +112,10 @@ class StepThreshold {
   void keep_ties(SparseSelection& candidates, std::uint32_t tie_bits, std::int64_t take,
                  Communicator& comm);
   void keep_largest(SparseSelection& candidates, std::size_t count);
+  // Compacts `candidates` in place, order kept, to the elements whose
+  // magnitude bits exceed `level` and the first `at_level` equal to it.
+  static void keep_above_and_first_at(SparseSelection& candidates, std::uint32_t level,
+                                      std::size_t at_level);
   void steer_floor(float threshold, std::size_t k, bool rescanned);
 
   StepThresholdOptions options_;
