@@ -1175,20 +1175,23 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
     return v ? fmt::format("{:.{}f}{}", *v, digits, suffix) : std::string("-");
   };
   fmt::print(
-      "{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6} {:>11} "
-      "{:>9}\n",
-      "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "vs nth", "vs torch",
-      "K/k mean", "|K/k-1|95", "imbal", "floor", "rounds", "bytes/rank", "idx saved");
+      "{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6} "
+      "{:>11} {:>9}\n",
+      "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "x d/n", "vs nth",
+      "vs torch", "K/k mean", "|K/k-1|95", "imbal", "floor", "rounds", "bytes/rank",
+      "idx saved");
   for (const Row& row : rows) {
     if (!row.skipped.empty()) {
       fmt::print("{:<16} {:<16} not measured: {}\n", row.scheme, row.exchange, row.skipped);
       continue;
     }
     fmt::print(
-        "{:<16} {:<16} {:>9.3f} {:>9} {:>7} {:>6} {:>7.1f}x {:>8} {:>8.3f} {:>9.3f} {:>7.3f} "
-        "{:>6.3f} {:>6.2f} {:>11} {:>9}\n",
+        "{:<16} {:<16} {:>9.3f} {:>9} {:>7} {:>6} {:>6} {:>7.1f}x {:>8} {:>8.3f} {:>9.3f} "
+        "{:>7.3f} {:>6.3f} {:>6.2f} {:>11} {:>9}\n",
         row.scheme, row.exchange, row.select_ms, optional(row.floor_ms, "", 3),
         optional(row.floor_ratio, "", 2), optional(row.read_fraction, "", 3),
+        row.read_fraction ? fmt::format("{:.2f}", *row.read_fraction * options.workers)
+                          : std::string("-"),
         row.nth_element_speedup, optional(row.torch_topk_speedup, "x", 1), row.density_ratio_mean,
         row.density_error_p95, row.imbalance_mean, row.imbalance_floor, row.rounds_mean,
         format_bytes(row.bytes_per_rank),
@@ -1223,8 +1226,8 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "floor ms: a read pass over exactly the elements that rank's select() read, timed in the "
       "same turn on the same vector (caches evicted first), median over (rank, timed step); "
       "x floor: median over (rank, timed step) of that rank's select ms / its own floor; "
-      "read/d: median elements read per (rank, step) / d (x n in the JSON's read_share). Whole "
-      "vector: the other schemes";
+      "read/d: median elements read per (rank, step) / d; x d/n: the same in units of d/n "
+      "(read_share in the JSON). Whole vector: the other schemes";
   if (!partitioned.empty()) {
     floor_note += fmt::format(
         "; {}: the rank's own partition (ExDyna: its block-cyclic blocks) or DEFT "
