@@ -156,8 +156,8 @@ void check_recursive_doubling(Communicator& comm, std::size_t numel) {
 }
 
 inline void check_recursive_doubling_sweep(Communicator& comm) {
-  for (const std::size_t numel : {std::size_t{0}, std::size_t{1}, std::size_t{7},
-                                  std::size_t{513}, std::size_t{70001}}) {
+  for (const std::size_t numel :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{513}, std::size_t{70001}}) {
     check_recursive_doubling<float>(comm, numel);
     check_recursive_doubling<std::int64_t>(comm, numel);
   }

@@ -36,8 +36,7 @@ TEST(AllreduceAlgorithm, ParsesAndNames) {
   EXPECT_EQ(allreduce_algorithm_name(AllreduceAlgorithm::kNative), "native");
   EXPECT_EQ(parse_allreduce_algorithm("recursive-doubling"),
             AllreduceAlgorithm::kRecursiveDoubling);
-  EXPECT_EQ(allreduce_algorithm_name(AllreduceAlgorithm::kRecursiveDoubling),
-            "recursive-doubling");
+  EXPECT_EQ(allreduce_algorithm_name(AllreduceAlgorithm::kRecursiveDoubling), "recursive-doubling");
   EXPECT_THROW(parse_allreduce_algorithm("tree"), InvalidArgument);
 }
 
@@ -95,8 +94,7 @@ class RecursiveDoublingTest : public ::testing::TestWithParam<int> {};
 // Powers of two and not (folding): the exact sum on every rank.
 TEST_P(RecursiveDoublingTest, SumsExactlyOnEveryWorldSize) {
   run_thread_world(
-      GetParam(), [](Communicator& comm) { check_recursive_doubling_sweep(comm); },
-      kWorldTimeout);
+      GetParam(), [](Communicator& comm) { check_recursive_doubling_sweep(comm); }, kWorldTimeout);
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, RecursiveDoublingTest, ::testing::Range(1, 10), world_name);

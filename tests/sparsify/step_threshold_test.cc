@@ -24,7 +24,8 @@ using Fill = std::function<float(int rank, std::int64_t step, std::size_t i)>;
 
 double uniform(int rank, std::int64_t step, std::size_t i) {
   const Philox rng(11);
-  const auto bits = rng.block(i, static_cast<std::uint64_t>(step) * 64 + static_cast<std::uint64_t>(rank));
+  const auto bits =
+      rng.block(i, static_cast<std::uint64_t>(step) * 64 + static_cast<std::uint64_t>(rank));
   return (bits[0] + 0.5) / 4294967296.0;
 }
 
@@ -107,10 +108,12 @@ std::vector<Outcome> run(int n, std::size_t per_rank, std::size_t k, int steps, 
       if (all_nonzero <= want) {
         EXPECT_EQ(total, all_nonzero) << "fewer nonzeros than k: all of them";
       } else {
-        EXPECT_LE(std::abs(total - want), static_cast<std::int64_t>(options.tolerance * static_cast<double>(k)))
+        EXPECT_LE(std::abs(total - want),
+                  static_cast<std::int64_t>(options.tolerance * static_cast<double>(k)))
             << "step " << step;
       }
-      if (comm.rank() == 0) outcomes[static_cast<std::size_t>(step)] = {total, stats.candidate_passes};
+      if (comm.rank() == 0)
+        outcomes[static_cast<std::size_t>(step)] = {total, stats.candidate_passes};
     }
   });
   return outcomes;
@@ -132,14 +135,12 @@ TEST(StepThreshold, HeavyTailsLandWithinTheToleranceEveryStep) {
 
 TEST(StepThreshold, TiesAreSplitInRankOrderSoKIsExact) {
   // Every element has the same magnitude: no threshold separates them.
-  const auto outcomes = run(4, 1000, 123, 3, [](int, std::int64_t, std::size_t i) {
-    return i % 3 ? 0.25f : -0.25f;
-  });
+  const auto outcomes =
+      run(4, 1000, 123, 3, [](int, std::int64_t, std::size_t i) { return i % 3 ? 0.25f : -0.25f; });
   for (const Outcome& o : outcomes) EXPECT_EQ(o.selected, 123);
   // Two levels: 300 large values and the rest tied below them.
-  run(3, 1000, 500, 2, [](int r, std::int64_t, std::size_t i) {
-    return r == 0 && i < 300 ? 4.0f : 1.0f;
-  });
+  run(3, 1000, 500, 2,
+      [](int r, std::int64_t, std::size_t i) { return r == 0 && i < 300 ? 4.0f : 1.0f; });
 }
 
 TEST(StepThreshold, FewerNonzerosThanKSelectsThemAll) {
@@ -165,19 +166,21 @@ TEST(StepThreshold, AFloorAboveTheCrossingRescansAndKeepsK) {
 TEST(StepThreshold, ZeroToleranceRefinesToTheExactCount) {
   StepThresholdOptions exact;
   exact.tolerance = 0.0;
-  const auto outcomes = run(4, 5000, 1000, 3, [](int r, std::int64_t step, std::size_t i) {
-    return static_cast<float>(uniform(r, step, i) - 0.5);
-  }, exact);
+  const auto outcomes = run(
+      4, 5000, 1000, 3,
+      [](int r, std::int64_t step, std::size_t i) {
+        return static_cast<float>(uniform(r, step, i) - 0.5);
+      },
+      exact);
   for (const Outcome& o : outcomes) EXPECT_EQ(o.selected, 1000);
 }
 
 // Six steps of start/choose on 4 ranks whose scales differ 4x each (one
 // global threshold alone would give rank 3 nearly everything), with ties on
 // step 3 when `ties`; `check(comm, step, selection, threshold)` after each.
-void run_unequal_ranks(
-    const StepThresholdOptions& options, std::size_t k, bool ties,
-    const std::function<void(Communicator&, int, const SparseSelection&, const StepThreshold&)>&
-        check) {
+void run_unequal_ranks(const StepThresholdOptions& options, std::size_t k, bool ties,
+                       const std::function<void(Communicator&, int, const SparseSelection&,
+                                                const StepThreshold&)>& check) {
   run_thread_world(4, [&](Communicator& comm) {
     StepThreshold threshold(options);
     std::vector<float> values(5000);
@@ -185,8 +188,8 @@ void run_unequal_ranks(
     SparseSelection candidates;
     for (int step = 0; step < 6; ++step) {
       for (std::size_t i = 0; i < values.size(); ++i) {
-        values[i] = static_cast<float>(std::pow(4.0, comm.rank()) *
-                                       (uniform(comm.rank(), step, i) - 0.5));
+        values[i] =
+            static_cast<float>(std::pow(4.0, comm.rank()) * (uniform(comm.rank(), step, i) - 0.5));
       }
       if (ties && step == 3) std::fill(values.begin(), values.begin() + 2000, 0.125f);
       if (!threshold.started()) threshold.start(values, own, k, comm);
@@ -208,17 +211,16 @@ TEST(StepThreshold, PerRankQuotasSelectEachRanksShareWithoutACollective) {
   StepThresholdOptions options;
   options.per_rank = true;
   for (std::size_t quota : {1u, 37u, 400u}) {
-    run_unequal_ranks(options, quota, /*ties=*/true,
-                      [&](Communicator& comm, int step, const SparseSelection& selection,
-                          const StepThreshold& threshold) {
-                        EXPECT_EQ(threshold.stats().rounds, 0) << "no collective";
-                        EXPECT_NEAR(static_cast<double>(selection.size()),
-                                    static_cast<double>(quota),
-                                    options.tolerance * static_cast<double>(quota))
-                            << "rank " << comm.rank() << " step " << step;
-                        EXPECT_EQ(threshold.stats().selected,
-                                  static_cast<std::int64_t>(selection.size()));
-                      });
+    run_unequal_ranks(
+        options, quota, /*ties=*/true,
+        [&](Communicator& comm, int step, const SparseSelection& selection,
+            const StepThreshold& threshold) {
+          EXPECT_EQ(threshold.stats().rounds, 0) << "no collective";
+          EXPECT_NEAR(static_cast<double>(selection.size()), static_cast<double>(quota),
+                      options.tolerance * static_cast<double>(quota))
+              << "rank " << comm.rank() << " step " << step;
+          EXPECT_EQ(threshold.stats().selected, static_cast<std::int64_t>(selection.size()));
+        });
   }
 }
 

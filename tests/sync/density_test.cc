@@ -198,7 +198,8 @@ TEST(DensityControlSpike, AGradientJumpCannotReleaseTheResidualAtOnce) {
     });
     *jump_ratio = ratios[kJumpStep];
     double worst = 0.0;
-    for (std::size_t t = 1; t < ratios.size(); ++t) worst = std::max(worst, std::fabs(ratios[t] - 1.0));
+    for (std::size_t t = 1; t < ratios.size(); ++t)
+      worst = std::max(worst, std::fabs(ratios[t] - 1.0));
     return worst;
   };
   double predicted_jump = 0.0;

@@ -1133,9 +1133,8 @@ nlohmann::ordered_json to_json(const Row& row, const Options& options) {
   j["density_error_p95"] = row.density_error_p95;
   j["imbalance_mean"] = row.imbalance_mean;
   j["imbalance_floor"] = row.imbalance_floor;
-  j["read_share"] = row.read_fraction
-                        ? nlohmann::ordered_json(*row.read_fraction * options.workers)
-                        : nlohmann::ordered_json(nullptr);
+  j["read_share"] = row.read_fraction ? nlohmann::ordered_json(*row.read_fraction * options.workers)
+                                      : nlohmann::ordered_json(nullptr);
   j["selection_collectives_mean"] = row.rounds_mean;
   j["rescan_share"] = row.rescans;
   j["bytes_per_rank"] = row.bytes_per_rank;
@@ -1178,8 +1177,7 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "{:<16} {:<16} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>7} {:>6} {:>6} "
       "{:>11} {:>9}\n",
       "scheme", "exchange", "select ms", "floor ms", "x floor", "read/d", "x d/n", "vs nth",
-      "vs torch", "K/k mean", "|K/k-1|95", "imbal", "floor", "rounds", "bytes/rank",
-      "idx saved");
+      "vs torch", "K/k mean", "|K/k-1|95", "imbal", "floor", "rounds", "bytes/rank", "idx saved");
   for (const Row& row : rows) {
     if (!row.skipped.empty()) {
       fmt::print("{:<16} {:<16} not measured: {}\n", row.scheme, row.exchange, row.skipped);
@@ -1242,7 +1240,8 @@ void print_table(const std::vector<Row>& rows, const Baselines& b, const Machine
       "K/k, |K/k-1|95, imbal, floor, rounds, bytes/rank, idx saved: steady state, steps {}..{} "
       "(the first {} are warm-up). floor: the imbalance of the mean K elements dropped on the "
       "ranks uniformly at random (simulated), which no balancer beats. rounds: select()'s own "
-      "collectives per step (the partition schemes' histogram rounds). vs nth / vs torch: baseline time / select ms, for the same k on |a| of rank "
+      "collectives per step (the partition schemes' histogram rounds). vs nth / vs torch: baseline "
+      "time / select ms, for the same k on |a| of rank "
       "0's first gradient. bytes/rank: sent per rank per step. idx saved: 1 - encoded / raw "
       "index bytes.\n",
       options.warmup_steps, options.steps - 1, options.warmup_steps);

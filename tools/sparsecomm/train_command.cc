@@ -24,8 +24,8 @@
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync.h"
-#include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/run_writer.h"
+#include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
 
 namespace sparsecomm::cli {
@@ -109,18 +109,19 @@ class ConsoleReporter final : public TrainObserver {
     const double n = std::max(1.0, window_.steps);
     const double judged = std::max(1.0, window_.judged);
     const std::string density =
-        window_.judged > 0 ? fmt::format("K/k {:.3f}  imbalance {:.3f}{}", window_.density / judged,
-                                         window_.imbalance / judged,
-                                         window_.settling
-                                             ? fmt::format(" (from step {})", kSettleSteps)
-                                             : std::string())
-                           : fmt::format("K/k, imbalance: settling (to step {})", kSettleSteps);
+        window_.judged > 0
+            ? fmt::format(
+                  "K/k {:.3f}  imbalance {:.3f}{}", window_.density / judged,
+                  window_.imbalance / judged,
+                  window_.settling ? fmt::format(" (from step {})", kSettleSteps) : std::string())
+            : fmt::format("K/k, imbalance: settling (to step {})", kSettleSteps);
     fmt::print(
         "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  {}  "
         "{}/rank/step  time: compute {:.1f}s selection {:.2f}s exchange {:.2f}s update {:.2f}s  "
         "{}[{:.0f}s]\n",
-        e.epoch, e.train_loss, 100.0 * e.test_accuracy, density, format_bytes(window_.bytes / n), window_.compute, window_.selection, window_.exchange,
-        window_.update, overlap_text(), e.wall_s);
+        e.epoch, e.train_loss, 100.0 * e.test_accuracy, density, format_bytes(window_.bytes / n),
+        window_.compute, window_.selection, window_.exchange, window_.update, overlap_text(),
+        e.wall_s);
     std::fflush(stdout);
     window_ = {};
   }

@@ -177,9 +177,8 @@ void BlockAssignment::ranges(const BlockGrid& grid, int p, std::vector<Range>& o
 
 BlockAssignment cyclic_assignment(int blocks, int parts) {
   if (parts < 1 || blocks < 0) {
-    throw InvalidArgument(
-        fmt::format("[partition] need >= 1 partition and >= 0 blocks, got {} and {}", parts,
-                    blocks));
+    throw InvalidArgument(fmt::format(
+        "[partition] need >= 1 partition and >= 0 blocks, got {} and {}", parts, blocks));
   }
   BlockAssignment out;
   out.part_of.resize(static_cast<std::size_t>(blocks));
@@ -192,7 +191,8 @@ BlockAssignment cyclic_assignment(int blocks, int parts) {
 }
 
 void assign_blocks_greedy(std::span<const double> predicted, int parts, BlockAssignment& out) {
-  if (parts < 1) throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
+  if (parts < 1)
+    throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
   const int blocks = static_cast<int>(predicted.size());
   std::vector<int> order(static_cast<std::size_t>(blocks));
   std::iota(order.begin(), order.end(), 0);
@@ -215,7 +215,8 @@ void assign_blocks_greedy(std::span<const double> predicted, int parts, BlockAss
     open.pop();
     out.part_of[static_cast<std::size_t>(b)] = p;
     out.blocks[static_cast<std::size_t>(p)].push_back(b);
-    if (held + 1 < capacity) open.emplace(load + predicted[static_cast<std::size_t>(b)], held + 1, p);
+    if (held + 1 < capacity)
+      open.emplace(load + predicted[static_cast<std::size_t>(b)], held + 1, p);
   }
   for (auto& list : out.blocks) std::sort(list.begin(), list.end());
 }

@@ -63,8 +63,8 @@ void StepThreshold::all_reduce(std::span<std::int64_t> payload, Communicator& co
   stats_.collective_s += watch.seconds();
 }
 
-void StepThreshold::start(std::span<const float> values, std::span<const Range> own,
-                          std::size_t k, Communicator& comm) {
+void StepThreshold::start(std::span<const float> values, std::span<const Range> own, std::size_t k,
+                          Communicator& comm) {
   // Two bins per binade over every float: slot = magnitude bits >> 22.
   constexpr int kCoarseShift = 22;
   payload_.assign(kBins, 0);
@@ -224,7 +224,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
     const std::int64_t here = payload_[slot];
     const std::uint64_t bin_lo = static_cast<std::uint64_t>(lo) + (std::uint64_t{slot} << shift);
     const std::uint64_t bin_hi = bin_lo + (std::uint64_t{1} << shift);
-    const std::int64_t miss_high = want - from_above;      // selecting >= bin_hi: too few
+    const std::int64_t miss_high = want - from_above;        // selecting >= bin_hi: too few
     const std::int64_t miss_low = from_above + here - want;  // selecting >= bin_lo: too many
     const bool close = static_cast<double>(std::min(miss_high, miss_low)) <= tolerance;
     if (close || shift == 0 || rounds_in_pass >= options_.max_rounds) {
@@ -279,8 +279,9 @@ void StepThreshold::keep_ties(SparseSelection& candidates, std::uint32_t tie_bit
     stats_.collective_s += watch.seconds();
     for (int r = 0; r < comm.rank(); ++r) before += ties[static_cast<std::size_t>(r)];
   }
-  keep_above_and_first_at(candidates, tie_bits,
-                          static_cast<std::size_t>(std::clamp<std::int64_t>(take - before, 0, mine)));
+  keep_above_and_first_at(
+      candidates, tie_bits,
+      static_cast<std::size_t>(std::clamp<std::int64_t>(take - before, 0, mine)));
 }
 
 void StepThreshold::keep_above_and_first_at(SparseSelection& candidates, std::uint32_t level,

@@ -128,7 +128,7 @@ class StepThreshold {
   // cap), kept to place the next floor.
   std::vector<std::int64_t> first_round_;
   std::uint32_t first_round_lo_ = 0;
-  std::int64_t rank_cap_ = 0;  // this step's per-rank cap (0: none)
+  std::int64_t rank_cap_ = 0;          // this step's per-rank cap (0: none)
   std::vector<std::int64_t> payload_;  // scratch
   std::vector<float> magnitudes_;      // scratch of keep_largest()
 };

@@ -7,8 +7,8 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
-#include "sparsecomm/sync/load_balance.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
+#include "sparsecomm/sync/load_balance.h"
 
 namespace sparsecomm {
 namespace {

@@ -29,8 +29,8 @@ std::string to_json_line(const StepMetrics& m) {
       m.step, m.numel, m.target, m.selected, m.union_size, number(m.density_ratio),
       number(m.imbalance), number(m.residual_norm), number(m.accumulate_s), number(m.selection_s),
       number(m.exchange_s), number(m.selection_collective_s), m.selection_collectives,
-      m.candidate_passes, m.bytes_sent, m.bytes_received, m.index_bytes_raw,
-      m.index_bytes_encoded, m.skip_subject, number(m.overlapped_s), m.skipped_nonfinite);
+      m.candidate_passes, m.bytes_sent, m.bytes_received, m.index_bytes_raw, m.index_bytes_encoded,
+      m.skip_subject, number(m.overlapped_s), m.skipped_nonfinite);
   return out;
 }
 

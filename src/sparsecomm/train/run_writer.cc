@@ -158,10 +158,9 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
   // The counting floor of the imbalance at the mean K (load_balance.h): what
   // no balancer can beat with K elements on this many ranks.
   const double mean_union = mean(union_sizes);
-  const double floor =
-      std::isfinite(mean_union)
-          ? imbalance_floor(info.workers, std::llround(mean_union))
-          : std::nan("");
+  const double floor = std::isfinite(mean_union)
+                           ? imbalance_floor(info.workers, std::llround(mean_union))
+                           : std::nan("");
   std::vector<double> skip_fractions;
   double overlapped = 0.0;
   double communication = 0.0;

@@ -210,8 +210,8 @@ class PartitionedSparsifier final : public Sparsifier {
     // block outweighs a rank's share; the contiguous layouts keep B.
     const bool scattered =
         options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic;
-    const int blocks = scattered ? std::max(options_.blocks, options_.blocks_per_rank * world)
-                                 : options_.blocks;
+    const int blocks =
+        scattered ? std::max(options_.blocks, options_.blocks_per_rank * world) : options_.blocks;
     grid_ = make_block_grid(numel, blocks, static_cast<std::size_t>(options_.alignment),
                             options_.spread_remainder);
     if (scattered) {
@@ -221,8 +221,8 @@ class PartitionedSparsifier final : public Sparsifier {
         for (int b = 0; b < grid_.blocks; ++b) {
           const int p = (*saved_layout)[static_cast<std::size_t>(b)];
           if (p < 0 || p >= world) {
-            throw Error(fmt::format("[{}] saved layout names partition {} of {}", options_.name,
-                                    p, world));
+            throw Error(
+                fmt::format("[{}] saved layout names partition {} of {}", options_.name, p, world));
           }
           assignment_.part_of[static_cast<std::size_t>(b)] = p;
           assignment_.blocks[static_cast<std::size_t>(p)].push_back(b);
@@ -386,9 +386,8 @@ PartitionedOptions partitioned_options_from(std::string_view scheme, const Schem
   p.density = o.number(scheme, "density", 0.01, 0.0, 1.0, /*min_exclusive=*/true);
   const bool faithful = scheme == "exdyna-faithful";
   const bool micro = scheme == "micro";
-  const std::string controller =
-      o.choice(scheme, "controller", faithful ? "table" : "exact",
-               {"exact", "quota", "histogram", "table"});
+  const std::string controller = o.choice(scheme, "controller", faithful ? "table" : "exact",
+                                          {"exact", "quota", "histogram", "table"});
   p.controller = controller == "table"       ? ControllerKind::kTable
                  : controller == "histogram" ? ControllerKind::kHistogram
                                              : ControllerKind::kExact;
