@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -57,10 +58,10 @@ StepThreshold::StepThreshold(const StepThresholdOptions& options) : options_(opt
 }
 
 void StepThreshold::all_reduce(std::span<std::int64_t> payload, Communicator& comm) {
-  if (options_.per_rank) return;  // this rank's own counts are the whole story
   const Stopwatch watch;
   allreduce(comm, payload, kSmallAllreduce);
   stats_.collective_s += watch.seconds();
+  ++stats_.rounds;
 }
 
 void StepThreshold::start(std::span<const float> values, std::span<const Range> own, std::size_t k,
@@ -76,7 +77,9 @@ void StepThreshold::start(std::span<const float> values, std::span<const Range> 
     }
   }
   stats_ = {};
-  all_reduce(payload_, comm);
+  if (!options_.per_rank) all_reduce(payload_, comm);
+  // choose() reports this step's collectives, this one included.
+  started_stats_ = stats_;
   const auto want = static_cast<std::int64_t>(2 * k);
   std::int64_t above = 0;
   floor_ = kLowestFloor;
@@ -108,7 +111,8 @@ void StepThreshold::count_round(const SparseSelection& candidates, std::uint32_t
   if (rank_cap_ > 0 && with_uncapped) {
     // The counts before the cap follow the capped ones: the next floor is
     // placed on them (capped counts can never reach margin x k).
-    payload_.insert(payload_.end(), payload_.begin(), payload_.begin() + kBins + 1);
+    payload_.resize(2 * (kBins + 1));
+    std::copy_n(payload_.begin(), kBins + 1, payload_.begin() + kBins + 1);
   }
   if (rank_cap_ > 0) {
     // This rank counts for at most rank_cap_ elements: keep the counts from
@@ -126,15 +130,12 @@ void StepThreshold::count_round(const SparseSelection& candidates, std::uint32_t
 float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
                             std::span<std::int64_t> shared, Communicator& comm,
                             const Rescan& rescan) {
-  stats_ = {};
+  stats_ = std::exchange(started_stats_, StepThresholdStats{});
   stats_.candidate_passes = 1;
   if (!started_) throw Error("[density] StepThreshold::choose() before start()");
   if (!shared.empty() && (k == 0 || options_.per_rank)) {
     // The scheme's integers travel alone: no histogram round carries them.
-    const Stopwatch watch;
-    allreduce(comm, shared, kSmallAllreduce);
-    stats_.collective_s += watch.seconds();
-    ++stats_.rounds;
+    all_reduce(shared, comm);
     shared = {};
   }
   if (k == 0) {
@@ -163,8 +164,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
     count_round(candidates, lo, shift, with_uncapped);
     const std::size_t counts = payload_.size();
     if (shared_pending) payload_.insert(payload_.end(), shared.begin(), shared.end());
-    all_reduce(payload_, comm);
-    if (!options_.per_rank) ++stats_.rounds;
+    if (!options_.per_rank) all_reduce(payload_, comm);  // else: this rank's counts alone
     ++rounds_in_pass;
     if (shared_pending) {
       std::copy(payload_.begin() + static_cast<std::ptrdiff_t>(counts), payload_.end(),
@@ -232,7 +232,6 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
         // One float value holds the crossing: keep exactly k in all.
         threshold = from_bits(bin_lo);
         keep_ties(candidates, static_cast<std::uint32_t>(bin_lo), miss_high, comm);
-        if (!options_.per_rank) ++stats_.rounds;
         if (rank_cap_ > 0) keep_largest(candidates, static_cast<std::size_t>(rank_cap_));
         stats_.selected = want;
         steer_floor(threshold, k, rescanned);
@@ -277,6 +276,7 @@ void StepThreshold::keep_ties(SparseSelection& candidates, std::uint32_t tie_bit
     const Stopwatch watch;
     const std::vector<std::int64_t> ties = allgather_value(comm, mine);
     stats_.collective_s += watch.seconds();
+    ++stats_.rounds;
     for (int r = 0; r < comm.rank(); ++r) before += ties[static_cast<std::size_t>(r)];
   }
   keep_above_and_first_at(

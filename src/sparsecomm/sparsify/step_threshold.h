@@ -64,7 +64,7 @@ struct StepThresholdOptions {
 
 // What the last choose() did (identical on every rank except collective_s).
 struct StepThresholdStats {
-  int rounds = 0;               // all-reduced histogram rounds (+1 for a tie all-gather)
+  int rounds = 0;               // collectives: histogram rounds, a tie all-gather, step 0's
   int candidate_passes = 0;     // read passes collecting candidates (1 unless the floor was high)
   std::int64_t candidates = 0;  // all ranks' candidates in the last pass
   std::int64_t selected = 0;    // all ranks' selections: K, known before the exchange
@@ -108,6 +108,7 @@ class StepThreshold {
   // with_uncapped, the same counts before the cap.
   void count_round(const SparseSelection& candidates, std::uint32_t lo, int shift,
                    bool with_uncapped);
+  // Sums `payload` over the ranks (recursive doubling), counted in stats_.
   void all_reduce(std::span<std::int64_t> payload, Communicator& comm);
   void keep_ties(SparseSelection& candidates, std::uint32_t tie_bits, std::int64_t take,
                  Communicator& comm);
@@ -128,6 +129,7 @@ class StepThreshold {
   // cap), kept to place the next floor.
   std::vector<std::int64_t> first_round_;
   std::uint32_t first_round_lo_ = 0;
+  StepThresholdStats started_stats_;   // start()'s collective, reported by the next choose()
   std::int64_t rank_cap_ = 0;          // this step's per-rank cap (0: none)
   std::vector<std::int64_t> payload_;  // scratch
   std::vector<float> magnitudes_;      // scratch of keep_largest()
