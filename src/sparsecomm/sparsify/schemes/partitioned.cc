@@ -68,9 +68,7 @@ class PartitionedSparsifier final : public Sparsifier {
     writer.string(options_.name);
     writer.value<std::uint64_t>(numel_);
     writer.value<std::int32_t>(world_);
-    const bool scattered =
-        options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic;
-    writer.array(std::span<const int>(scattered ? assignment_.part_of : layout_.first));
+    writer.array(std::span<const int>(assigned_blocks() ? assignment_.part_of : layout_.first));
     writer.array(std::span<const double>(block_average_));
     if (controller_ != nullptr) {
       controller_->save(writer);
@@ -208,8 +206,7 @@ class PartitionedSparsifier final : public Sparsifier {
     }
     // Scattered partitions need many blocks per rank, so that no single hot
     // block outweighs a rank's share; the contiguous layouts keep B.
-    const bool scattered =
-        options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic;
+    const bool scattered = assigned_blocks();
     const int blocks =
         scattered ? std::max(options_.blocks, options_.blocks_per_rank * world) : options_.blocks;
     grid_ = make_block_grid(numel, blocks, static_cast<std::size_t>(options_.alignment),
@@ -243,10 +240,16 @@ class PartitionedSparsifier final : public Sparsifier {
     if (options_.balance.min_blocks <= 0) options_.balance.min_blocks = 1;
   }
 
+  // Partitions are sets of blocks anywhere in the vector (assignment_), not
+  // contiguous runs (equal_, layout_).
+  bool assigned_blocks() const {
+    return options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic;
+  }
+
   // The non-empty ranges of partition p, ascending (adjacent blocks merged).
   void own_ranges(int p, std::vector<Range>& out) const {
     out.clear();
-    if (options_.layout == Layout::kScattered || options_.layout == Layout::kCyclic) {
+    if (assigned_blocks()) {
       assignment_.ranges(grid_, p, out);
       return;
     }
