@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/data/text_corpus.h"
 
@@ -162,19 +163,13 @@ TEST(TextCorpus, EmptyOrTooShortTextAndBadOptionsAreRefused) {
 
 class FortuneDirectoryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = fs::temp_directory_path() /
-                 ("sparsecomm_fortunes_" +
-                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(directory_);
-    fs::create_directories(directory_);
-  }
-  void TearDown() override { fs::remove_all(directory_); }
   void write(const std::string& name, const std::string& bytes) {
     std::ofstream(directory_ / name, std::ios::binary) << bytes;
   }
 
-  fs::path directory_;
+  const testing::ScratchDir scratch_{
+      std::string("fortunes-") + ::testing::UnitTest::GetInstance()->current_test_info()->name()};
+  const fs::path& directory_ = scratch_.path();
 };
 
 TEST_F(FortuneDirectoryTest, ReadsTheTextFilesOnlyInNameOrder) {

@@ -1,5 +1,5 @@
 #pragma once
-// Helpers of the trainer tests: scratch directories, a short run's
+// Helpers of the trainer tests (scratch directories: scratch_dir.h), a short run's
 // configuration and reading the parameters out of a checkpoint payload.
 
 #include <filesystem>
@@ -9,31 +9,11 @@
 
 #include <unistd.h>
 
+#include "scratch_dir.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/train/train_config.h"
 
 namespace sparsecomm::testing {
-
-// A fresh directory under the system temp dir, removed afterwards.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& name)
-      : path_(std::filesystem::temp_directory_path() /
-              ("sparsecomm-train-" + name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // A short run on the first 4096 training and 1000 test samples of
 // Fashion-MNIST: the MLP on 4 thread ranks, 2 epochs of batch 32, lr 0.05,
