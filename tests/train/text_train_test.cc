@@ -127,13 +127,9 @@ TEST(CharLstm, TrainsOnATinyCorpusWellAboveChance) {
 TEST(CharLstm, RecordsAGradientTraceWithTheLstmLayers) {
   const testing::ScratchDir scratch("char_lstm_trace");
   write_alphabet_corpus(scratch.path() / "fortunes");
-  TrainConfig c = text_run("exdyna", scratch.path() / "fortunes", scratch.path() / "run");
-  c.max_steps = 3;
-  c.record_gradients = (scratch.path() / "trace").string();
-  c.record_steps = 3;
-  run_training(c);
-  std::ifstream meta(scratch.path() / "trace" / "meta.json");
-  const auto json = nlohmann::json::parse(meta);
+  const auto json =
+      testing::record_trace(text_run("exdyna", scratch.path() / "fortunes", scratch.path() / "run"),
+                            scratch.path() / "trace", 3);
   std::vector<std::string> names;
   std::size_t covered = 0;
   for (const auto& layer : json.at("layers")) {

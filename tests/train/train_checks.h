@@ -3,6 +3,7 @@
 // configuration and reading the parameters out of a checkpoint payload.
 
 #include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "scratch_dir.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/trainer.h"
 
 namespace sparsecomm::testing {
 
@@ -45,6 +47,18 @@ inline std::vector<float> parameters_of_checkpoint(std::span<const std::byte> pa
   reader.value<std::int64_t>();   // step
   reader.value<double>();         // wall time
   return reader.array<float>();
+}
+
+// Runs `config` for `steps` steps while recording its gradients into
+// `trace`; returns the trace's meta.json.
+inline nlohmann::json record_trace(TrainConfig config, const std::filesystem::path& trace,
+                                   std::int64_t steps) {
+  config.max_steps = steps;
+  config.record_gradients = trace.string();
+  config.record_steps = steps;
+  run_training(config);
+  std::ifstream meta(trace / "meta.json");
+  return nlohmann::json::parse(meta);
 }
 
 }  // namespace sparsecomm::testing

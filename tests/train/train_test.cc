@@ -276,13 +276,8 @@ TEST(Trainer, BadOptionsFailClearly) {
 
 TEST(Trainer, RecordsAGradientTraceInTheTraceFormat) {
   const testing::ScratchDir scratch("trace");
-  TrainConfig c = short_run("dense", scratch.path() / "run");
-  c.max_steps = 3;
-  c.record_gradients = (scratch.path() / "trace").string();
-  c.record_steps = 3;
-  run_training(c);
-  std::ifstream meta(scratch.path() / "trace" / "meta.json");
-  const auto json = nlohmann::json::parse(meta);
+  const auto json = testing::record_trace(short_run("dense", scratch.path() / "run"),
+                                          scratch.path() / "trace", 3);
   const auto numel = json.at("numel").get<std::uintmax_t>();
   EXPECT_EQ(json.at("world"), 4);
   EXPECT_EQ(json.at("steps"), 3);
