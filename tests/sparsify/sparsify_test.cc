@@ -238,7 +238,7 @@ TEST(Registry, RejectsInvalidOptionsForEveryScheme) {
     const std::string unknown = message_of([&] { make_scheme(name, options_of({"speed=3"})); });
     EXPECT_TRUE(contains(unknown, "unknown option 'speed'"));
     EXPECT_TRUE(contains(unknown, "valid options:"));
-    EXPECT_TRUE(contains(unknown, "density, exchange, values, encode_indices, memory, seed"));
+    EXPECT_TRUE(contains(unknown, "density, exchange, values, encode_indices, memory, momentum, clip_norm, seed"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"values=fp8"})); }),
                          "values=fp8 is not one of: fp32, fp16, bf16"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"exchange=ring"})); }),
@@ -318,8 +318,20 @@ TEST(Registry, SchemeSpecificOptions) {
   EXPECT_TRUE(contains(message_of([] { make_scheme("dgc", options_of({"warmup_epochs=-1"})); }),
                        "warmup_epochs=-1 is outside [0, inf)"));
   EXPECT_EQ(make_scheme("dgc", options_of({"memory=ef"})).memory->name(), "ef");
-  EXPECT_TRUE(contains(message_of([] { make_scheme("topk", options_of({"memory=momentum"})); }),
-                       "memory=momentum is not one of: ef, none"));
+  // Momentum correction is a memory every scheme may use; the optimizer must
+  // then apply no momentum, which scheme_applies_momentum() tells.
+  EXPECT_EQ(make_scheme("exdyna", options_of({"memory=momentum"})).memory->name(), "momentum");
+  EXPECT_TRUE(contains(message_of([] {
+                         make_scheme("topk", options_of({"clip_norm=1"}));
+                       }),
+                       "[topk] options momentum and clip_norm belong to memory=momentum"));
+  EXPECT_TRUE(contains(message_of([] { make_scheme("topk", options_of({"memory=velocity"})); }),
+                       "memory=velocity is not one of: ef, none, momentum"));
+  EXPECT_TRUE(scheme_applies_momentum("dgc", options_of({})));
+  EXPECT_FALSE(scheme_applies_momentum("dgc", options_of({"memory=ef"})));
+  EXPECT_TRUE(scheme_applies_momentum("exdyna", options_of({"memory=momentum"})));
+  EXPECT_FALSE(scheme_applies_momentum("exdyna", options_of({})));
+  EXPECT_FALSE(scheme_applies_momentum("dense", options_of({})));
 }
 
 // --- memories ----------------------------------------------------------------

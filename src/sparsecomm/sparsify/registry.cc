@@ -62,8 +62,8 @@ std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
     } else if (spec.name == "memory") {
       spec.default_value = definition.memories.front();
       spec.help = "gradient memory: " + join(definition.memories, "|") +
-                  " (ef = error feedback, none = drop what is not sent" +
-                  (definition.name == "dgc" ? ", momentum = DGC's momentum correction)" : ")");
+                  " (ef = error feedback, none = drop what is not sent, momentum = DGC's "
+                  "momentum correction with masking; the optimizer then applies no momentum)";
     }
     specs.push_back(std::move(spec));
   }
@@ -97,8 +97,25 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
       parse_value_encoding(options.choice(scheme, "values", "fp32", {"fp32", "fp16", "bf16"}));
   parts.exchange_options.encode_indices = options.flag(scheme, "encode_indices", true);
 
+  const double inf = std::numeric_limits<double>::infinity();
+  const double momentum = options.number(scheme, "momentum", 0.9, 0.0, 1.0);
+  if (momentum >= 1.0) {
+    throw InvalidArgument(fmt::format("[{}] option momentum={} must be below 1", scheme,
+                                      options.values().at("momentum")));
+  }
+  const double clip_norm = options.number(scheme, "clip_norm", 0.0, 0.0, inf);
+  if (std::isinf(clip_norm)) {
+    throw InvalidArgument(fmt::format("[{}] option clip_norm must be finite (0 = off)", scheme));
+  }
+  if (common.memory != "momentum" && (options.has("momentum") || options.has("clip_norm"))) {
+    throw InvalidArgument(
+        fmt::format("[{}] options momentum and clip_norm belong to memory=momentum (DGC's momentum "
+                    "correction), not memory={}",
+                    scheme, common.memory));
+  }
   if (common.memory == "ef") parts.memory = make_error_feedback();
   if (common.memory == "none") parts.memory = make_no_memory();
+  if (common.memory == "momentum") parts.memory = make_momentum_correction(momentum, clip_norm);
   definition.build(options, common, parts);
   if (!parts.sparsifier || !parts.memory) {
     throw Error(fmt::format("[{}] the scheme's build left no {} (a bug in the scheme)", scheme,
@@ -118,7 +135,12 @@ const std::vector<OptionSpec>& common_option_specs() {
        "value precision on the wire: fp32|fp16|bf16 (the residual keeps the "
        "rounding error)"},
       {"encode_indices", "true", "delta-varint indices on the wire"},
-      {"memory", "ef", "gradient memory: ef|none (dgc: momentum, its momentum correction)"},
+      {"memory", "ef",
+       "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
+      {"momentum", "0.9",
+       "memory=momentum only: m of the correction u = m*u + g, v = v + u, in [0, 1)"},
+      {"clip_norm", "0",
+       "memory=momentum only: scale g to ||g||_2 <= clip_norm before it enters u (0 = off)"},
       {"seed", "0", "seed of the counter-based random draws (identical on all ranks)"},
   };
   return specs;
@@ -144,6 +166,17 @@ std::string scheme_names() {
   std::vector<std::string> names;
   for (const auto& info : scheme_registry()) names.push_back(info.name);
   return join(names, ", ");
+}
+
+bool scheme_applies_momentum(std::string_view name, const SchemeOptions& options) {
+  for (const auto& info : scheme_registry()) {
+    if (info.name != name) continue;
+    if (options.has("memory")) return options.values().at("memory") == "momentum";
+    for (const auto& spec : info.options) {
+      if (spec.name == "memory") return spec.default_value == "momentum";
+    }
+  }
+  return false;
 }
 
 SchemeParts make_scheme(std::string_view name, const SchemeOptions& options) {

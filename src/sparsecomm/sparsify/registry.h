@@ -32,7 +32,8 @@ struct SchemeInfo {
 
 // Options every scheme accepts: density (in (0, 1]), exchange (pattern name,
 // default: the scheme's own), values (fp32|fp16|bf16), encode_indices,
-// memory (ef|none; DGC: its momentum correction), seed.
+// memory (ef|none|momentum; DGC defaults to momentum), momentum and
+// clip_norm (memory=momentum only), seed.
 const std::vector<OptionSpec>& common_option_specs();
 
 // All registered schemes, in a fixed order.
@@ -41,6 +42,11 @@ const std::vector<SchemeInfo>& scheme_registry();
 // Looks up `name` and builds it. Unknown names and invalid or unknown
 // options throw InvalidArgument listing what is valid.
 SchemeParts make_scheme(std::string_view name, const SchemeOptions& options);
+
+// True when scheme `name` with `options` uses the momentum-correction memory,
+// which applies momentum itself: the optimizer must then apply none. False
+// for names that are not schemes (e.g. "dense").
+bool scheme_applies_momentum(std::string_view name, const SchemeOptions& options);
 
 // "topk, threshold, randomk, ..." for messages.
 std::string scheme_names();

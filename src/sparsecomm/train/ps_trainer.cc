@@ -15,6 +15,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
 #include "sparsecomm/train/run_plan.h"
@@ -311,8 +312,10 @@ PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers) 
   options.model = parse_sync_model(sync_model_name(c));
   options.push = c.method;
   options.scheme_options = SchemeOptions(plan.method_options);
-  // DGC's momentum correction replaces the servers' momentum.
-  options.sgd.momentum = c.method == "dgc" ? 0.0 : c.momentum;
+  // Momentum correction on the workers (DGC's default) replaces the
+  // servers' momentum.
+  options.sgd.momentum =
+      scheme_applies_momentum(c.method, options.scheme_options) ? 0.0 : c.momentum;
   options.sgd.nesterov = c.nesterov && options.sgd.momentum > 0.0;
   options.sgd.weight_decay = c.weight_decay;
   options.layers = layers;

@@ -112,26 +112,9 @@ class Dgc final : public DensitySparsifier {
 void build(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
   const std::string_view scheme = common.scheme;
   const double inf = std::numeric_limits<double>::infinity();
-  const double momentum = options.number(scheme, "momentum", 0.9, 0.0, 1.0);
-  if (momentum >= 1.0) {
-    throw InvalidArgument(fmt::format("[{}] option momentum={} must be below 1", scheme,
-                                      options.values().at("momentum")));
-  }
-  const double clip_norm = options.number(scheme, "clip_norm", 0.0, 0.0, inf);
-  if (std::isinf(clip_norm)) {
-    throw InvalidArgument(fmt::format("[{}] option clip_norm must be finite (0 = off)", scheme));
-  }
   const double warmup_epochs = options.number(scheme, "warmup_epochs", 0.0, 0.0, inf);
   if (std::isinf(warmup_epochs)) {
     throw InvalidArgument(fmt::format("[{}] option warmup_epochs must be finite", scheme));
-  }
-  if (common.memory == "momentum") {
-    parts.memory = make_momentum_correction(momentum, clip_norm);
-  } else if (options.has("momentum") || clip_norm > 0.0) {
-    throw InvalidArgument(
-        fmt::format("[{}] options momentum and clip_norm belong to memory=momentum (DGC's momentum "
-                    "correction), not memory={}",
-                    scheme, common.memory));
   }
   parts.sparsifier = std::make_unique<Dgc>(common.density, warmup_epochs, common.seed);
 }
@@ -146,12 +129,6 @@ SchemeDefinition dgc_definition() {
   definition.default_exchange = ExchangePattern::kSparseAllgather;
   definition.memories = {"momentum", "ef", "none"};
   definition.options = {
-      {"momentum", "0.9",
-       "momentum m of the correction u = m*u + g, v = v + u (in [0, 1)); the "
-       "optimizer must then not apply momentum again"},
-      {"clip_norm", "0",
-       "local gradient clipping: scale g to ||g||_2 <= clip_norm before it "
-       "enters the momentum (0 = off)"},
       {"warmup_epochs", "0", "W: density c^((e+1)/(W+1)) at fractional epoch e < W (0 = off)"},
   };
   definition.build = build;

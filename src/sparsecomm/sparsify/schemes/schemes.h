@@ -28,13 +28,12 @@ struct CommonOptions {
   std::string scheme;  // the scheme's name, for messages
   double density = 0.01;
   std::uint64_t seed = 0;
-  std::string memory;  // "ef", "none", or a scheme's own kind ("momentum")
+  std::string memory;  // "ef", "none" or "momentum"
 };
 
 // Builds the scheme into `parts`. On entry parts.exchange and
 // parts.exchange_options are set from the common options, and parts.memory
-// is set for memory "ef" and "none" (null for a scheme's own kind, which
-// the build function must then create). It may replace the memory.
+// is built from the common memory options. It may replace the memory.
 using SchemeBuild = void (*)(const SchemeOptions& options, const CommonOptions& common,
                              SchemeParts& parts);
 
@@ -46,8 +45,9 @@ struct SchemeDefinition {
   // Every rank selects the same indices, so the "shared" exchange (an
   // all-reduce of the values alone) is allowed.
   bool identical_selections = false;
-  std::vector<std::string> memories = {"ef", "none"};  // allowed; the first is the default
-  std::vector<OptionSpec> options;                     // the scheme's own options
+  // allowed; the first is the default
+  std::vector<std::string> memories = {"ef", "none", "momentum"};
+  std::vector<OptionSpec> options;  // the scheme's own options
   SchemeBuild build = nullptr;
 };
 
