@@ -81,6 +81,7 @@
 
 #include "cli_util.h"
 #include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/core/hash.h"
 #include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
@@ -145,25 +146,6 @@ int first_timed_step(const Options& options) { return std::max(options.warmup_st
 bool timed_step(const Options& options, std::int64_t step) {
   const std::int64_t first = first_timed_step(options);
   return step >= first && (step - first) % options.time_every == 0;
-}
-
-// ---------------------------------------------------------------------------
-// Hashing for the conservation sample (every rank draws the same positions).
-// ---------------------------------------------------------------------------
-
-// A 64-bit mixing function (xor-shift / multiply finalizer): a cheap, good
-// hash of a counter.
-constexpr std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 31;
-  x *= 0x7fb5d329728ea185ull;
-  x ^= x >> 27;
-  x *= 0x81dadef4bc2dd44dull;
-  x ^= x >> 33;
-  return x;
-}
-
-constexpr std::uint64_t combine(std::uint64_t a, std::uint64_t b) {
-  return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ull));
 }
 
 // ---------------------------------------------------------------------------
@@ -668,10 +650,10 @@ class ProbeSparsifier final : public Sparsifier {
     for (const Index i : all) {
       if (i != kNone) sample.push_back(i);
     }
-    const std::uint64_t key = combine(combine(probe_.seed, 0x53414d504c450000ull),
+    const std::uint64_t key = hash_combine(hash_combine(probe_.seed, 0x53414d504c450000ull),
                                       static_cast<std::uint64_t>(probe_.step));
     for (std::size_t j = 0; j < std::min(kRandom, probe_.numel); ++j) {
-      sample.push_back(static_cast<Index>(combine(key, j) % probe_.numel));
+      sample.push_back(static_cast<Index>(hash_combine(key, j) % probe_.numel));
     }
     std::sort(sample.begin(), sample.end());
     sample.erase(std::unique(sample.begin(), sample.end()), sample.end());

@@ -26,8 +26,10 @@
 
 namespace sparsecomm {
 
-// Tag space. User code may use tags in [0, kMaxUserTag]; collectives use the
-// reserved tags above it. Every backend accepts tags in [0, kMaxTag].
+// Tag space. User code may use tags in [0, kMaxUserTag]; the library's own
+// protocols (collectives, the parameter server) use the reserved tags above
+// it, all listed here so that none collides. Every backend accepts tags in
+// [0, kMaxTag].
 inline constexpr int kMaxUserTag = 29999;
 inline constexpr int kMaxTag = 32767;  // the minimum MPI guarantees
 namespace tags {
@@ -42,6 +44,12 @@ inline constexpr int kRecursiveDoubling = 30012;
 // Sparse all-reduce, recursive doubling (collectives/sparse_allreduce.cc).
 inline constexpr int kSparseAllreduceHeader = 30020;
 inline constexpr int kSparseAllreducePayload = 30021;
+// Parameter-server protocol (ps/protocol.h): worker <-> server messages.
+inline constexpr int kPsRequest = 30100;
+inline constexpr int kPsPushPayload = 30101;
+inline constexpr int kPsPullVersion = 30102;
+inline constexpr int kPsPullPayload = 30103;
+inline constexpr int kPsGrant = 30104;
 }  // namespace tags
 
 // Handle of a non-blocking operation. Move-only; an empty (default) Request

@@ -22,21 +22,22 @@
 //                  pulled and the learning rate; c += 1
 //   ...            finish(): a DONE to every server
 //
-// Messages (user tags 29100..29104; exact sizes, in send order per pair):
-//   29100 worker -> server   RequestHeader (40 bytes): kind (PUSH | PULL |
+// Messages (reserved tags 30100..30104 of comm/communicator.h; exact sizes,
+// in send order per pair):
+//   30100 worker -> server   RequestHeader (40 bytes): kind (PUSH | PULL |
 //                            BEGIN | DONE), sparse flag, clock, count,
 //                            pulled version, learning rate
-//   29101 worker -> server   PUSH payload right after its header: dense:
+//   30101 worker -> server   PUSH payload right after its header: dense:
 //                            `count` = shard-size floats; sparse: `count`
 //                            uint32 shard-relative indices (strictly
 //                            ascending) then `count` floats (no payload
 //                            when count is 0). Never densified on the wire.
-//   29102 server -> worker   PULL reply: the shard's version (int64)
-//   29103 server -> worker   PULL reply: the shard's floats, received
+//   30102 server -> worker   PULL reply: the shard's version (int64)
+//   30103 server -> worker   PULL reply: the shard's floats, received
 //                            straight into the worker's parameter slice
-//   29104 controller -> worker  GRANT (GrantReply: min clock, blocked flag,
+//   30104 controller -> worker  GRANT (GrantReply: min clock, blocked flag,
 //                            DSSP extra-step decision)
-//   >= 30000 worker <-> worker  partition-based schemes only (BSP): the
+//   30000..30099 worker <-> worker  partition-based schemes only (BSP): the
 //                            collectives of select() and the count
 //                            allgather of push(), on the reserved tags of
 //                            communicator.h (servers never see them)
@@ -94,7 +95,7 @@
 //    under BSP (validate_ps_options). select() runs on a communicator of
 //    the worker group (rank = worker index = world rank, size = W) that
 //    forwards point-to-point to the world; its collectives use the
-//    reserved tags >= 30000, never the protocol's user tags 29100..29104.
+//    collective tags 30000..30099, never the protocol's 30100..30104.
 //    After select() the workers all-gather their selected counts and then
 //    their indices over the group, and each pushes its own accumulated
 //    values at the union of all workers' indices (plus the known ranges),

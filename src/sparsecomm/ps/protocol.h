@@ -9,13 +9,17 @@
 #include <span>
 #include <type_traits>
 
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/hash.h"
+
 namespace sparsecomm::ps {
 
-inline constexpr int kTagRequest = 29100;
-inline constexpr int kTagPushPayload = 29101;
-inline constexpr int kTagPullVersion = 29102;
-inline constexpr int kTagPullPayload = 29103;
-inline constexpr int kTagGrant = 29104;
+// The protocol's tags, in the library's reserved range (comm/communicator.h).
+inline constexpr int kTagRequest = tags::kPsRequest;
+inline constexpr int kTagPushPayload = tags::kPsPushPayload;
+inline constexpr int kTagPullVersion = tags::kPsPullVersion;
+inline constexpr int kTagPullPayload = tags::kPsPullPayload;
+inline constexpr int kTagGrant = tags::kPsGrant;
 
 enum class RequestKind : std::uint32_t { kPush = 1, kPull = 2, kBegin = 3, kDone = 4 };
 
@@ -47,34 +51,15 @@ std::span<std::byte> writable_bytes_of(T& value) {
   return std::as_writable_bytes(std::span<T, 1>(&value, 1));
 }
 
-inline std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // Fingerprint of one push to one server: the worker, its clock and every
 // payload byte (dense: the floats; sparse: indices then values). Servers
 // and workers sum these (wrapping), so the sums agree exactly iff every
 // push arrived exactly once with the same content.
 inline std::uint64_t push_fingerprint(int worker, std::int64_t clock,
                                       std::span<const std::byte> payload) {
-  std::uint64_t h = mix64(0x9e3779b97f4a7c15ULL ^ static_cast<std::uint64_t>(worker)) ^
-                    mix64(static_cast<std::uint64_t>(clock) + 0x632be59bd9b4e019ULL);
-  std::size_t i = 0;
-  for (; i + 8 <= payload.size(); i += 8) {
-    std::uint64_t word;
-    std::memcpy(&word, payload.data() + i, 8);
-    h = (h ^ word) * 0x100000001b3ULL;
-    h ^= h >> 29;
-  }
-  for (; i < payload.size(); ++i) {
-    h = (h ^ static_cast<std::uint64_t>(payload[i])) * 0x100000001b3ULL;
-  }
-  return mix64(h ^ payload.size());
+  const std::uint64_t header = hash_combine(static_cast<std::uint64_t>(worker),
+                                            static_cast<std::uint64_t>(clock));
+  return hash_bytes(payload, header);
 }
 
 }  // namespace sparsecomm::ps

@@ -30,9 +30,9 @@ using ps::RequestKind;
 // world rank and point-to-point forwards to the world communicator
 // unchanged, for peers < W only. The collectives are the Communicator
 // defaults built on that point-to-point (no native ones), on the reserved
-// tags above kMaxUserTag (communicator.h, asserted below), so they cannot
-// collide with the protocol's user tags 29100..29104; a scheme's own
-// point-to-point may not use those either (checked). Besides, protocol
+// collective tags of communicator.h, all below the protocol's reserved tags
+// 30100..30104 (asserted below), so they cannot collide; a scheme's own
+// point-to-point may not use the protocol's tags either (checked). Besides, protocol
 // messages only ever travel between a worker and a server, group messages
 // only between workers. Only the partition-based schemes (BSP) communicate
 // here; per-worker schemes never do.
@@ -67,14 +67,17 @@ class WorkerGroupView final : public Communicator {
   int workers_;
 };
 
-// The protocol's tags are user tags; every collective tag is reserved above
-// them, so the group's collectives never match a protocol message.
-static_assert(ps::kTagRequest >= 0 && ps::kTagGrant <= kMaxUserTag);
-static_assert(tags::kBarrier > kMaxUserTag && tags::kBroadcast > kMaxUserTag &&
-              tags::kAllgather > kMaxUserTag && tags::kAlltoall > kMaxUserTag &&
-              tags::kRingReduceScatter > kMaxUserTag && tags::kRingAllgather > kMaxUserTag &&
-              tags::kSparseAllreduceHeader > kMaxUserTag &&
-              tags::kSparseAllreducePayload > kMaxUserTag);
+// The protocol's tags are reserved (no user code meets them) and lie above
+// every collective tag, so the group's collectives never match a protocol
+// message.
+static_assert(ps::kTagRequest > kMaxUserTag && ps::kTagGrant <= kMaxTag);
+static_assert(tags::kBarrier < ps::kTagRequest && tags::kBroadcast < ps::kTagRequest &&
+              tags::kAllgather < ps::kTagRequest && tags::kAlltoall < ps::kTagRequest &&
+              tags::kRingReduceScatter < ps::kTagRequest &&
+              tags::kRingAllgather < ps::kTagRequest &&
+              tags::kRecursiveDoubling < ps::kTagRequest &&
+              tags::kSparseAllreduceHeader < ps::kTagRequest &&
+              tags::kSparseAllreducePayload < ps::kTagRequest);
 
 // The pushed entries of one selection: its explicit (index, value) pairs
 // merged in ascending order with its known ranges, expanded into
