@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,87 @@ TEST_F(IdxTest, CorruptFilesAreRefusedWithTheirPathAndReason) {
   const auto size = fs::file_size(path("full.gz"));
   fs::resize_file(path("full.gz"), size / 2);
   EXPECT_THROW(read_idx(path("full.gz")), InvalidArgument);
+  // A header promising 60000 x 100000 x 100000 images (6e14 bytes): refused
+  // before anything that size is allocated (it once ended in bad_alloc).
+  write_idx_gz(path("huge.gz"), IdxArray{{60000, 100000, 100000}, {}});
+  const std::string huge = message_of_read(path("huge.gz"));
+  EXPECT_NE(huge.find("more than the"), std::string::npos) << huge;
+  // Promising 1 GiB with 4 bytes of data: truncated, read only as far as
+  // the stream goes.
+  write_idx_gz(path("big.gz"), IdxArray{{1024, 1024, 1024}, {1, 2, 3, 4}});
+  EXPECT_NE(message_of_read(path("big.gz")).find("truncated"), std::string::npos);
+}
+
+// The byte-span parser on its own: every malformed input is an
+// InvalidArgument that says what is wrong, and no input reads or allocates
+// past what it holds.
+std::vector<std::byte> idx_bytes(std::initializer_list<unsigned> values) {
+  std::vector<std::byte> out;
+  for (unsigned v : values) out.push_back(static_cast<std::byte>(v));
+  return out;
+}
+
+std::string parse_error(std::span<const std::byte> bytes) {
+  try {
+    parse_idx(bytes, "input");
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IdxParse, ParsesValidBytesAndRejectsEachDefect) {
+  const auto valid = idx_bytes({0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6});
+  const IdxArray array = parse_idx(valid, "input");
+  EXPECT_EQ(array.shape, (std::vector<std::uint32_t>{2, 3}));
+  EXPECT_EQ(array.data, (std::vector<std::uint8_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(parse_idx(idx_bytes({0, 0, 8, 1, 0, 0, 0, 0}), "input").data.size(), 0u);
+
+  struct Case {
+    std::vector<std::byte> bytes;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {{}, "bad magic"},
+      {idx_bytes({0, 0, 8}), "bad magic"},
+      {idx_bytes({1, 0, 8, 1, 0, 0, 0, 0}), "bad magic"},
+      {idx_bytes({0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0}), "only unsigned bytes"},
+      {idx_bytes({0, 0, 8, 0}), "declares 0 dimensions"},
+      {idx_bytes({0, 0, 8, 5}), "declares 5 dimensions"},
+      {idx_bytes({0, 0, 8, 2, 0, 0, 0, 1}), "truncated inside its header"},
+      {idx_bytes({0, 0, 8, 4, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+                  255, 255, 255}),
+       "impossibly large"},
+      {idx_bytes({0, 0, 8, 1, 0, 0, 0, 3, 1, 2}), "truncated: the header promises 3"},
+      {idx_bytes({0, 0, 8, 1, 0, 0, 0, 1, 1, 2}), "data past the 1 bytes"},
+      // A huge declared size with a few bytes: refused without allocating it.
+      {idx_bytes({0, 0, 8, 2, 255, 255, 255, 255, 0, 0, 255, 255, 7}), "truncated"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = parse_error(c.bytes);
+    EXPECT_NE(message.find(c.expected), std::string::npos) << "got: " << message;
+    EXPECT_NE(message.find("input"), std::string::npos) << message;
+  }
+}
+
+TEST(IdxParse, EveryPrefixAndEveryByteFlipIsHandled) {
+  const auto valid = idx_bytes({0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6});
+  for (std::size_t n = 0; n < valid.size(); ++n) {
+    EXPECT_THROW(parse_idx(std::span(valid).first(n), "input"), InvalidArgument) << n;
+  }
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    for (unsigned flip : {0x01u, 0x80u, 0xffu}) {
+      std::vector<std::byte> bytes = valid;
+      bytes[i] ^= static_cast<std::byte>(flip);
+      try {
+        const IdxArray array = parse_idx(bytes, "input");
+        std::size_t count = 1;
+        for (std::uint32_t size : array.shape) count *= size;
+        EXPECT_EQ(array.data.size(), count);
+      } catch (const InvalidArgument&) {
+      }
+    }
+  }
 }
 
 TEST_F(IdxTest, FashionMnistLoaderChecksTheSplit) {

@@ -171,5 +171,62 @@ TEST_F(TraceTest, MissingOrCorruptMetaIsRefused) {
   EXPECT_THROW(open_trace(directory_.string()), InvalidArgument) << "rank2.f32 is missing";
 }
 
+// The meta.json parser on its own (the byte-span entry point open_trace
+// calls): every defect is an InvalidArgument naming the input.
+TEST(TraceMetaParse, AcceptsAValidDescription) {
+  const TraceMeta meta = parse_trace_meta(
+      R"({"numel": 10, "world": 2, "steps": 3, "source": "cnn",
+          "layers": [{"name": "a", "offset": 0, "size": 4}, {"name": "b", "offset": 4, "size": 6}]})",
+      "m");
+  EXPECT_EQ(meta.numel, 10u);
+  EXPECT_EQ(meta.world, 2);
+  EXPECT_EQ(meta.steps, 3);
+  EXPECT_EQ(meta.source, "cnn");
+  ASSERT_EQ(meta.layers.size(), 2u);
+  EXPECT_EQ(meta.layers[1].offset, 4u);
+  const TraceMeta plain = parse_trace_meta(R"({"numel": 5, "world": 1, "steps": 1})", "m");
+  ASSERT_EQ(plain.layers.size(), 1u);
+  EXPECT_EQ(plain.layers[0].name, "all");
+  EXPECT_EQ(plain.layers[0].size, 5u);
+}
+
+TEST(TraceMetaParse, RefusesEachDefect) {
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"", "not a valid trace description"},
+      {"[1, 2]", "not a valid trace description"},
+      {R"({"numel": 10, "world": 2})", "not a valid trace description"},
+      {R"({"numel": "ten", "world": 2, "steps": 3})", "not a valid trace description"},
+      {R"({"numel": 10, "world": 0, "steps": 3})", "needs world >= 1"},
+      {R"({"numel": 10, "world": 2, "steps": 0})", "needs world >= 1"},
+      {R"({"numel": 5000000000, "world": 2, "steps": 3})", "numel < 2^32"},
+      {R"({"numel": -1, "world": 2, "steps": 3})", "numel < 2^32"},
+      {R"({"numel": 4000000000, "world": 1, "steps": 9000000000000000000})", "do not fit"},
+      {R"({"numel": 10, "world": 1, "steps": 1, "layers": [{"name": "a", "offset": 2, "size": 8}]})",
+       "starts at 2"},
+      {R"({"numel": 10, "world": 1, "steps": 1, "layers": [{"name": "a", "offset": 0, "size": 4}]})",
+       "layers cover 4 elements, numel is 10"},
+      {R"({"numel": 10, "world": 1, "steps": 1,
+           "layers": [{"name": "a", "offset": 0, "size": 4},
+                      {"name": "b", "offset": 4, "size": 18446744073709551615}]})",
+       "runs past numel"},
+      {R"({"numel": 10, "world": 1, "steps": 1, "layers": [{"name": "a", "offset": 0}]})",
+       "not a valid trace description"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_trace_meta(c.text, "meta-under-test");
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const InvalidArgument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(c.expected), std::string::npos) << c.text << " -> " << message;
+      EXPECT_NE(message.find("meta-under-test"), std::string::npos) << message;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sparsecomm

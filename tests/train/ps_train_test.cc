@@ -79,7 +79,8 @@ TEST(PsTrain, BspDenseEqualsAllReduceDense) {
   EXPECT_EQ(summary.at("sync"), "bsp");
   EXPECT_EQ(summary.at("servers"), 2);
   EXPECT_EQ(summary.at("workers"), 2);
-  EXPECT_EQ(summary.at("staleness_max"), 0);
+  EXPECT_EQ(summary.at("staleness_steps_max"), 0);
+  EXPECT_EQ(summary.at("staleness_pushes_max"), 0);
   EXPECT_EQ(summary.at("wait_s_per_worker").size(), 2u);
   EXPECT_TRUE(fs::exists(fs::path(ps.out) / "server0.jsonl"));
   EXPECT_TRUE(fs::exists(fs::path(ps.out) / "server1.jsonl"));
@@ -121,11 +122,23 @@ TEST(PsTrain, SspAndDsspWithAStragglerTrainWithinTheirBounds) {
     EXPECT_EQ(summary.at("sync"), k.name);
     EXPECT_EQ(summary.at("servers"), 1);
     EXPECT_EQ(summary.at("applied_pushes"), 3 * 42);
-    const double mean = summary.at("staleness_mean").get<double>();
-    const auto max = summary.at("staleness_max").get<std::int64_t>();
+    const double mean = summary.at("staleness_pushes_mean").get<double>();
+    const auto max = summary.at("staleness_pushes_max").get<std::int64_t>();
     EXPECT_GE(mean, 0.0) << k.sync;
     EXPECT_LE(mean, static_cast<double>(max)) << k.sync;
     EXPECT_GT(max, 0) << k.sync << ": a 3x straggler makes stale updates";
+    // In steps, the unit of --staleness: the bound holds in the summary,
+    // and the summary agrees with the controller's log.
+    if (k.bound >= 0) {
+      const auto steps_max = summary.at("staleness_steps_max").get<std::int64_t>();
+      EXPECT_EQ(steps_max, max_lead(fs::path(c.out) / "server0.jsonl")) << k.sync;
+      EXPECT_GT(steps_max, 0) << k.sync;
+      EXPECT_LE(steps_max, k.bound) << k.sync;
+      EXPECT_LE(summary.at("staleness_steps_mean").get<double>(),
+                static_cast<double>(steps_max));
+    } else {  // ASP: no step requests, so not measured
+      EXPECT_TRUE(summary.at("staleness_steps_max").is_null()) << k.sync;
+    }
     ASSERT_EQ(summary.at("wait_s_per_worker").size(), 3u);
     for (const auto& w : summary.at("wait_s_per_worker")) EXPECT_GE(w.get<double>(), 0.0);
     EXPECT_GT(summary.at("samples_per_s").get<double>(), 0.0);

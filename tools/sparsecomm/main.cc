@@ -16,14 +16,16 @@
 #include "report_command.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 #include "train_command.h"
 
 namespace {
 
 int fail(const std::string& message) {
-  const std::string line = "sparsecomm: error: " + message;
-  if (sparsecomm::launched_by_mpirun()) sparsecomm::mpi_abort_job(line, 1);
-  fmt::print(stderr, "{}\n", line);
+  if (sparsecomm::launched_by_mpirun()) {
+    sparsecomm::mpi_abort_job("sparsecomm: error: " + message, 1);
+  }
+  sparsecomm::logger().error("{}", message);
   return 1;
 }
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/core/log.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
@@ -37,7 +38,7 @@ void run(const Options& options) {
   for (const std::string& dir : options.dirs) runs.push_back(report::load_run(dir));
   for (const report::RunData& run : runs) {
     for (const std::string& warning : run.warnings) {
-      fmt::print(stderr, "sparsecomm: warning: {}\n", warning);
+      logger().warn("{}", warning);
     }
   }
   if (runs.size() == 1) fmt::print("{}\n", report::format_run_summary(runs[0]));

@@ -18,12 +18,12 @@
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/text_corpus.h"
-#include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync.h"
+#include "sparsecomm/train/compare.h"
 #include "sparsecomm/train/run_writer.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
@@ -182,55 +182,39 @@ int run_one(const TrainConfig& config, const std::string& resume) {
   return 0;
 }
 
-// One --compare item: "METHOD" or "METHOD@SYNC" (SYNC: bsp | asp | ssp | dssp,
-// taking the bounds of --staleness / --staleness-low/-high, or ssp:S |
-// dssp:L:U with its own bounds). Returns the configuration and its label.
-std::pair<TrainConfig, std::string> compare_item(const TrainConfig& base, const std::string& item) {
-  TrainConfig config = base;
-  const auto at = item.find('@');
-  config.method = item.substr(0, at);
-  std::string label = item;
-  if (at != std::string::npos) {
-    const std::string sync = item.substr(at + 1);
-    if (sync.find(':') != std::string::npos) {
-      const SyncModel model = parse_sync_model(sync);
-      config.sync = sync.substr(0, sync.find(':'));
-      config.staleness = model.kind == SyncModelKind::kSsp ? model.staleness : 0;
-      config.staleness_low = model.kind == SyncModelKind::kDssp ? model.staleness : 0;
-      config.staleness_high = model.kind == SyncModelKind::kDssp ? model.staleness_upper : 0;
-    } else {
-      config.sync = sync;
-      if (sync != "ssp") config.staleness = 0;
-      if (sync != "dssp") config.staleness_low = config.staleness_high = 0;
-    }
-    for (char& ch : label) {
-      if (ch == ':') ch = '-';
-    }
-  }
-  return {config, label};
-}
-
+// Runs the comparison, prints its table and plots; a failed run is shown in
+// the table and, after it, ends the command with an error (exit code 1).
 void run_compare(const TrainConfig& base, const std::vector<std::string>& items) {
   const fs::path root = base.out.empty() ? fs::path("runs") / "compare" : fs::path(base.out);
-  std::vector<fs::path> dirs;
-  bool rank0 = true;
+  std::vector<CompareRun> runs;
   for (const std::string& item : items) {
-    auto [config, label] = compare_item(base, item);
-    config.out = (root / label).string();
-    ConsoleReporter reporter(label);
-    const nlohmann::json summary = run_training(config, &reporter);
-    rank0 = !summary.is_null();
-    dirs.push_back(config.out);
+    runs.push_back(compare_item(base, item));
+    runs.back().config.out = (root / runs.back().label).string();
   }
-  if (!rank0) return;
-  std::vector<report::RunData> runs;
-  for (const fs::path& dir : dirs) runs.push_back(report::load_run(dir));
-  fmt::print("\n{}\n", report::format_comparison_table(runs));
-  const fs::path plots_dir = root / "plots";
-  if (base.plots) {
-    for (const fs::path& file : report::write_plots(runs, plots_dir)) {
+  const CompareResult result =
+      run_comparison(runs, [](const std::string& label) -> std::unique_ptr<TrainObserver> {
+        return std::make_unique<ConsoleReporter>(label);
+      });
+  if (!result.rank0) return;
+  std::vector<report::RunData> loaded;
+  for (const fs::path& dir : result.dirs) {
+    try {
+      loaded.push_back(report::load_run(dir));
+    } catch (const InvalidArgument&) {
+      // A run that failed before it wrote anything: only in result.failed.
+    }
+  }
+  fmt::print("\n{}\n", report::format_comparison_table(loaded));
+  if (base.plots && !loaded.empty()) {
+    for (const fs::path& file : report::write_plots(loaded, root / "plots")) {
       fmt::print("  plot: {}\n", file.string());
     }
+  }
+  if (!result.failed.empty()) {
+    std::string list;
+    for (const std::string& failure : result.failed) list += "\n  " + failure;
+    throw Error(fmt::format("{} of {} compared runs failed:{}", result.failed.size(), runs.size(),
+                            list));
   }
 }
 
@@ -339,7 +323,8 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--resume", flags->resume, "continue the run in DIR from its latest checkpoint");
   cmd->add_option("--record-gradients", c.record_gradients,
-                  "write a gradient trace (ALGORITHMS.md format) to DIR");
+                  "write a gradient trace to DIR (format: docs/algorithms.md, \"Gradient "
+                  "traces\")");
   cmd->add_option("--record-steps", c.record_steps, "steps to record")->capture_default_str();
   cmd->add_option("--timeout", c.timeout_s,
                   "seconds a rank waits for a peer before failing (0: 60 s or "
@@ -435,7 +420,7 @@ void add_train_command(CLI::App& app) {
       const std::vector<std::string> methods = split_list(flags->compare, "--compare");
       for (const std::string& method : methods) {
         try {
-          validate(compare_item(config, method).first);
+          validate(compare_item(config, method).config);
         } catch (const InvalidArgument& e) {
           throw InvalidArgument(fmt::format("--compare item '{}': {}", method, e.what()));
         }

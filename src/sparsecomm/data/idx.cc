@@ -31,25 +31,93 @@ class GzFile {
   gzFile file_;
 };
 
-// Reads exactly n bytes; returns how many were read (fewer at end of file).
-std::size_t read_some(gzFile file, void* out, std::size_t n, const std::string& path) {
-  auto* bytes = static_cast<unsigned char*>(out);
-  std::size_t done = 0;
-  while (done < n) {
-    const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
-    const int got = gzread(file, bytes + done, chunk);
+std::uint32_t big_endian_u32(std::span<const std::byte> four) {
+  return (std::to_integer<std::uint32_t>(four[0]) << 24) |
+         (std::to_integer<std::uint32_t>(four[1]) << 16) |
+         (std::to_integer<std::uint32_t>(four[2]) << 8) | std::to_integer<std::uint32_t>(four[3]);
+}
+
+// Appends up to n more decompressed bytes of `file` to `out`; fewer only at
+// the end of the stream. Grows `out` a chunk at a time, so a header that
+// promises more than the stream holds costs no more memory than the stream.
+void read_more(gzFile file, const std::string& path, std::size_t n, std::vector<std::byte>& out) {
+  constexpr std::size_t kChunk = std::size_t{1} << 22;
+  while (n > 0) {
+    const std::size_t start = out.size();
+    const std::size_t want = std::min(n, kChunk);
+    out.resize(start + want);
+    const int got = gzread(file, out.data() + start, static_cast<unsigned>(want));
     if (got < 0) {
       int code = 0;
       const char* message = gzerror(file, &code);
       throw InvalidArgument(fmt::format("[idx] {}: corrupt gzip data ({})", path, message));
     }
-    if (got == 0) break;
-    done += static_cast<std::size_t>(got);
+    out.resize(start + static_cast<std::size_t>(got));
+    if (got == 0) return;
+    n -= static_cast<std::size_t>(got);
   }
-  return done;
+}
+
+struct IdxHeader {
+  std::vector<std::uint32_t> shape;
+  std::size_t count = 0;  // data bytes the shape promises
+  std::size_t size = 0;   // header bytes
+};
+
+// Validates the header at the start of `bytes` (which must hold all of it).
+IdxHeader parse_header(std::span<const std::byte> bytes, std::string_view source) {
+  if (bytes.size() < 4 || bytes[0] != std::byte{0} || bytes[1] != std::byte{0}) {
+    throw InvalidArgument(fmt::format(
+        "[idx] {} is not an IDX file (bad magic number): expected 00 00 <type> <dims>", source));
+  }
+  const auto type = std::to_integer<unsigned>(bytes[2]);
+  if (type != kUnsignedByte) {
+    throw InvalidArgument(fmt::format(
+        "[idx] {} holds element type 0x{:02x}; only unsigned bytes (0x08) are supported", source,
+        type));
+  }
+  const auto dims = std::to_integer<std::size_t>(bytes[3]);
+  if (dims < 1 || dims > kMaxDims) {
+    throw InvalidArgument(
+        fmt::format("[idx] {} declares {} dimensions (1..{} supported)", source, dims, kMaxDims));
+  }
+  IdxHeader header;
+  header.size = 4 + 4 * dims;
+  if (bytes.size() < header.size) {
+    throw InvalidArgument(fmt::format("[idx] {} is truncated inside its header", source));
+  }
+  header.count = 1;
+  for (std::size_t d = 0; d < dims; ++d) {
+    const std::uint32_t value = big_endian_u32(bytes.subspan(4 + 4 * d, 4));
+    header.shape.push_back(value);
+    if (value != 0 && header.count > std::numeric_limits<std::size_t>::max() / value) {
+      throw InvalidArgument(fmt::format("[idx] {} declares an impossibly large array", source));
+    }
+    header.count *= value;
+  }
+  return header;
 }
 
 }  // namespace
+
+IdxArray parse_idx(std::span<const std::byte> bytes, std::string_view source) {
+  const IdxHeader header = parse_header(bytes, source);
+  const std::size_t data = bytes.size() - header.size;
+  if (data < header.count) {
+    throw InvalidArgument(
+        fmt::format("[idx] {} is truncated: the header promises {} bytes of data, the file has {}",
+                    source, header.count, data));
+  }
+  if (data > header.count) {
+    throw InvalidArgument(fmt::format("[idx] {} has data past the {} bytes its header describes",
+                                      source, header.count));
+  }
+  IdxArray array;
+  array.shape = header.shape;
+  array.data.resize(header.count);
+  if (header.count > 0) std::memcpy(array.data.data(), bytes.data() + header.size, header.count);
+  return array;
+}
 
 IdxArray read_idx(const std::string& path) {
   std::error_code error;
@@ -60,49 +128,24 @@ IdxArray read_idx(const std::string& path) {
   if (file.get() == nullptr) {
     throw InvalidArgument(fmt::format("[idx] cannot open {}: {}", path, std::strerror(errno)));
   }
-  unsigned char magic[4];
-  if (read_some(file.get(), magic, 4, path) != 4 || magic[0] != 0 || magic[1] != 0) {
+  // Streamed, and never more than the header promises (plus one byte, to
+  // detect trailing data): a gzip file's size does not bound what it
+  // inflates to.
+  std::vector<std::byte> bytes;
+  read_more(file.get(), path, 4, bytes);
+  if (bytes.size() == 4) {
+    const auto dims = std::to_integer<std::size_t>(bytes[3]);
+    if (dims >= 1 && dims <= kMaxDims) read_more(file.get(), path, 4 * dims, bytes);
+  }
+  const IdxHeader header = parse_header(bytes, path);
+  if (header.count > kMaxIdxBytes) {
     throw InvalidArgument(fmt::format(
-        "[idx] {} is not an IDX file (bad magic number): expected 00 00 <type> <dims>", path));
+        "[idx] {} declares {} bytes of data, more than the {} this reader accepts: not an "
+        "MNIST-style file",
+        path, header.count, kMaxIdxBytes));
   }
-  if (magic[2] != kUnsignedByte) {
-    throw InvalidArgument(fmt::format(
-        "[idx] {} holds element type 0x{:02x}; only unsigned bytes (0x08) are supported", path,
-        magic[2]));
-  }
-  const std::size_t dims = magic[3];
-  if (dims < 1 || dims > kMaxDims) {
-    throw InvalidArgument(
-        fmt::format("[idx] {} declares {} dimensions (1..{} supported)", path, dims, kMaxDims));
-  }
-  IdxArray array;
-  std::size_t count = 1;
-  for (std::size_t d = 0; d < dims; ++d) {
-    unsigned char size[4];
-    if (read_some(file.get(), size, 4, path) != 4) {
-      throw InvalidArgument(fmt::format("[idx] {} is truncated inside its header", path));
-    }
-    const std::uint32_t value = (std::uint32_t{size[0]} << 24) | (std::uint32_t{size[1]} << 16) |
-                                (std::uint32_t{size[2]} << 8) | std::uint32_t{size[3]};
-    array.shape.push_back(value);
-    if (value != 0 && count > std::numeric_limits<std::size_t>::max() / value) {
-      throw InvalidArgument(fmt::format("[idx] {} declares an impossibly large array", path));
-    }
-    count *= value;
-  }
-  array.data.resize(count);
-  const std::size_t got = read_some(file.get(), array.data.data(), count, path);
-  if (got != count) {
-    throw InvalidArgument(
-        fmt::format("[idx] {} is truncated: the header promises {} bytes of data, the file has {}",
-                    path, count, got));
-  }
-  unsigned char extra = 0;
-  if (read_some(file.get(), &extra, 1, path) != 0) {
-    throw InvalidArgument(
-        fmt::format("[idx] {} has data past the {} bytes its header describes", path, count));
-  }
-  return array;
+  read_more(file.get(), path, header.count + 1, bytes);
+  return parse_idx(bytes, path);
 }
 
 void write_idx_gz(const std::string& path, const IdxArray& array) {

@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sparsecomm {
@@ -16,9 +18,22 @@ struct IdxArray {
   std::vector<std::uint8_t> data;    // row-major, product(shape) bytes
 };
 
-// Reads `path` (gzip or not: zlib detects it). Throws InvalidArgument naming
-// the file and what is wrong: missing, unreadable, not gzip/IDX (bad magic),
-// a type other than unsigned bytes, truncated or with trailing data.
+// Parses one IDX file's (decompressed) bytes. `source` names them in
+// messages. Throws InvalidArgument saying what is wrong: not IDX (bad
+// magic), a type other than unsigned bytes, 0 or more than 4 dimensions, a
+// size product that overflows, truncated or with trailing data. Never reads
+// outside `bytes` and allocates no more than bytes.size().
+IdxArray parse_idx(std::span<const std::byte> bytes, std::string_view source);
+
+// At most this many data bytes per file (Fashion-MNIST's largest is 47 MB):
+// a header that promises more is refused before anything is allocated.
+inline constexpr std::size_t kMaxIdxBytes = std::size_t{1} << 31;
+
+// Reads `path` (gzip or not: zlib detects it) and parses it, inflating no
+// more than the header promises plus one byte (a gzip bomb cannot fill
+// memory). Throws InvalidArgument naming the file and what is wrong:
+// missing, unreadable, corrupt gzip, more than kMaxIdxBytes promised, or
+// any parse_idx error.
 IdxArray read_idx(const std::string& path);
 
 // Writes `array` as a gzip-compressed IDX file (for tests and small tools).

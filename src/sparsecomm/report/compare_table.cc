@@ -90,11 +90,18 @@ std::string format_comparison_table(std::span<const RunData> runs) {
   const auto left = [&](std::size_t c) { return c <= 1 || c + 1 == header.size(); };
   std::vector<std::vector<std::string>> rows = {header};
   bool any_derived = false;
+  std::string failures;
   for (const RunData& run : runs) {
     const RunSummary& s = run.summary;
-    any_derived = any_derived || run.summary_derived;
+    if (run.failure) {
+      failures += fmt::format("! {} failed after {} steps: {}\n", run_name(s), s.steps,
+                              *run.failure);
+    } else {
+      any_derived = any_derived || run.summary_derived;
+    }
     const EvalRecord* reached = std::isfinite(target) ? first_reaching(run, target) : nullptr;
-    rows.push_back({text_or_dash(run_name(s)) + (run.summary_derived ? "*" : ""),
+    const char* mark = run.failure ? "!" : run.summary_derived ? "*" : "";
+    rows.push_back({text_or_dash(run_name(s)) + mark,
                     text_or_dash(s.model), workers_text(s.workers), percent(s.test_accuracy),
                     percent(s.best_test_accuracy), fixed(s.wall_s, 1),
                     reached ? fixed(reached->wall_s, 1) : "-",
@@ -129,6 +136,7 @@ std::string format_comparison_table(std::span<const RunData> runs) {
   if (any_derived) {
     out += "* no summary.json (interrupted run): figures derived from metrics.jsonl\n";
   }
+  out += failures;  // "!": the run failed; its figures cover the steps before
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm::report {
@@ -327,6 +328,14 @@ RunData load_run(const fs::path& dir) {
   if (fs::is_regular_file(summary_path, error)) {
     run.summary_json = parse_json_file(summary_path);
     apply_summary_json(*run.summary_json, summary_path, run.summary);
+  } else if (const fs::path failure_path = dir / "failure.json";
+             fs::is_regular_file(failure_path, error)) {
+    const json failure = parse_json_file(failure_path);
+    run.summary_derived = true;
+    run.failure = failure.value("error", std::string("(no error recorded)"));
+    run.warnings.push_back(fmt::format("{}: the run failed after {} steps: {}", dir.string(),
+                                       failure.value("steps_completed", std::int64_t{0}),
+                                       *run.failure));
   } else {
     run.summary_derived = true;
     run.warnings.push_back(fmt::format(
@@ -359,27 +368,7 @@ std::vector<std::string> run_labels(std::span<const RunData> runs) {
 }
 
 void write_json_atomically(const fs::path& path, const json& value) {
-  const fs::path temp =
-      path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (out) out << value.dump(2) << '\n';
-    out.close();
-    if (!out) {
-      const int saved = errno;
-      std::error_code ignored;
-      fs::remove(temp, ignored);
-      throw Error(fmt::format("[report] cannot write {}: {}", temp.string(), std::strerror(saved)));
-    }
-  }
-  std::error_code error;
-  fs::rename(temp, path, error);
-  if (error) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
-    throw Error(fmt::format("[report] cannot rename {} to {}: {}", temp.string(), path.string(),
-                            error.message()));
-  }
+  atomic_write(path, value.dump(2) + "\n");
 }
 
 void append_line(const fs::path& path, std::string_view line) {

@@ -5,6 +5,8 @@
 //   metrics.jsonl  one JSON object per line: {"kind":"step",...} after each
 //                  training step, {"kind":"eval",...} after each evaluation
 //   summary.json   the final figures; absent when the run was interrupted
+//   failure.json   {"failed": true, "error", "steps_completed"} when the
+//                  run failed (then there is no summary.json)
 // Reading them back (load_run) and the writers the trainer uses
 // (write_json_atomically, append_line).
 
@@ -75,6 +77,7 @@ struct RunData {
   // derive_summary() does.
   RunSummary summary;
   bool summary_derived = false;       // no summary.json: `summary` is derived
+  std::optional<std::string> failure;  // failure.json's error, when the run failed
   std::vector<std::string> warnings;  // e.g. a truncated last line; for the user
 };
 

@@ -2,13 +2,14 @@
 // Gradient streams: per-(rank, step) gradient vectors for tests and
 // benchmarks, so schemes can be compared without training. Two sources:
 // a synthetic generator (deterministic, skewed, drifting) and recorded
-// traces in the format of ALGORITHMS.md "Gradient traces".
+// traces in the format of docs/algorithms.md "Gradient traces (file format)".
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sparsecomm/core/sparse.h"
@@ -57,6 +58,23 @@ struct SyntheticStreamOptions {
 // multiply-add per element (well under 1 ns), so streams of 10^6-10^7
 // elements over thousands of steps stay cheap.
 std::unique_ptr<GradientStream> make_synthetic_stream(const SyntheticStreamOptions& options);
+
+// A trace's description, meta.json: {"numel", "world", "steps", "source",
+// "layers": [{"name", "offset", "size"}, ...]}.
+struct TraceMeta {
+  std::size_t numel = 0;
+  int world = 0;
+  std::int64_t steps = 0;
+  std::string source;
+  std::vector<LayerSpan> layers;  // contiguous from 0, covering numel
+};
+
+// Parses and validates meta.json's text; `name` names it in messages.
+// Throws InvalidArgument for malformed JSON, missing or mistyped fields,
+// world < 1, steps < 1, numel >= 2^32, steps * numel * 4 bytes beyond
+// 2^63, or layers that are not contiguous from 0 or do not cover numel (no
+// layers: one layer "all").
+TraceMeta parse_trace_meta(std::string_view text, std::string_view name);
 
 // Reads a recorded trace directory (meta.json + rank<r>.f32). Throws
 // InvalidArgument with the path and what is wrong for a missing or

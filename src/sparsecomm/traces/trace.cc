@@ -1,11 +1,13 @@
-// Gradient traces on disk (ALGORITHMS.md "Gradient traces"): a directory with
+// Gradient traces on disk (docs/algorithms.md "Gradient traces"): a directory with
 // meta.json and rank<r>.f32 (T * d little-endian float32 per rank).
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 
 #include <fcntl.h>
@@ -14,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/traces/gradient_stream.h"
 
@@ -29,6 +32,63 @@ std::string rank_file(const std::string& directory, int rank) {
   return (fs::path(directory) / fmt::format("rank{}.f32", rank)).string();
 }
 
+}  // namespace
+
+TraceMeta parse_trace_meta(std::string_view text, std::string_view name) {
+  TraceMeta meta;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text);
+    meta.numel = json.at("numel").get<std::size_t>();
+    meta.world = json.at("world").get<int>();
+    meta.steps = json.at("steps").get<std::int64_t>();
+    meta.source = json.value("source", std::string("unknown"));
+    for (const auto& layer : json.value("layers", nlohmann::json::array())) {
+      meta.layers.push_back({layer.at("name").get<std::string>(),
+                             layer.at("offset").get<std::size_t>(),
+                             layer.at("size").get<std::size_t>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(
+        fmt::format("[trace] {} is not a valid trace description: {}", name, e.what()));
+  }
+  if (meta.world < 1 || meta.steps < 1 || meta.numel > std::numeric_limits<Index>::max()) {
+    throw InvalidArgument(fmt::format(
+        "[trace] {}: needs world >= 1, steps >= 1 and numel < 2^32; got world={}, steps={}, "
+        "numel={}",
+        name, meta.world, meta.steps, meta.numel));
+  }
+  // Each rank file holds steps * numel floats; keep that byte count in range.
+  const auto max_steps = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) /
+                         sizeof(float) / std::max<std::uint64_t>(1, meta.numel);
+  if (static_cast<std::uint64_t>(meta.steps) > max_steps) {
+    throw InvalidArgument(fmt::format("[trace] {}: {} steps of {} floats do not fit in a file",
+                                      name, meta.steps, meta.numel));
+  }
+  std::size_t covered = 0;
+  for (const LayerSpan& layer : meta.layers) {
+    if (layer.offset != covered) {
+      throw InvalidArgument(
+          fmt::format("[trace] {}: layer '{}' starts at {} but the previous layers end at {}", name,
+                      layer.name, layer.offset, covered));
+    }
+    if (layer.size > meta.numel - covered) {
+      throw InvalidArgument(
+          fmt::format("[trace] {}: layer '{}' ({} elements at {}) runs past numel {}", name,
+                      layer.name, layer.size, layer.offset, meta.numel));
+    }
+    covered += layer.size;
+  }
+  if (meta.layers.empty()) {
+    meta.layers.push_back({"all", 0, meta.numel});
+  } else if (covered != meta.numel) {
+    throw InvalidArgument(fmt::format("[trace] {}: layers cover {} elements, numel is {}", name,
+                                      covered, meta.numel));
+  }
+  return meta;
+}
+
+namespace {
+
 class TraceStream final : public GradientStream {
  public:
   explicit TraceStream(std::string directory) : directory_(std::move(directory)) {
@@ -40,43 +100,14 @@ class TraceStream final : public GradientStream {
           "with `sparsecomm train --record-gradients DIR`)",
           meta_path.string()));
     }
-    nlohmann::json meta;
-    try {
-      meta = nlohmann::json::parse(meta_file);
-      numel_ = meta.at("numel").get<std::size_t>();
-      world_ = meta.at("world").get<int>();
-      steps_ = meta.at("steps").get<std::int64_t>();
-      source_ = meta.value("source", std::string("unknown"));
-      for (const auto& layer : meta.value("layers", nlohmann::json::array())) {
-        layers_.push_back({layer.at("name").get<std::string>(),
-                           layer.at("offset").get<std::size_t>(),
-                           layer.at("size").get<std::size_t>()});
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw InvalidArgument(fmt::format("[trace] {} is not a valid trace description: {}",
-                                        meta_path.string(), e.what()));
-    }
-    if (world_ < 1 || steps_ < 1 || numel_ > std::numeric_limits<Index>::max()) {
-      throw InvalidArgument(fmt::format(
-          "[trace] {}: needs world >= 1, steps >= 1 and numel < 2^32; got world={}, steps={}, "
-          "numel={}",
-          meta_path.string(), world_, steps_, numel_));
-    }
-    std::size_t covered = 0;
-    for (const LayerSpan& layer : layers_) {
-      if (layer.offset != covered) {
-        throw InvalidArgument(
-            fmt::format("[trace] {}: layer '{}' starts at {} but the previous layers end at {}",
-                        meta_path.string(), layer.name, layer.offset, covered));
-      }
-      covered += layer.size;
-    }
-    if (layers_.empty()) {
-      layers_.push_back({"all", 0, numel_});
-    } else if (covered != numel_) {
-      throw InvalidArgument(fmt::format("[trace] {}: layers cover {} elements, numel is {}",
-                                        meta_path.string(), covered, numel_));
-    }
+    const std::string text{std::istreambuf_iterator<char>(meta_file),
+                           std::istreambuf_iterator<char>()};
+    TraceMeta meta = parse_trace_meta(text, meta_path.string());
+    numel_ = meta.numel;
+    world_ = meta.world;
+    steps_ = meta.steps;
+    source_ = std::move(meta.source);
+    layers_ = std::move(meta.layers);
     const std::uintmax_t expected = static_cast<std::uintmax_t>(steps_) * numel_ * sizeof(float);
     for (int rank = 0; rank < world_; ++rank) {
       const std::string path = rank_file(directory_, rank);
@@ -181,14 +212,7 @@ TraceWriter::TraceWriter(std::string directory, std::size_t numel, int world, st
     meta["layers"].push_back(
         {{"name", layer.name}, {"offset", layer.offset}, {"size", layer.size}});
   }
-  const fs::path final_path = fs::path(directory_) / "meta.json";
-  const fs::path temp_path = fs::path(directory_) / "meta.json.tmp";
-  {
-    std::ofstream out(temp_path);
-    out << meta.dump(2) << '\n';
-    if (!out) throw Error(fmt::format("[trace] cannot write {}", temp_path.string()));
-  }
-  fs::rename(temp_path, final_path);
+  atomic_write(fs::path(directory_) / "meta.json", meta.dump(2) + "\n");
   for (int rank = 0; rank < world; ++rank) {
     std::ofstream truncate(rank_file(directory_, rank), std::ios::binary | std::ios::trunc);
     if (!truncate)

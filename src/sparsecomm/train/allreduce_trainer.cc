@@ -122,8 +122,6 @@ class RankTrainer {
     record.loss = loss.item<double>();
     straggler_.end_compute();
     record.compute_s = compute.seconds();
-    train_loss_sum_ += record.loss;
-    train_loss_count_ += 1;
 
     if (trace_ && step - first_step_ < config_.record_steps) {
       trace_->append(comm_.rank(), ddp_->gradients());
@@ -133,9 +131,16 @@ class RankTrainer {
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
 
-    Stopwatch update;
-    sgd_->step(ddp_->parameters(), ddp_->gradients(), record.lr);
-    record.update_s = update.seconds();
+    // A skipped step (--nonfinite skip: some rank's gradient was not
+    // finite) changes nothing: no update (momentum and weight decay would
+    // move the parameters), and its loss is not averaged into train_loss.
+    if (!record.sync.skipped_nonfinite) {
+      train_loss_sum_ += record.loss;
+      train_loss_count_ += 1;
+      Stopwatch update;
+      sgd_->step(ddp_->parameters(), ddp_->gradients(), record.lr);
+      record.update_s = update.seconds();
+    }
 
     if (comm_.rank() == 0) {
       record.epoch = steps_.plan.epoch_at(step + 1);
@@ -168,14 +173,28 @@ class RankTrainer {
     const std::int64_t n = test.count();
     const EvalCounts mine = evaluate_range(*model_, test, n * comm_.rank() / comm_.size(),
                                            n * (comm_.rank() + 1) / comm_.size());
-    // Fixed-point sums keep the result identical on every backend.
-    std::vector<std::int64_t> sums = {mine.correct, std::llround(mine.loss_sum * 1e6),
-                                      std::llround(point.train_loss_sum * 1e6),
-                                      point.train_loss_count};
+    // Fixed-point sums keep the result identical on every backend. A loss
+    // that is not finite, or too large for the fixed point, is counted
+    // instead of summed (no overflow), and makes the reported loss NaN.
+    std::int64_t unrepresentable = 0;
+    const auto fixed_point = [&](double value) -> std::int64_t {
+      constexpr double kLimit = 9.0e12;  // x 1e6 stays below 2^63 / 1024 ranks
+      if (std::isfinite(value) && std::abs(value) < kLimit) return std::llround(value * 1e6);
+      ++unrepresentable;
+      return 0;
+    };
+    const std::int64_t test_loss = fixed_point(mine.loss_sum);
+    const std::int64_t test_unrepresentable = unrepresentable;
+    const std::int64_t train_loss = fixed_point(point.train_loss_sum);
+    std::vector<std::int64_t> sums = {mine.correct,           test_loss,
+                                      train_loss,             point.train_loss_count,
+                                      test_unrepresentable,   unrepresentable - test_unrepresentable};
     allreduce(comm_, std::span<std::int64_t>(sums));
     if (comm_.rank() != 0) return;
-    TrainEval eval = make_train_eval(point, n, {sums[0], static_cast<double>(sums[1]) * 1e-6},
-                                     static_cast<double>(sums[2]) * 1e-6, sums[3]);
+    const double nan = std::nan("");
+    TrainEval eval = make_train_eval(
+        point, n, {sums[0], sums[4] > 0 ? nan : static_cast<double>(sums[1]) * 1e-6},
+        sums[5] > 0 ? nan : static_cast<double>(sums[2]) * 1e-6, sums[3]);
     eval.deferred = config_.eval_deferred;
     plan_.writer->write_eval(eval);
     if (plan_.observer) plan_.observer->on_eval(eval);

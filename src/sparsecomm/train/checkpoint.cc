@@ -3,9 +3,10 @@
 #include <fstream>
 
 #include <fmt/format.h>
-#include <zlib.h>
 
+#include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/report/run_files.h"
 
 namespace sparsecomm {
@@ -21,17 +22,6 @@ fs::path rank_file(const fs::path& run_dir, std::int64_t step, int rank) {
   return step_dir(run_dir, step) / fmt::format("rank{}.state", rank);
 }
 
-std::uint32_t crc_of(std::span<const std::byte> bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const std::size_t chunk = std::min<std::size_t>(bytes.size() - done, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(chunk));
-    done += chunk;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
-
 }  // namespace
 
 void write_rank_checkpoint(const fs::path& run_dir, std::int64_t step, int rank,
@@ -42,19 +32,9 @@ void write_rank_checkpoint(const fs::path& run_dir, std::int64_t step, int rank,
   if (error) {
     throw Error(fmt::format("cannot create {}: {}", path.parent_path().string(), error.message()));
   }
-  const fs::path temp = path.string() + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    const std::uint32_t crc = crc_of(payload);
-    const std::uint64_t size = payload.size();
-    out.write(reinterpret_cast<const char*>(&size), sizeof size);
-    out.write(reinterpret_cast<const char*>(payload.data()), static_cast<std::streamsize>(size));
-    out.write(reinterpret_cast<const char*>(&crc), sizeof crc);
-    out.flush();
-    if (!out)
-      throw Error(fmt::format("writing the checkpoint {} failed (disk full?)", temp.string()));
-  }
-  fs::rename(temp, path);
+  // The new step directory's entry must be durable too, not only its files.
+  fsync_directory(path.parent_path().parent_path());
+  atomic_write(path, encode_state_file(payload));
 }
 
 std::vector<std::byte> read_rank_checkpoint(const fs::path& run_dir, std::int64_t step, int rank) {
@@ -66,26 +46,20 @@ std::vector<std::byte> read_rank_checkpoint(const fs::path& run_dir, std::int64_
                     "incomplete or was written by fewer ranks",
                     path.string(), step));
   }
-  std::uint64_t size = 0;
-  in.read(reinterpret_cast<char*>(&size), sizeof size);
-  const auto file_size = fs::file_size(path);
-  if (!in || size != file_size - sizeof size - sizeof(std::uint32_t)) {
-    throw Error(
-        fmt::format("the checkpoint file {} is truncated or corrupt (its size field "
-                    "does not match the file); resume from another run or start anew",
-                    path.string()));
+  std::error_code error;
+  const auto size = fs::file_size(path, error);
+  std::vector<std::byte> file(error ? 0 : static_cast<std::size_t>(size));
+  in.read(reinterpret_cast<char*>(file.data()), static_cast<std::streamsize>(file.size()));
+  if (error || !in) {
+    throw Error(fmt::format("cannot read the checkpoint file {}", path.string()));
   }
-  std::vector<std::byte> payload(size);
-  std::uint32_t crc = 0;
-  in.read(reinterpret_cast<char*>(payload.data()), static_cast<std::streamsize>(size));
-  in.read(reinterpret_cast<char*>(&crc), sizeof crc);
-  if (!in || crc != crc_of(payload)) {
-    throw Error(
-        fmt::format("the checkpoint file {} is corrupt (checksum mismatch); refusing to "
-                    "resume from it",
-                    path.string()));
+  try {
+    return decode_state_file(file, fmt::format("the checkpoint file {}", path.string()));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}; refusing to resume from it (resume from another run or start "
+                            "anew)",
+                            e.what()));
   }
-  return payload;
 }
 
 void commit_checkpoint(const fs::path& run_dir, std::int64_t step, int world,

@@ -41,16 +41,25 @@ std::unique_ptr<FlatModel> make_flat_model(const TrainConfig& config) {
 
 // Totals every rank contributes to at the end (fixed point, one all-reduce
 // over the whole world): per worker its wait (us) and blocked begins, per
-// server its staleness sum, count and maximum.
+// server the sum, count and maximum of its applied pushes' lag in shard
+// versions, and the controller's sum, count and maximum of the steps a
+// worker was ahead of the slowest running worker when granted a step.
 struct PsTotals {
+  enum Field { kSum = 0, kCount = 1, kMax = 2 };
   int workers = 0;
   int servers = 0;
   std::vector<std::int64_t> values;
-  PsTotals(int w, int s) : workers(w), servers(s), values(2 * w + 3 * s, 0) {}
+  PsTotals(int w, int s) : workers(w), servers(s), values(2 * w + 3 * s + 3, 0) {}
   std::int64_t& wait_us(int worker) { return values[static_cast<std::size_t>(worker)]; }
   std::int64_t& blocked(int worker) { return values[static_cast<std::size_t>(workers + worker)]; }
-  std::int64_t& server(int s, int field) {
+  // Pushes applied to server s's shard between a worker's pull and its push.
+  std::int64_t& push_lag(int s, Field field) {
     return values[static_cast<std::size_t>(2 * workers + 3 * s + field)];
+  }
+  // Steps ahead of the slowest running worker at each granted step: the
+  // unit of --staleness (SSP grants at most s, DSSP at most s_U).
+  std::int64_t& steps_ahead(Field field) {
+    return values[static_cast<std::size_t>(2 * workers + 3 * servers + field)];
   }
 };
 
@@ -108,13 +117,18 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
                                    flat->flat->parameters().subspan(shard.begin, shard.size()));
   write_server_log(plan.run_dir / fmt::format("server{}.jsonl", index), log, options.model.name());
   PsTotals totals(layout.workers(), layout.servers());
-  std::int64_t max_staleness = 0;
   for (const AppliedPush& a : log.applied) {
-    totals.server(index, 0) += a.staleness;
-    max_staleness = std::max(max_staleness, a.staleness);
+    totals.push_lag(index, PsTotals::kSum) += a.staleness;
+    totals.push_lag(index, PsTotals::kMax) =
+        std::max(totals.push_lag(index, PsTotals::kMax), a.staleness);
   }
-  totals.server(index, 1) = static_cast<std::int64_t>(log.applied.size());
-  totals.server(index, 2) = max_staleness;
+  totals.push_lag(index, PsTotals::kCount) = static_cast<std::int64_t>(log.applied.size());
+  for (const BeginGrant& g : log.grants) {  // the controller's log only
+    const std::int64_t ahead = g.clock - g.min_clock;
+    totals.steps_ahead(PsTotals::kSum) += ahead;
+    totals.steps_ahead(PsTotals::kMax) = std::max(totals.steps_ahead(PsTotals::kMax), ahead);
+  }
+  totals.steps_ahead(PsTotals::kCount) = static_cast<std::int64_t>(log.grants.size());
   allreduce(comm, std::span<std::int64_t>(totals.values));
 }
 
@@ -257,12 +271,16 @@ class PsRankWorker {
     const double wall_s = clock_.seconds();  // after every worker and server is done
     snapshots_.replay(*flat_->model, flat_->flat->parameters(),
                       [&](const EvalPoint& point) { evaluate_now(point); });
-    std::int64_t stale_sum = 0, stale_count = 0, stale_max = 0;
+    std::int64_t lag_sum = 0, lag_count = 0, lag_max = 0;
     for (int s = 0; s < totals.servers; ++s) {
-      stale_sum += totals.server(s, 0);
-      stale_count += totals.server(s, 1);
-      stale_max = std::max(stale_max, totals.server(s, 2));
+      lag_sum += totals.push_lag(s, PsTotals::kSum);
+      lag_count += totals.push_lag(s, PsTotals::kCount);
+      lag_max = std::max(lag_max, totals.push_lag(s, PsTotals::kMax));
     }
+    const bool steps_measured = totals.steps_ahead(PsTotals::kCount) > 0;
+    const auto mean = [](std::int64_t sum, std::int64_t count) {
+      return count > 0 ? static_cast<double>(sum) / static_cast<double>(count) : 0.0;
+    };
     std::vector<double> waits;
     std::vector<std::int64_t> blocked;
     for (int w = 0; w < totals.workers; ++w) {
@@ -271,10 +289,20 @@ class PsRankWorker {
     }
     const double steps = static_cast<double>(std::max<std::int64_t>(1, steps_.plan.total_steps));
     const nlohmann::json extra = {
-        {"staleness_mean",
-         stale_count > 0 ? static_cast<double>(stale_sum) / static_cast<double>(stale_count) : 0.0},
-        {"staleness_max", stale_max},
-        {"applied_pushes", stale_count},
+        // Steps, the unit of --staleness: how far ahead of the slowest
+        // running worker a worker was when it began a step.
+        // ASP workers never ask to begin a step: not measured (null).
+        {"staleness_steps_mean", steps_measured ? nlohmann::json(mean(
+                                                      totals.steps_ahead(PsTotals::kSum),
+                                                      totals.steps_ahead(PsTotals::kCount)))
+                                                : nlohmann::json()},
+        {"staleness_steps_max", steps_measured ? nlohmann::json(totals.steps_ahead(PsTotals::kMax))
+                                               : nlohmann::json()},
+        // Pushes: how many pushes reached a shard between a worker's pull
+        // and its own push's arrival (W per step when all run together).
+        {"staleness_pushes_mean", mean(lag_sum, lag_count)},
+        {"staleness_pushes_max", lag_max},
+        {"applied_pushes", lag_count},
         {"wait_s_per_worker", waits},
         {"blocked_per_worker", blocked},
         {"slowdown", config_.slowdown},

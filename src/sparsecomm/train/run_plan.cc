@@ -6,9 +6,9 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 
@@ -122,7 +122,7 @@ void finish_run(RunPlan& plan, const RunInfo& info, double wall_s, const nlohman
       const std::vector<report::RunData> runs = {report::load_run(plan.run_dir)};
       report::write_plots(runs, plan.run_dir);
     } catch (const std::exception& e) {
-      spdlog::warn("plots were not drawn: {}", e.what());
+      logger().warn("plots were not drawn: {}", e.what());
     }
   }
   if (plan.observer) plan.observer->on_finish(plan.summary);

@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 #include "sparsecomm/sync/load_balance.h"
 
 namespace sparsecomm {
@@ -85,7 +87,11 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
   if (resume_step < 0) {
     if (fs::exists(metrics_path_)) {
       const std::string what_to_do =
-          config.servers > 0
+          fs::exists(dir_ / "failure.json")
+              ? fmt::format("that run failed (see its failure.json): choose another --out or "
+                            "delete {}",
+                            dir_.string())
+          : config.servers > 0
               ? "choose another --out (parameter-server runs cannot be resumed yet)"
               : fmt::format("pass --resume {} to continue it, or choose another --out",
                             dir_.string());
@@ -116,19 +122,25 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
       kept += line;
       kept += '\n';
     }
-    const fs::path temp = metrics_path_.string() + ".tmp";
-    {
-      std::ofstream out(temp, std::ios::trunc);
-      out << kept;
-      if (!out) throw Error(fmt::format("cannot write {}", temp.string()));
-    }
-    fs::rename(temp, metrics_path_);
+    atomic_write(metrics_path_, kept);
+    steps_completed_ = resume_step;
   }
   report::write_json_atomically(dir_ / "config.json", to_json(config_));
 }
 
 void RunWriter::write_step(const TrainStep& step) {
   report::append_line(metrics_path_, step_json(step).dump());
+  steps_completed_ = step.step + 1;
+}
+
+void RunWriter::write_failure(const std::string& error) noexcept {
+  try {
+    report::write_json_atomically(
+        dir_ / "failure.json",
+        {{"failed", true}, {"error", error}, {"steps_completed", steps_completed_}});
+  } catch (const std::exception& e) {
+    logger().warn("could not record the failure in {}: {}", dir_.string(), e.what());
+  }
 }
 
 void RunWriter::write_eval(const TrainEval& eval) {

@@ -4,10 +4,13 @@
 //   metrics.jsonl  one line per step ({"kind":"step"}) and per evaluation
 //                  ({"kind":"eval"}); see sparsecomm/report/run_files.h
 //   summary.json   the final figures (written atomically at the end)
+//   failure.json   instead of summary.json when the run failed: the error
+//                  and the steps completed before it
 // Used by rank 0 only.
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +40,10 @@ class RunWriter {
   // object) are added to it.
   nlohmann::json finish(const RunInfo& info, double wall_s,
                         const nlohmann::json& extra = nlohmann::json::object());
+  // Records that the run failed with `error` (failure.json:
+  // {"failed": true, "error", "steps_completed"}). Never throws: it runs
+  // while another error unwinds; a failure to write is logged.
+  void write_failure(const std::string& error) noexcept;
 
   const std::filesystem::path& dir() const { return dir_; }
   // Wall seconds of the kept records (a resumed run's clock starts there).
@@ -47,6 +54,7 @@ class RunWriter {
   std::filesystem::path metrics_path_;
   TrainConfig config_;
   double resumed_wall_s_ = 0.0;
+  std::int64_t steps_completed_ = 0;  // records in metrics.jsonl (kept + new)
 };
 
 // One {"kind":"step"} / {"kind":"eval"} line of metrics.jsonl.

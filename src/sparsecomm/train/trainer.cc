@@ -171,10 +171,15 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
     // The run directory exists (or the error above stops every rank)
     // before anyone trains.
     comm.barrier();
-    if (layout) {
-      train_ps_rank(comm, plan, *layout);
-    } else {
-      train_allreduce_rank(comm, plan);
+    try {
+      if (layout) {
+        train_ps_rank(comm, plan, *layout);
+      } else {
+        train_allreduce_rank(comm, plan);
+      }
+    } catch (const std::exception& e) {
+      if (plan.writer != nullptr) plan.writer->write_failure(e.what());
+      throw;
     }
   });
   return plan.summary;

@@ -36,6 +36,7 @@
 #include <mpi.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 
 namespace sparsecomm {
 namespace {
@@ -305,6 +306,7 @@ class MpiCommunicator final : public Communicator {
     MpiRuntime::ensure();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    set_process_log_rank(rank_);
     set_timeout(timeout);
     const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     if (rc != MPI_SUCCESS) {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 
 namespace sparsecomm {
 namespace {
@@ -320,6 +321,7 @@ void run_thread_world(int ranks, const std::function<void(Communicator&)>& fn,
 
   auto body = [&](int rank) {
     try {
+      set_thread_log_rank(rank);
       ThreadCommunicator comm(world, rank, timeout);
       fn(comm);
     } catch (...) {

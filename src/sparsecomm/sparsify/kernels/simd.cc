@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 #include "sparsecomm/sparsify/kernels/simd_impl.h"
 
 namespace sparsecomm {
@@ -49,8 +50,8 @@ SimdLevel detected_simd_level() {
     if (env == nullptr || *env == '\0') return cpu;
     SimdLevel wanted = cpu;
     if (!try_parse(env, wanted)) {
-      std::fprintf(stderr,
-                   "[simd] ignoring SPARSECOMM_SIMD='%s' (expected scalar, avx2 or avx512)\n", env);
+      logger().warn("[simd] ignoring SPARSECOMM_SIMD='{}' (expected scalar, avx2 or avx512)",
+                    env);
       return cpu;
     }
     return wanted < cpu ? wanted : cpu;
