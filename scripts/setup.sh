@@ -19,6 +19,7 @@ PACKAGES=(
   gnuplot-nox                                    # the PNG plots of a run
   libtorch-dev                                   # LibTorch (torch::topk baseline, training)
   libopenblas0-openmp                            # LibTorch's BLAS; else the reference BLAS (20x slower)
+  clang libclang-rt-14-dev                       # libFuzzer and the sanitizers (scripts/fuzz.sh)
 )
 
 missing=()

@@ -197,7 +197,7 @@ inline std::uint64_t hash_floats(std::span<const float> values) {
 
 // One exchange of case `c` with `exchanger`; checks everything the contract
 // promises. Returns this rank's result for further checks.
-inline ExchangeResult check_exchange_case(Communicator& comm, SparseExchanger& exchanger,
+inline ExchangeResult check_exchange_case(Communicator& comm, SparseExchange& exchanger,
                                           const ExchangeCase& c,
                                           std::vector<float>* out_copy = nullptr) {
   const int n = comm.size();
@@ -379,9 +379,9 @@ inline void check_exchange_sweep(Communicator& comm, ExchangePattern pattern,
       options.encode_indices = encode;
       options.sparse_algorithm = algorithm;
       options.dense.segment_bytes = 256;  // many segments per chunk
-      SparseExchanger exchanger(pattern, options);
+      const auto exchanger = make_sparse_exchange(pattern, options);
       for (const ExchangeCase& c : exchange_cases(comm.size(), pattern, full)) {
-        check_exchange_case(comm, exchanger, c);
+        check_exchange_case(comm, *exchanger, c);
       }
     }
   }
@@ -402,8 +402,8 @@ inline void check_sparse_allreduce_algorithms_agree(Communicator& comm) {
       for (std::size_t a = 0; a < algorithms.size(); ++a) {
         ExchangeOptions options;
         options.sparse_algorithm = algorithms[a];
-        SparseExchanger exchanger(ExchangePattern::kSparseAllreduce, options);
-        const ExchangeResult result = check_exchange_case(comm, exchanger, c, &outs[a]);
+        const auto exchanger = make_sparse_exchange(ExchangePattern::kSparseAllreduce, options);
+        const ExchangeResult result = check_exchange_case(comm, *exchanger, c, &outs[a]);
         sent[a] = result.bytes_sent;
         total = std::accumulate(result.counts.begin(), result.counts.end(), std::size_t{0});
       }
@@ -427,7 +427,7 @@ inline void check_error_feedback_steps(Communicator& comm, ExchangePattern patte
   const std::size_t numel = 300;
   ExchangeOptions options;
   options.values = ValueEncoding::kBFloat16;
-  SparseExchanger exchanger(pattern, options);
+  const auto exchanger = make_sparse_exchange(pattern, options);
   std::vector<float> residual(numel, 0.0f), out(numel), delivered(numel, 0.0f);
   std::vector<double> fed(numel, 0.0);
   ExchangeResult result;
@@ -442,7 +442,7 @@ inline void check_error_feedback_steps(Communicator& comm, ExchangePattern patte
     }
     SparseSelection selection;
     for (const Index i : selection_of(c, n, comm.rank())) selection.indices.push_back(i);
-    exchanger.exchange(comm, selection, residual, out, result);
+    exchanger->exchange(comm, selection, residual, out, result);
     for (std::size_t i = 0; i < numel; ++i) delivered[i] += out[i] * static_cast<float>(n);
   }
   std::vector<float> residual_sum = residual;
@@ -520,7 +520,7 @@ inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
     ExchangeOptions options;
     options.values = values;
     options.sparse_algorithm = algorithm;
-    SparseExchanger exchanger(pattern, options);
+    const auto exchanger = make_sparse_exchange(pattern, options);
     SparseSelection selection;
     for (const Index i : selections[static_cast<std::size_t>(r)]) selection.indices.push_back(i);
     selection.known = known;
@@ -529,7 +529,7 @@ inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
     const std::vector<float> before = accumulated;
     std::vector<float> out(numel, 12345.0f);
     ExchangeResult result;
-    exchanger.exchange(comm, selection, accumulated, out, result);
+    exchanger->exchange(comm, selection, accumulated, out, result);
 
     std::size_t bad_out = 0, bad_residual = 0;
     for (std::size_t i = 0; i < numel; ++i) {
@@ -605,7 +605,7 @@ inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
       std::vector<float> a2(numel), out2(numel);
       for (std::size_t i = 0; i < numel; ++i) a2[i] = input_value(c, r, i);
       ExchangeResult listed_result;
-      exchanger.exchange(comm, listed, a2, out2, listed_result);
+      exchanger->exchange(comm, listed, a2, out2, listed_result);
       EXPECT_EQ(out2, out) << what << ": listing the known positions gives the same sum";
       if (r != 0) {
         EXPECT_GT(listed_result.bytes_received, result.bytes_received) << what;
@@ -626,34 +626,35 @@ inline void check_known_ranges(Communicator& comm, ExchangePattern pattern,
 // Every rank passes an invalid argument, so every rank throws before any
 // message (no desynchronization).
 inline void check_exchange_rejects_invalid_arguments(Communicator& comm) {
-  SparseExchanger exchanger(ExchangePattern::kUnionAllreduce, {});
+  const auto exchanger = make_sparse_exchange(ExchangePattern::kUnionAllreduce, {});
   std::vector<float> a(10, 1.0f), out(10), short_out(9);
   ExchangeResult result;
   SparseSelection unsorted;
   unsorted.indices = {3, 2};
-  EXPECT_THROW(exchanger.exchange(comm, unsorted, a, out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, unsorted, a, out, result), InvalidArgument);
   SparseSelection duplicate;
   duplicate.indices = {2, 2};
-  EXPECT_THROW(exchanger.exchange(comm, duplicate, a, out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, duplicate, a, out, result), InvalidArgument);
   SparseSelection beyond;
   beyond.indices = {1, 10};
-  EXPECT_THROW(exchanger.exchange(comm, beyond, a, out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, beyond, a, out, result), InvalidArgument);
   SparseSelection fine;
   fine.indices = {1};
-  EXPECT_THROW(exchanger.exchange(comm, fine, a, short_out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, fine, a, short_out, result), InvalidArgument);
   SparseSelection overlapping_known;
   overlapping_known.known = {{1, 4}, {3, 5}};
-  EXPECT_THROW(exchanger.exchange(comm, overlapping_known, a, out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, overlapping_known, a, out, result), InvalidArgument);
   SparseSelection known_beyond;
   known_beyond.known = {{8, 11}};
-  EXPECT_THROW(exchanger.exchange(comm, known_beyond, a, out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, known_beyond, a, out, result), InvalidArgument);
   SparseSelection selected_in_known;
   selected_in_known.indices = {0, 5};
   selected_in_known.known = {{2, 3}, {4, 6}};
-  EXPECT_THROW(exchanger.exchange(comm, selected_in_known, a, out, result), InvalidArgument);
+  EXPECT_THROW(exchanger->exchange(comm, selected_in_known, a, out, result), InvalidArgument);
   ExchangeOptions bad_factor;
   bad_factor.sparse_switch_factor = 0.0;
-  EXPECT_THROW(SparseExchanger(ExchangePattern::kSparseAllreduce, bad_factor), InvalidArgument);
+  EXPECT_THROW(make_sparse_exchange(ExchangePattern::kSparseAllreduce, bad_factor),
+               InvalidArgument);
 }
 
 }  // namespace sparsecomm::testing

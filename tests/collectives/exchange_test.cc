@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "collectives/exchange_checks.h"
 #include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/comm/thread/thread_world.h"
+#include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm::testing {
@@ -126,17 +129,72 @@ TEST(ExchangeErrors, RanksDisagreeingOnTheLengthAllThrow) {
     EXPECT_THROW(run_thread_world(
                      3,
                      [p](Communicator& comm) {
-                       SparseExchanger exchanger(p, {});
+                       const auto exchanger = make_sparse_exchange(p, {});
                        const std::size_t numel = comm.rank() == 2 ? 11 : 10;
                        std::vector<float> a(numel, 1.0f), out(numel);
                        SparseSelection selection;
                        selection.indices = {1, 4};
                        ExchangeResult result;
-                       exchanger.exchange(comm, selection, a, out, result);
+                       exchanger->exchange(comm, selection, a, out, result);
                      },
                      kWorldTimeout),
                  InvalidArgument)
         << exchange_pattern_name(p);
+  }
+}
+
+// A rank that sends a malformed block: the honest rank's exchange throws a
+// CommError from the block decoder (exchange_message.h) naming the sender,
+// instead of reading or writing out of bounds. Rank 1 plays the protocol's
+// first messages by hand: header (count, payload bytes, d), then its block.
+TEST(ExchangeErrors, MalformedBlocksFromAPeerAreCommErrors) {
+  constexpr std::size_t kNumel = 10;
+  struct Rogue {
+    ExchangePattern pattern;
+    bool encode_indices;
+    std::uint64_t count;
+    std::vector<std::uint8_t> block;
+  };
+  const std::vector<Rogue> rogues{
+      {ExchangePattern::kUnionAllreduce, true, 4, {1, 2}},                     // truncated varints
+      {ExchangePattern::kUnionAllreduce, true, 1, {50}},                       // index >= d
+      {ExchangePattern::kUnionAllreduce, false, 2, {3, 0, 0, 0, 2, 0, 0, 0}},  // unsorted raw
+      {ExchangePattern::kSparseAllgather, true, 1, {50, 0, 0, 128, 63}},       // index >= d
+      {ExchangePattern::kSparseAllgather, true, 1, {0, 0, 0, 128}},  // too small for a value
+  };
+  for (const Rogue& rogue : rogues) {
+    ExchangeOptions options;
+    options.encode_indices = rogue.encode_indices;
+    try {
+      run_thread_world(
+          2,
+          [&](Communicator& comm) {
+            if (comm.rank() == 0) {
+              const auto exchanger = make_sparse_exchange(rogue.pattern, options);
+              std::vector<float> a(kNumel, 1.0f), out(kNumel);
+              SparseSelection selection;
+              selection.indices = {1, 4};
+              ExchangeResult result;
+              exchanger->exchange(comm, selection, a, out, result);
+              return;
+            }
+            const std::array<std::uint64_t, 3> header{rogue.count, rogue.block.size(), kNumel};
+            std::vector<std::uint64_t> headers(6);
+            comm.allgather(bytes_of(std::span<const std::uint64_t>(header)),
+                           writable_bytes_of(std::span<std::uint64_t>(headers)));
+            const std::vector<std::size_t> byte_counts{static_cast<std::size_t>(headers[1]),
+                                                       rogue.block.size()};
+            std::vector<std::byte> recv(byte_counts[0] + byte_counts[1]);
+            comm.allgatherv(std::as_bytes(std::span<const std::uint8_t>(rogue.block)), recv,
+                            byte_counts);
+          },
+          kWorldTimeout);
+      ADD_FAILURE() << exchange_pattern_name(rogue.pattern) << ": malformed block accepted";
+    } catch (const PeerFailure& e) {
+      ADD_FAILURE() << e.what();
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0: from rank 1"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -145,12 +203,13 @@ TEST(ExchangeErrors, SharedPatternChecksSelectionsInDebugBuilds) {
   EXPECT_THROW(run_thread_world(
                    2,
                    [](Communicator& comm) {
-                     SparseExchanger exchanger(ExchangePattern::kSharedIndices, {});
+                     const auto exchanger =
+                         make_sparse_exchange(ExchangePattern::kSharedIndices, {});
                      std::vector<float> a(10, 1.0f), out(10);
                      SparseSelection selection;
                      selection.indices = {1, static_cast<Index>(4 + comm.rank())};
                      ExchangeResult result;
-                     exchanger.exchange(comm, selection, a, out, result);
+                     exchanger->exchange(comm, selection, a, out, result);
                    },
                    kWorldTimeout),
                InvalidArgument);
@@ -173,9 +232,9 @@ TEST(ExchangeBytes, IndexEncodingSavesFortyPercentAtLowDensity) {
         std::vector<float> a(numel, 0.5f), out(numel);
         for (const ExchangePattern p :
              {ExchangePattern::kUnionAllreduce, ExchangePattern::kSparseAllgather}) {
-          SparseExchanger exchanger(p, {});
+          const auto exchanger = make_sparse_exchange(p, {});
           ExchangeResult result;
-          exchanger.exchange(comm, selection, a, out, result);
+          exchanger->exchange(comm, selection, a, out, result);
           EXPECT_EQ(result.index_bytes_raw, 4000u);
           EXPECT_LE(static_cast<double>(result.index_bytes_encoded), 0.6 * 4000.0)
               << exchange_pattern_name(p);

@@ -3,7 +3,10 @@
 // TimeoutError and abort the whole job with its message. The job must end
 // within seconds, non-zero, and its output must name rank 3 (recv mode).
 //
-// Usage: mpiexec -n 4 mpi_stall_probe [recv|barrier]
+// allreduce mode: a native all-reduce times out; MPI cannot withdraw it, so
+// the backend itself aborts the job, saying so.
+//
+// Usage: mpiexec -n 4 mpi_stall_probe [recv|barrier|allreduce]
 
 #include <chrono>
 #include <cstddef>
@@ -19,8 +22,8 @@
 int main(int argc, char** argv) {
   using namespace sparsecomm;
   const std::string mode = argc > 1 ? argv[1] : "recv";
-  if (mode != "recv" && mode != "barrier") {
-    std::fprintf(stderr, "usage: mpi_stall_probe [recv|barrier]\n");
+  if (mode != "recv" && mode != "barrier" && mode != "allreduce") {
+    std::fprintf(stderr, "usage: mpi_stall_probe [recv|barrier|allreduce]\n");
     return 2;
   }
   try {
@@ -35,8 +38,11 @@ int main(int argc, char** argv) {
     if (mode == "recv") {
       std::vector<std::byte> buffer(4096);
       comm->recv(buffer, 3, tags::kRingReduceScatter);
-    } else {
+    } else if (mode == "barrier") {
       comm->barrier();
+    } else {
+      std::vector<float> values(1024, 1.0f);
+      comm->native_allreduce(values);
     }
     // Reaching this point means the stalled rank was not detected; the
     // missing "timed out" makes expect_abort.sh fail.

@@ -91,8 +91,9 @@ TEST(Partition, InitialLayoutSpreadsBlocks) {
   EXPECT_EQ(sparse.blocks_in(3), 0);
 }
 
-// The known weakness of the reference sweep (ALGORITHMS.md): these skews
-// never move, while the counts balancer fixes them in one step.
+// The known weakness of the reference sweep (docs/algorithms.md "Dynamic
+// partition allocation"): these skews never move, while the counts
+// balancer fixes them in one step.
 TEST(Partition, FaithfulSweepStallsWhereTheCountsBalancerDoesNot) {
   const BlockGrid grid = make_block_grid(1 << 20, 1024, 32);
   for (const std::vector<double>& shape :

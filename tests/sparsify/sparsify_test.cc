@@ -1,6 +1,7 @@
 // The sparsify layer above the kernels: options, the registry, the gradient
-// memories and every scheme's selection rules (ALGORITHMS.md), each checked
-// against a short reference on random and crafted inputs.
+// memories and every scheme's selection rules (docs/algorithms.md
+// "Sparsifiers"), each checked against a short reference on random and
+// crafted inputs.
 
 #include <gtest/gtest.h>
 
@@ -616,7 +617,7 @@ TEST(RandomKScheme, DependsOnSeedAndStepOnlyAndIsUniform) {
   });
 }
 
-// Checks a DGC selection against the rules of ALGORITHMS.md.
+// Checks a DGC selection against the rules of docs/algorithms.md "DGC".
 void expect_dgc_rules(const Sparsifier& dgc, const SparseSelection& s, std::span<const float> a,
                       std::size_t k) {
   expect_valid_selection(s, a);

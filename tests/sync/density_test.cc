@@ -1,8 +1,8 @@
 // Density control and partition balance of MiCRO and ExDyna on the skewed,
-// drifting synthetic stream (ALGORITHMS.md "Density control"): d = 10^6,
-// 1,000 steps while the gradient scale falls 10x, error feedback, union
-// all-reduce, on the thread backend. Asserts the default schemes' figures
-// and prints the faithful ones beside them.
+// drifting synthetic stream (docs/algorithms.md "Density control (the
+// targets)"): d = 10^6, 1,000 steps while the gradient scale falls 10x,
+// error feedback, union all-reduce, on the thread backend. Asserts the
+// default schemes' figures and prints the faithful ones beside them.
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@
 #include "sparsecomm/core/rng.h"
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/schemes/partitioned.h"
-#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
 #include "sparsecomm/traces/gradient_stream.h"
 
 namespace sparsecomm {
@@ -49,7 +49,7 @@ RunFigures run_scheme(const char* scheme, int n, double density, const GradientS
     parts.sparsifier = make_partitioned_sparsifier(partitioned_options_from(scheme, options));
     parts.memory = make_error_feedback();
     parts.exchange = ExchangePattern::kUnionAllreduce;
-    SparseSync sync(std::move(parts));
+    SparsifyExchangeStep sync(std::move(parts));
     std::vector<float> gradient(kNumel);
     for (int step = 0; step < kSteps; ++step) {
       stream.fill(comm.rank(), step, gradient);
@@ -181,7 +181,7 @@ TEST(DensityControlSpike, AGradientJumpCannotReleaseTheResidualAtOnce) {
       parts.sparsifier = make_partitioned_sparsifier(partitioned_options_from("exdyna", options));
       parts.memory = make_error_feedback();
       parts.exchange = ExchangePattern::kUnionAllreduce;
-      SparseSync sync(std::move(parts));
+      SparsifyExchangeStep sync(std::move(parts));
       std::vector<float> gradient(kSmall);
       const Philox rng(3);
       for (int step = 0; step < 40; ++step) {

@@ -1,4 +1,4 @@
-// No allocation on the hot path: after warm-up, a step of SparseSync
+// No allocation on the hot path: after warm-up, a step of SparsifyExchangeStep
 // allocates nothing. Counts operator new on the calling thread while a step
 // runs; a binary of its own because it replaces the global operator new.
 //
@@ -69,7 +69,7 @@ class SoloCommunicator final : public Communicator {
 
 struct Counts {
   long select = 0;  // memory.accumulate + sparsifier.select + memory.after_exchange
-  long step = 0;    // SparseSync::synchronize
+  long step = 0;    // SparsifyExchangeStep::synchronize
 };
 
 // The first kWarmup steps may size buffers (growth is amortized: a buffer
@@ -98,7 +98,7 @@ Counts allocations_after_warmup(const SyncCase& c, std::size_t numel) {
     }
   }
   // The whole step.
-  SparseSync sync(make_scheme(c.scheme, case_options(c)));
+  SparsifyExchangeStep sync(make_scheme(c.scheme, case_options(c)));
   for (int step = 0; step < kSteps; ++step) {
     for (std::size_t i = 0; i < numel; ++i) gradient[i] = sync_input(0, step, i);
     StepContext ctx;

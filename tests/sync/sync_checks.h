@@ -1,5 +1,5 @@
 #pragma once
-// Backend-agnostic checks of SparseSync: each function runs on one rank of
+// Backend-agnostic checks of SparsifyExchangeStep: each function runs on one rank of
 // a world and is called by every rank (same arguments, same order). The
 // thread suite calls them inside run_thread_world, the MPI suite on
 // mpi_world(). They use non-fatal EXPECTs only and never return early
@@ -34,7 +34,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/rng.h"
 #include "sparsecomm/sparsify/registry.h"
-#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
 
 namespace sparsecomm::testing {
 
@@ -143,7 +143,7 @@ std::vector<std::vector<T>> gather_all(Communicator& comm, std::span<const T> mi
 
 // A copy of the memory's accumulated buffer (the residual after a step).
 // GradientMemory has no const accessor; this only reads.
-inline std::vector<float> accumulated_copy(const SparseSync& sync) {
+inline std::vector<float> accumulated_copy(const SparsifyExchangeStep& sync) {
   const auto a = const_cast<GradientMemory&>(sync.memory()).accumulated();
   return {a.begin(), a.end()};
 }
@@ -165,7 +165,7 @@ inline void check_conservation(Communicator& comm, const SyncCase& c, std::size_
   const int n = comm.size();
   const int rank = comm.rank();
   SCOPED_TRACE(fmt::format("{} n={} rank={} d={}", case_name(c), n, rank, numel));
-  SparseSync sync(make_scheme(c.scheme, case_options(c)));
+  SparsifyExchangeStep sync(make_scheme(c.scheme, case_options(c)));
   const std::string memory_kind(sync.memory().name());
   const ValueEncoding encoding = parse_value_encoding(c.values);
   const ExchangePattern pattern = sync.exchange_pattern();
@@ -355,7 +355,7 @@ inline void check_nonfinite(Communicator& comm, NonFinitePolicy policy,
   for (const char* scheme : {"topk", "dgc", "cltk"}) {
     SchemeOptions options;
     options.set("density=0.02");
-    SparseSync sync(make_scheme(scheme, options), policy);
+    SparsifyExchangeStep sync(make_scheme(scheme, options), policy);
     for (int step = 0; step < 4; ++step) {
       StepContext ctx;
       ctx.step = step;
@@ -411,7 +411,7 @@ inline void check_metrics_formulas(Communicator& comm, const std::string& exchan
   options.set("density=0.01");
   options.set("lambda=1");
   options.set("exchange=" + exchange);
-  SparseSync sync(make_scheme("threshold", options));
+  SparsifyExchangeStep sync(make_scheme("threshold", options));
   std::vector<float> gradient(numel, 0.001f);
   for (int j = 0; j <= rank; ++j) gradient[static_cast<std::size_t>(100 * rank + j)] = 10.0f;
   StepContext ctx;

@@ -1,4 +1,4 @@
-// SparseSync on the MPI backend (run under mpiexec -n 4): the same
+// SparsifyExchangeStep on the MPI backend (run under mpiexec -n 4): the same
 // conservation, metrics and non-finite checks as the thread suite.
 
 #include <gtest/gtest.h>

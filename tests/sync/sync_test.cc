@@ -1,4 +1,4 @@
-// SparseSync end to end on the thread backend: error-feedback conservation
+// SparsifyExchangeStep end to end on the thread backend: error-feedback conservation
 // for every scheme, exchange pattern and value encoding on worlds of 1 to 8
 // ranks; non-finite gradients handled alike on every rank; the metrics;
 // Random-k's unbiased rescaling; resuming from saved state.
@@ -175,7 +175,7 @@ TEST(RandomK, RescaledEstimateIsUnbiased) {
           options.set("memory=none");
           options.set("rescale=true");
           options.set("seed=" + std::to_string(seed));
-          SparseSync sync(make_scheme("randomk", options));
+          SparsifyExchangeStep sync(make_scheme("randomk", options));
           std::vector<float> gradient = local;
           StepContext ctx;
           ctx.step = seed % 3;
@@ -204,7 +204,7 @@ TEST(DgcMemory, FollowsTheUpdateRuleThroughTheSync) {
         SchemeOptions options;
         options.set("density=0.05");
         options.set("momentum=0.5");
-        SparseSync sync(make_scheme("dgc", options));
+        SparsifyExchangeStep sync(make_scheme("dgc", options));
         const std::size_t d = 300;
         std::vector<float> u(d, 0.0f);
         std::vector<float> v(d, 0.0f);
@@ -239,7 +239,7 @@ TEST(DeftWholePieces, JoinTheUnionWithoutIndexExchange) {
         [](Communicator& comm) {
           SchemeOptions options;
           options.set("density=0.3");
-          SparseSync sync(make_scheme("deft", options));
+          SparsifyExchangeStep sync(make_scheme("deft", options));
           const std::size_t d = 1000;
           // A small layer with a dominant norm: its budget is capped at its size.
           const std::vector<LayerSpan> layers = {{"hot", 0, 10}, {"rest", 10, 990}};
@@ -290,9 +290,9 @@ TEST(DeftWholePieces, JoinTheUnionWithoutIndexExchange) {
   }
 }
 
-// Saving after some steps and loading into a fresh SparseSync resumes
+// Saving after some steps and loading into a fresh SparsifyExchangeStep resumes
 // bit-exactly.
-TEST(SparseSyncState, ResumesBitExactly) {
+TEST(SparsifyExchangeStepState, ResumesBitExactly) {
   for (const char* scheme : {"topk", "dgc", "randomk", "gaussiank", "cltk", "threshold"}) {
     run_thread_world(
         3,
@@ -300,7 +300,7 @@ TEST(SparseSyncState, ResumesBitExactly) {
           SchemeOptions options;
           options.set("density=0.03");
           const std::size_t d = 777;
-          SparseSync first(make_scheme(scheme, options));
+          SparsifyExchangeStep first(make_scheme(scheme, options));
           auto input = [&](int step) {
             std::vector<float> g(d);
             for (std::size_t i = 0; i < d; ++i) g[i] = sync_input(comm.rank(), step, i);
@@ -314,7 +314,7 @@ TEST(SparseSyncState, ResumesBitExactly) {
           }
           StateWriter writer;
           first.save(writer);
-          SparseSync second(make_scheme(scheme, options));
+          SparsifyExchangeStep second(make_scheme(scheme, options));
           StateReader reader(writer.bytes());
           second.load(reader);
           EXPECT_TRUE(reader.at_end());
@@ -329,7 +329,8 @@ TEST(SparseSyncState, ResumesBitExactly) {
             EXPECT_EQ(accumulated_copy(first), accumulated_copy(second)) << scheme;
           }
           // A different scheme's state is refused.
-          SparseSync other(make_scheme(std::string(scheme) == "topk" ? "dgc" : "topk", options));
+          SparsifyExchangeStep other(
+              make_scheme(std::string(scheme) == "topk" ? "dgc" : "topk", options));
           StateReader wrong(writer.bytes());
           EXPECT_THROW(other.load(wrong), Error);
         },
@@ -337,7 +338,9 @@ TEST(SparseSyncState, ResumesBitExactly) {
   }
 }
 
-TEST(SparseSync, RejectsMissingParts) { EXPECT_THROW(SparseSync(SchemeParts{}), InvalidArgument); }
+TEST(SparsifyExchangeStep, RejectsMissingParts) {
+  EXPECT_THROW(SparsifyExchangeStep(SchemeParts{}), InvalidArgument);
+}
 
 }  // namespace
 }  // namespace sparsecomm::testing

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "cli_util.h"
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/collectives/skip_reduce.h"
@@ -187,19 +188,6 @@ void verify(Communicator& comm, const Case& c, std::span<const float> data,
   }
 }
 
-// Per-iteration maximum over ranks, then the median over iterations.
-double median_of_rank_max(Communicator& comm, const std::vector<double>& mine) {
-  const std::size_t iters = mine.size();
-  std::vector<double> all(iters * static_cast<std::size_t>(comm.size()));
-  comm.allgather(bytes_of(std::span<const double>(mine)),
-                 writable_bytes_of(std::span<double>(all)));
-  std::vector<double> worst(iters, 0.0);
-  for (std::size_t r = 0; r < static_cast<std::size_t>(comm.size()); ++r) {
-    for (std::size_t i = 0; i < iters; ++i) worst[i] = std::max(worst[i], all[r * iters + i]);
-  }
-  return median(worst);
-}
-
 std::vector<Row> measure(Communicator& comm, const Options& options) {
   const int n = comm.size();
   const std::size_t segment_bytes = parse_bytes(options.segment, "--segment-bytes");
@@ -305,13 +293,8 @@ void print_table(const std::vector<Row>& rows, std::string_view backend, int wor
 }
 
 void run(const Options& options) {
-  if (options.iters < 1)
-    throw InvalidArgument(fmt::format("--iters must be >= 1, got {}", options.iters));
-  if (options.warmup < 0)
-    throw InvalidArgument(fmt::format("--warmup must be >= 0, got {}", options.warmup));
-  if (options.format != "table" && options.format != "json") {
-    throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
-  }
+  check_iterations(options.iters, options.warmup);
+  check_format(options.format);
   WorldOptions world;
   world.backend = parse_backend(options.backend);
   world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : options.workers;

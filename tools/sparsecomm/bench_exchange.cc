@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "cli_util.h"
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/collectives/codec.h"
@@ -286,32 +287,26 @@ std::vector<Row> measure(Communicator& comm, const Options& options, std::size_t
         exchange_options.values = values;
         exchange_options.encode_indices = !options.raw_indices;
         exchange_options.sparse_algorithm = c.algorithm;
-        SparseExchanger exchanger(c.pattern, exchange_options);
+        const auto exchanger = make_sparse_exchange(c.pattern, exchange_options);
         ExchangeResult result;
         const bool union_like = c.pattern == ExchangePattern::kUnionAllreduce;
         accumulated = pristine;
-        exchanger.exchange(comm, selection, accumulated, out, result);
+        exchanger->exchange(comm, selection, accumulated, out, result);
         verify(comm, c, values, density, out, union_like ? ref.union_out : ref.sparse_out, result,
                ref.union_size);
         for (int i = 0; i < options.warmup; ++i) {
           std::copy(pristine.begin(), pristine.end(), accumulated.begin());
-          exchanger.exchange(comm, selection, accumulated, out, result);
+          exchanger->exchange(comm, selection, accumulated, out, result);
         }
         std::vector<double> times;
         for (int i = 0; i < options.iters; ++i) {
           std::copy(pristine.begin(), pristine.end(), accumulated.begin());
           comm.barrier();
           Stopwatch clock;
-          exchanger.exchange(comm, selection, accumulated, out, result);
+          exchanger->exchange(comm, selection, accumulated, out, result);
           times.push_back(clock.seconds() * 1e3);
         }
-        const std::vector<double> all_times = gather(comm, times);
-        std::vector<double> worst(times.size(), 0.0);
-        for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) {
-          for (std::size_t i = 0; i < times.size(); ++i) {
-            worst[i] = std::max(worst[i], all_times[q * times.size() + i]);
-          }
-        }
+        const double time_ms = median_of_rank_max(comm, times);
         const std::vector<std::uint64_t> bytes = gather(
             comm, std::vector<std::uint64_t>{result.bytes_sent, result.bytes_received,
                                              result.index_bytes_raw, result.index_bytes_encoded});
@@ -324,7 +319,7 @@ std::vector<Row> measure(Communicator& comm, const Options& options, std::size_t
         row.values = std::string(value_encoding_name(values));
         row.union_size = result.union_size;
         row.selected_total = ref.selected_total;
-        row.time_ms = median(worst);
+        row.time_ms = time_ms;
         std::uint64_t raw = 0, encoded = 0;
         for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) {
           row.bytes_sent = std::max(row.bytes_sent, bytes[4 * q]);
@@ -381,13 +376,8 @@ void print_table(const std::vector<Row>& rows, std::string_view backend, const O
 }
 
 void run(const Options& options) {
-  if (options.iters < 1)
-    throw InvalidArgument(fmt::format("--iters must be >= 1, got {}", options.iters));
-  if (options.warmup < 0)
-    throw InvalidArgument(fmt::format("--warmup must be >= 0, got {}", options.warmup));
-  if (options.format != "table" && options.format != "json") {
-    throw InvalidArgument(fmt::format("--format '{}': valid are table, json", options.format));
-  }
+  check_iterations(options.iters, options.warmup);
+  check_format(options.format);
   if (options.selection != "random" && options.selection != "disjoint") {
     throw InvalidArgument(
         fmt::format("--selection '{}': valid are random, disjoint", options.selection));

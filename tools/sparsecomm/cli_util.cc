@@ -77,11 +77,4 @@ std::string format_bytes(double bytes) {
   return fmt::format("{:.1f} {}", bytes, kUnits[unit]);
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) throw InvalidArgument("median of an empty list");
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
 }  // namespace sparsecomm::cli

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sparsecomm/report/statistics.h"
+
 namespace sparsecomm::cli {
 
 // "4096", "64K", "1M", "2G" (binary units) -> bytes. Throws InvalidArgument
@@ -18,7 +20,7 @@ std::vector<std::string> split_list(std::string_view text, std::string_view what
 // 65536 -> "64 KiB", 1536 -> "1.5 KiB".
 std::string format_bytes(double bytes);
 
-// Median of a non-empty list (the mean of the two middle values for even sizes).
-double median(std::vector<double> values);
+// Medians of timings: the one definition, shared with the trainer's summaries.
+using report::median;
 
 }  // namespace sparsecomm::cli

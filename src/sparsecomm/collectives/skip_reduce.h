@@ -1,6 +1,6 @@
 #pragma once
 // Skip-Reduce: index-free pruning inside a ring all-reduce (see
-// docs/algorithms.md and ALGORITHMS.md "Skip-Reduce").
+// docs/algorithms.md "Skip-Reduce").
 //
 // With skip s (0 <= s <= n-1) every chunk starts its reduce-scatter journey
 // s hops late, so it sums the contributions of only n-s ranks: a contiguous

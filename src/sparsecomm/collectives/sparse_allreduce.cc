@@ -1,5 +1,5 @@
-// SparCML-style sparse all-reduce: the kSparseAllreduce pattern of
-// SparseExchanger (see sparse_exchange.h for the shared contract).
+// SparCML-style sparse all-reduce: the kSparseAllreduce pattern (see
+// sparse_exchange.h for the shared contract).
 //
 // Both algorithms start from this rank's decoded values at its own I_r
 // (sparse_exchange.cc's rule: the residual already keeps a_r - decoded) and
@@ -31,24 +31,21 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "sparsecomm/collectives/allreduce.h"
-#include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/collectives/exchange_internal.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
 
-namespace sparsecomm {
+namespace sparsecomm::detail {
 namespace {
 
 constexpr std::uint64_t kDenseFlag = 1;
-
-std::string where(const Communicator& comm) {
-  return fmt::format("[exchange] rank {}: ", comm.rank());
-}
 
 std::size_t bitmap_bytes(std::size_t numel) { return (numel + 7) / 8; }
 
@@ -78,63 +75,113 @@ std::size_t append_indices(std::span<const Index> indices, bool encode,
   return indices.size_bytes();
 }
 
-// Reads exactly list.size() indices from in (all of it), or throws.
-void read_indices(const Communicator& comm, int peer, std::span<const std::byte> in, bool encoded,
-                  std::span<Index> list) {
-  std::size_t used = list.size_bytes();
-  if (encoded) {
-    used = decode_indices(in, list);
-  } else if (used == in.size() && used > 0) {
-    std::memcpy(list.data(), in.data(), used);
-  }
-  if (used != in.size()) {
-    throw CommError(where(comm) +
-                    fmt::format("rank {} sent {} index bytes that do not hold exactly {} indices",
-                                peer, in.size(), list.size()));
-  }
-}
+// A partial sum: a sorted (index, value) list or a dense vector with a
+// bitmap of the positions some rank contributed to.
+struct PartialSum {
+  bool dense = false;
+  ValueEncoding encoding = ValueEncoding::kFloat32;  // width on the wire
+  UninitVector<Index> indices;                       // sparse only
+  UninitVector<float> values;                        // sparse: one per index; dense: d
+  UninitVector<std::uint8_t> present;                // dense only: ceil(d / 8) bytes
+};
+
+class SparseAllreduce final : public SparseExchange {
+ public:
+  explicit SparseAllreduce(const ExchangeOptions& options)
+      : SparseExchange(ExchangePattern::kSparseAllreduce, options) {}
+
+ private:
+  void run(Communicator& comm, const Input& input, std::span<float> accumulated,
+           std::span<float> out, ExchangeResult& result) override;
+  void exchange_list(Communicator& comm, std::span<const Index> selected,
+                     std::span<float> accumulated, std::span<float> out, ExchangeResult& result);
+  void recursive_doubling(Communicator& comm, std::span<const Index> selected, std::span<float> out,
+                          ExchangeResult& result);
+  void split_allreduce(Communicator& comm, std::span<const Index> selected, std::span<float> out,
+                       ExchangeResult& result);
+  void serialize_partial(PartialSum& partial, std::size_t numel, ExchangeResult& result);
+  void deserialize_partial(Communicator& comm, int peer, std::size_t numel);
+  void merge_partial(std::size_t numel);
+  void densify_if_smaller(PartialSum& partial, std::size_t numel);
+
+  WireBuffers wire_;
+  UninitVector<Index> with_known_;   // own list merged with the known positions
+  UninitVector<Index> transmitted_;  // what this rank sent (result.transmitted)
+  // Recursive doubling: this rank's partial sum, the partner's, and a spare
+  // one to merge or densify into (then swapped with current_). Split uses
+  // them as its range sum, received block and reduced range.
+  PartialSum current_;
+  PartialSum incoming_;
+  PartialSum spare_;
+  std::array<std::uint64_t, 4> wire_header_out_{};
+  std::array<std::uint64_t, 4> wire_header_in_{};
+  // Split: per-owner block sizes and (count, index bytes) headers, and which
+  // positions of this rank's range some rank sent.
+  std::vector<std::size_t> send_counts_;
+  std::vector<std::size_t> recv_counts_;
+  std::vector<std::size_t> meta_counts_;
+  std::vector<std::uint64_t> meta_out_;
+  std::vector<std::uint64_t> meta_in_;
+  UninitVector<std::uint8_t> range_hit_;
+};
 
 }  // namespace
 
-void SparseExchanger::exchange_sparse_allreduce(Communicator& comm, std::span<const Index> selected,
-                                                std::span<float> accumulated, std::span<float> out,
-                                                ExchangeResult& result) {
+void SparseAllreduce::run(Communicator& comm, const Input& input, std::span<float> accumulated,
+                          std::span<float> out, ExchangeResult& result) {
+  if (input.known_indices.empty()) {
+    exchange_list(comm, input.selected, accumulated, out, result);
+    return;
+  }
+  // Its partial sums are index lists: the known positions join this rank's
+  // list (and travel as indices), then leave the counts again.
+  const std::span<const Index> selected = input.selected;
+  const std::span<const Index> known = input.known_indices;
+  with_known_.resize(selected.size() + known.size());
+  std::merge(selected.begin(), selected.end(), known.begin(), known.end(), with_known_.begin());
+  exchange_list(comm, with_known_, accumulated, out, result);
+  for (std::size_t& count : result.counts) count -= known.size();
+}
+
+void SparseAllreduce::exchange_list(Communicator& comm, std::span<const Index> selected,
+                                    std::span<float> accumulated, std::span<float> out,
+                                    ExchangeResult& result) {
   const std::size_t numel = accumulated.size();
   const std::size_t count = selected.size();
-  gather_headers(comm, count, 0, numel, result);
+  gather_headers(comm, count, 0, numel, wire_, result);
   const std::size_t total =
       std::accumulate(result.counts.begin(), result.counts.end(), std::size_t{0});
-  SparseAllreduceAlgorithm algorithm = options_.sparse_algorithm;
+  SparseAllreduceAlgorithm algorithm = options().sparse_algorithm;
   if (algorithm == SparseAllreduceAlgorithm::kAuto) {
     algorithm =
-        static_cast<double>(total) * options_.sparse_switch_factor < static_cast<double>(numel)
+        static_cast<double>(total) * options().sparse_switch_factor < static_cast<double>(numel)
             ? SparseAllreduceAlgorithm::kRecursiveDoubling
             : SparseAllreduceAlgorithm::kSplit;
   }
-  values_.resize(count);
-  for (std::size_t j = 0; j < count; ++j) values_[j] = accumulated[selected[j]];
-  send_bytes_.resize(count * value_bytes(options_.values));
-  encode_values(values_, options_.values, send_bytes_);
-  for (std::size_t j = 0; j < count; ++j) accumulated[selected[j]] -= values_[j];
-  union_.assign(selected.begin(), selected.end());
+  wire_.values.resize(count);
+  for (std::size_t j = 0; j < count; ++j) wire_.values[j] = accumulated[selected[j]];
+  wire_.send.resize(count * value_bytes(options().values));
+  encode_values(wire_.values, options().values, wire_.send);
+  for (std::size_t j = 0; j < count; ++j) accumulated[selected[j]] -= wire_.values[j];
+  transmitted_.assign(selected.begin(), selected.end());
   if (algorithm == SparseAllreduceAlgorithm::kRecursiveDoubling) {
     recursive_doubling(comm, selected, out, result);
   } else {
     split_allreduce(comm, selected, out, result);
   }
-  result.transmitted = union_;
+  result.transmitted = transmitted_;
 }
 
 // --- recursive doubling ---
 
-void SparseExchanger::densify_if_smaller(PartialSum& partial, std::size_t numel) {
+void SparseAllreduce::densify_if_smaller(PartialSum& partial, std::size_t numel) {
   if (partial.dense) return;
   const std::size_t width = value_bytes(partial.encoding);
   const std::size_t nnz = partial.indices.size();
   const std::size_t index_bytes =
-      options_.encode_indices ? encoded_index_bytes(partial.indices) : sizeof(Index) * nnz;
+      options().encode_indices ? encoded_index_bytes(partial.indices) : sizeof(Index) * nnz;
   if (index_bytes + nnz * width <= bitmap_bytes(numel) + numel * width) return;
-  PartialSum& dense = partials_[2];
+  PartialSum& dense = spare_;
   dense.dense = true;
   dense.encoding = partial.encoding;
   dense.values.assign(numel, 0.0f);
@@ -146,36 +193,36 @@ void SparseExchanger::densify_if_smaller(PartialSum& partial, std::size_t numel)
   std::swap(partial, dense);
 }
 
-// send_bytes_ and wire_header_out_ = the wire form of `partial`.
-void SparseExchanger::serialize_partial(PartialSum& partial, std::size_t numel,
+// wire_.send and wire_header_out_ = the wire form of `partial`.
+void SparseAllreduce::serialize_partial(PartialSum& partial, std::size_t numel,
                                         ExchangeResult& result) {
   const std::size_t width = value_bytes(partial.encoding);
-  send_bytes_.clear();
+  wire_.send.clear();
   std::uint64_t nnz = 0;
   std::uint64_t index_bytes = 0;
   if (partial.dense) {
     const std::size_t bits = bitmap_bytes(numel);
-    send_bytes_.resize(bits + numel * width);
-    if (bits > 0) std::memcpy(send_bytes_.data(), partial.present.data(), bits);
+    wire_.send.resize(bits + numel * width);
+    if (bits > 0) std::memcpy(wire_.send.data(), partial.present.data(), bits);
     encode_values(std::span<float>(partial.values.data(), numel), partial.encoding,
-                  std::span<std::byte>(send_bytes_).subspan(bits));
+                  std::span<std::byte>(wire_.send).subspan(bits));
     nnz = popcount_bytes(partial.present);
   } else {
     nnz = partial.indices.size();
-    index_bytes = append_indices(partial.indices, options_.encode_indices, send_bytes_);
+    index_bytes = append_indices(partial.indices, options().encode_indices, wire_.send);
     result.index_bytes_raw += sizeof(Index) * nnz;
     result.index_bytes_encoded += index_bytes;
-    send_bytes_.resize(index_bytes + nnz * width);
+    wire_.send.resize(index_bytes + nnz * width);
     encode_values(partial.values, partial.encoding,
-                  std::span<std::byte>(send_bytes_).subspan(index_bytes));
+                  std::span<std::byte>(wire_.send).subspan(index_bytes));
   }
   const std::uint64_t flags =
       (partial.dense ? kDenseFlag : 0) | static_cast<std::uint64_t>(partial.encoding) << 8;
-  wire_header_out_ = {flags, nnz, index_bytes, send_bytes_.size()};
+  wire_header_out_ = {flags, nnz, index_bytes, wire_.send.size()};
 }
 
-// partials_[1] = the partial sum in wire_header_in_ + recv_bytes_, checked.
-void SparseExchanger::deserialize_partial(Communicator& comm, int peer, std::size_t numel) {
+// incoming_ = the partial sum in wire_header_in_ + wire_.recv, checked.
+void SparseAllreduce::deserialize_partial(Communicator& comm, int peer, std::size_t numel) {
   const auto& header = wire_header_in_;
   const std::uint64_t flags = header[0];
   const std::uint64_t encoding = flags >> 8;
@@ -184,11 +231,11 @@ void SparseExchanger::deserialize_partial(Communicator& comm, int peer, std::siz
     throw CommError(where(comm) +
                     fmt::format("rank {} sent a malformed header (flags {:#x})", peer, flags));
   }
-  PartialSum& in = partials_[1];
+  PartialSum& in = incoming_;
   in.dense = (flags & kDenseFlag) != 0;
   in.encoding = static_cast<ValueEncoding>(encoding);
   const std::size_t width = value_bytes(in.encoding);
-  const std::span<const std::byte> bytes(recv_bytes_);
+  const std::span<const std::byte> bytes(wire_.recv);
   if (in.dense) {
     const std::size_t bits = bitmap_bytes(numel);
     if (bytes.size() != bits + numel * width) {
@@ -212,22 +259,18 @@ void SparseExchanger::deserialize_partial(Communicator& comm, int peer, std::siz
             peer, bytes.size(), nnz, numel));
   }
   in.indices.resize(nnz);
-  read_indices(comm, peer, bytes.subspan(0, index_bytes), options_.encode_indices, in.indices);
-  if (nnz > 0 && in.indices.back() >= numel) {
-    throw CommError(where(comm) + fmt::format("rank {} sent index {} for d = {}", peer,
-                                              in.indices.back(), numel));
-  }
   in.values.resize(nnz);
-  decode_values(bytes.subspan(index_bytes), in.encoding, in.values);
+  decode_block_from(comm, peer, bytes, BlockFormat{in.encoding, options().encode_indices, 0, numel},
+                    in.indices, in.values);
 }
 
-// partials_[0] += partials_[1]; symmetric in the two operands, so two
+// current_ += incoming_; symmetric in the two operands, so two
 // partners that merge each other's sums get the same bits.
-void SparseExchanger::merge_partial(std::size_t numel) {
-  PartialSum& mine = partials_[0];
-  PartialSum& theirs = partials_[1];
+void SparseAllreduce::merge_partial(std::size_t numel) {
+  PartialSum& mine = current_;
+  PartialSum& theirs = incoming_;
   if (!mine.dense && !theirs.dense) {
-    PartialSum& merged = partials_[2];
+    PartialSum& merged = spare_;
     merged.dense = false;
     const std::size_t na = mine.indices.size();
     const std::size_t nb = theirs.indices.size();
@@ -281,16 +324,16 @@ void SparseExchanger::merge_partial(std::size_t numel) {
   densify_if_smaller(mine, numel);
 }
 
-void SparseExchanger::recursive_doubling(Communicator& comm, std::span<const Index> selected,
+void SparseAllreduce::recursive_doubling(Communicator& comm, std::span<const Index> selected,
                                          std::span<float> out, ExchangeResult& result) {
   const std::size_t numel = out.size();
   const int n = comm.size();
   const int r = comm.rank();
-  PartialSum& own = partials_[0];
+  PartialSum& own = current_;
   own.dense = false;
-  own.encoding = options_.values;
+  own.encoding = options().values;
   own.indices.assign(selected.begin(), selected.end());
-  own.values.assign(values_.begin(), values_.end());
+  own.values.assign(wire_.values.begin(), wire_.values.end());
   densify_if_smaller(own, numel);
 
   const std::size_t max_wire = bitmap_bytes(numel) + 9 * numel;  // dense, or 5 + 4 bytes per entry
@@ -305,34 +348,34 @@ void SparseExchanger::recursive_doubling(Communicator& comm, std::span<const Ind
               "rank {} announced a partial sum of {} bytes, more than any of d = {} can take", peer,
               wire_header_in_[3], numel));
     }
-    recv_bytes_.resize(wire_header_in_[3]);
+    wire_.recv.resize(wire_header_in_[3]);
   };
   const auto send_to = [&](int peer) {
-    serialize_partial(partials_[0], numel, result);
+    serialize_partial(current_, numel, result);
     Request header = comm.isend(header_bytes(wire_header_out_), peer, tags::kSparseAllreduceHeader);
-    comm.send(send_bytes_, peer, tags::kSparseAllreducePayload);
+    comm.send(wire_.send, peer, tags::kSparseAllreducePayload);
     header.wait();
-    result.bytes_sent += sizeof wire_header_out_ + send_bytes_.size();
+    result.bytes_sent += sizeof wire_header_out_ + wire_.send.size();
   };
   const auto receive_from = [&](int peer) {
     comm.recv(header_bytes(wire_header_in_), peer, tags::kSparseAllreduceHeader);
     check_incoming(peer);
-    comm.recv(recv_bytes_, peer, tags::kSparseAllreducePayload);
-    result.bytes_received += sizeof wire_header_in_ + recv_bytes_.size();
+    comm.recv(wire_.recv, peer, tags::kSparseAllreducePayload);
+    result.bytes_received += sizeof wire_header_in_ + wire_.recv.size();
     deserialize_partial(comm, peer, numel);
   };
   const auto swap_with = [&](int peer) {
-    serialize_partial(partials_[0], numel, result);
+    serialize_partial(current_, numel, result);
     Request header_out =
         comm.isend(header_bytes(wire_header_out_), peer, tags::kSparseAllreduceHeader);
     comm.recv(header_bytes(wire_header_in_), peer, tags::kSparseAllreduceHeader);
     check_incoming(peer);
-    Request payload_out = comm.isend(send_bytes_, peer, tags::kSparseAllreducePayload);
-    comm.recv(recv_bytes_, peer, tags::kSparseAllreducePayload);
+    Request payload_out = comm.isend(wire_.send, peer, tags::kSparseAllreducePayload);
+    comm.recv(wire_.recv, peer, tags::kSparseAllreducePayload);
     payload_out.wait();
     header_out.wait();
-    result.bytes_sent += sizeof wire_header_out_ + send_bytes_.size();
-    result.bytes_received += sizeof wire_header_in_ + recv_bytes_.size();
+    result.bytes_sent += sizeof wire_header_out_ + wire_.send.size();
+    result.bytes_received += sizeof wire_header_in_ + wire_.recv.size();
     deserialize_partial(comm, peer, numel);
   };
 
@@ -341,7 +384,7 @@ void SparseExchanger::recursive_doubling(Communicator& comm, std::span<const Ind
   if (r >= p) {
     send_to(r - p);
     receive_from(r - p);
-    std::swap(partials_[0], partials_[1]);
+    std::swap(current_, incoming_);
   } else {
     if (r < extra) {
       receive_from(r + p);
@@ -354,7 +397,7 @@ void SparseExchanger::recursive_doubling(Communicator& comm, std::span<const Ind
     if (r < extra) send_to(r + p);
   }
 
-  const PartialSum& sum = partials_[0];
+  const PartialSum& sum = current_;
   const auto divisor = static_cast<float>(n);
   if (sum.dense) {
     for (std::size_t i = 0; i < numel; ++i) out[i] = sum.values[i] / divisor;
@@ -369,18 +412,18 @@ void SparseExchanger::recursive_doubling(Communicator& comm, std::span<const Ind
 
 // --- split ---
 
-void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index> selected,
+void SparseAllreduce::split_allreduce(Communicator& comm, std::span<const Index> selected,
                                       std::span<float> out, ExchangeResult& result) {
   const std::size_t numel = out.size();
   const int n = comm.size();
   const int r = comm.rank();
   const auto nn = static_cast<std::size_t>(n);
   const auto rr = static_cast<std::size_t>(r);
-  const std::size_t width = value_bytes(options_.values);
-  const bool encoded = options_.encode_indices;
+  const std::size_t width = value_bytes(options().values);
+  const bool encoded = options().encode_indices;
 
   // 1. One [indices][values] block per owner, from the slices of own I_r.
-  send_bytes_.clear();
+  wire_.send.clear();
   send_counts_.resize(nn);
   meta_out_.resize(2 * nn);
   std::size_t pos = 0;
@@ -388,15 +431,15 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
     const std::size_t range_end = chunk_begin(numel, n, static_cast<int>(q) + 1);
     std::size_t stop = pos;
     while (stop < selected.size() && selected[stop] < range_end) ++stop;
-    const std::size_t start = send_bytes_.size();
+    const std::size_t start = wire_.send.size();
     const std::size_t index_bytes =
-        append_indices(selected.subspan(pos, stop - pos), encoded, send_bytes_);
+        append_indices(selected.subspan(pos, stop - pos), encoded, wire_.send);
     result.index_bytes_raw += sizeof(Index) * (stop - pos);
     result.index_bytes_encoded += index_bytes;
-    send_bytes_.resize(start + index_bytes + (stop - pos) * width);
-    encode_values(std::span<float>(values_.data() + pos, stop - pos), options_.values,
-                  std::span<std::byte>(send_bytes_).subspan(start + index_bytes));
-    send_counts_[q] = send_bytes_.size() - start;
+    wire_.send.resize(start + index_bytes + (stop - pos) * width);
+    encode_values(std::span<float>(wire_.values.data() + pos, stop - pos), options().values,
+                  std::span<std::byte>(wire_.send).subspan(start + index_bytes));
+    send_counts_[q] = wire_.send.size() - start;
     meta_out_[2 * q] = stop - pos;
     meta_out_[2 * q + 1] = index_bytes;
     pos = stop;
@@ -424,33 +467,26 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
     }
     recv_counts_[q] = q_index_bytes + q_count * width;
   }
-  recv_bytes_.resize(std::accumulate(recv_counts_.begin(), recv_counts_.end(), std::size_t{0}));
-  comm.alltoallv(send_bytes_, send_counts_, recv_bytes_, recv_counts_);
+  wire_.recv.resize(std::accumulate(recv_counts_.begin(), recv_counts_.end(), std::size_t{0}));
+  comm.alltoallv(wire_.send, send_counts_, wire_.recv, recv_counts_);
   result.bytes_sent +=
       std::accumulate(send_counts_.begin(), send_counts_.end(), std::size_t{0}) - send_counts_[rr];
-  result.bytes_received += recv_bytes_.size() - recv_counts_[rr];
+  result.bytes_received += wire_.recv.size() - recv_counts_[rr];
 
   // 3. The owner adds the n blocks of its range, in rank order.
-  PartialSum& range = partials_[0];
-  PartialSum& block = partials_[1];
+  PartialSum& range = current_;
+  PartialSum& block = incoming_;
   range.values.assign(len, 0.0f);
   range_hit_.assign(len, 0);
   std::size_t offset = 0;
   for (std::size_t q = 0; q < nn; ++q) {
     const std::size_t q_count = meta_in_[2 * q];
-    const std::size_t q_index_bytes = meta_in_[2 * q + 1];
-    const std::span<const std::byte> bytes(recv_bytes_.data() + offset, recv_counts_[q]);
+    // [q_index_bytes (meta_in_[2q+1], checked above) of indices][values]
+    const std::span<const std::byte> bytes(wire_.recv.data() + offset, recv_counts_[q]);
     block.indices.resize(q_count);
-    read_indices(comm, static_cast<int>(q), bytes.subspan(0, q_index_bytes), encoded,
-                 block.indices);
-    if (q_count > 0 && (block.indices.front() < lo || block.indices.back() >= hi)) {
-      throw CommError(
-          where(comm) +
-          fmt::format("rank {} sent indices [{}, {}] outside this rank's range [{}, {})", q,
-                      block.indices.front(), block.indices.back(), lo, hi));
-    }
     block.values.resize(q_count);
-    decode_values(bytes.subspan(q_index_bytes), options_.values, block.values);
+    decode_block_from(comm, static_cast<int>(q), bytes,
+                      BlockFormat{options().values, encoded, lo, hi}, block.indices, block.values);
     for (std::size_t j = 0; j < q_count; ++j) {
       const std::size_t k = block.indices[j] - lo;
       range.values[k] += block.values[j];
@@ -461,7 +497,7 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
 
   // 4. The reduced range, sparse (indices + float32) or dense (float32),
   // whichever is smaller; then every range to every rank.
-  PartialSum& reduced = partials_[2];
+  PartialSum& reduced = spare_;
   reduced.indices.clear();
   reduced.values.clear();
   for (std::size_t k = 0; k < len; ++k) {
@@ -474,35 +510,35 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
   const std::size_t sparse_index_bytes =
       encoded ? encoded_index_bytes(reduced.indices) : sizeof(Index) * nnz;
   const bool dense = sparse_index_bytes + nnz * sizeof(float) > len * sizeof(float);
-  send_bytes_.clear();
+  wire_.send.clear();
   std::size_t index_bytes = 0;
   if (dense) {
-    send_bytes_.resize(len * sizeof(float));
-    if (len > 0) std::memcpy(send_bytes_.data(), range.values.data(), len * sizeof(float));
+    wire_.send.resize(len * sizeof(float));
+    if (len > 0) std::memcpy(wire_.send.data(), range.values.data(), len * sizeof(float));
   } else {
-    index_bytes = append_indices(reduced.indices, encoded, send_bytes_);
+    index_bytes = append_indices(reduced.indices, encoded, wire_.send);
     result.index_bytes_raw += sizeof(Index) * nnz;
     result.index_bytes_encoded += index_bytes;
-    send_bytes_.resize(index_bytes + nnz * sizeof(float));
+    wire_.send.resize(index_bytes + nnz * sizeof(float));
     if (nnz > 0) {
-      std::memcpy(send_bytes_.data() + index_bytes, reduced.values.data(), nnz * sizeof(float));
+      std::memcpy(wire_.send.data() + index_bytes, reduced.values.data(), nnz * sizeof(float));
     }
   }
   const std::array<std::uint64_t, 4> mine{dense ? kDenseFlag : 0, nnz, index_bytes,
-                                          send_bytes_.size()};
-  headers_.resize(4 * nn);
+                                          wire_.send.size()};
+  wire_.headers.resize(4 * nn);
   comm.allgather(bytes_of(std::span<const std::uint64_t>(mine)),
-                 writable_bytes_of(std::span<std::uint64_t>(headers_)));
+                 writable_bytes_of(std::span<std::uint64_t>(wire_.headers)));
   result.bytes_sent += (nn - 1) * sizeof mine;
   result.bytes_received += (nn - 1) * sizeof mine;
-  byte_counts_.resize(nn);
+  wire_.byte_counts.resize(nn);
   for (std::size_t q = 0; q < nn; ++q) {
     const std::size_t q_len =
         chunk_begin(numel, n, static_cast<int>(q) + 1) - chunk_begin(numel, n, static_cast<int>(q));
-    const std::uint64_t q_flags = headers_[4 * q];
-    const std::uint64_t q_nnz = headers_[4 * q + 1];
-    const std::uint64_t q_index_bytes = headers_[4 * q + 2];
-    const std::uint64_t q_bytes = headers_[4 * q + 3];
+    const std::uint64_t q_flags = wire_.headers[4 * q];
+    const std::uint64_t q_nnz = wire_.headers[4 * q + 1];
+    const std::uint64_t q_index_bytes = wire_.headers[4 * q + 2];
+    const std::uint64_t q_bytes = wire_.headers[4 * q + 3];
     const bool ok = q_nnz <= q_len &&
                     (q_flags == kDenseFlag ? q_bytes == q_len * sizeof(float) && q_index_bytes == 0
                                            : q_flags == 0 && q_index_bytes <= 5 * q_nnz &&
@@ -515,12 +551,13 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
               "elements",
               q, q_flags, q_nnz, q_bytes, q_len));
     }
-    byte_counts_[q] = q_bytes;
+    wire_.byte_counts[q] = q_bytes;
   }
-  recv_bytes_.resize(std::accumulate(byte_counts_.begin(), byte_counts_.end(), std::size_t{0}));
-  comm.allgatherv(std::span<const std::byte>(send_bytes_), recv_bytes_, byte_counts_);
-  result.bytes_sent += recv_bytes_.size() - byte_counts_[(rr + 1) % nn];
-  result.bytes_received += recv_bytes_.size() - byte_counts_[rr];
+  wire_.recv.resize(
+      std::accumulate(wire_.byte_counts.begin(), wire_.byte_counts.end(), std::size_t{0}));
+  comm.allgatherv(std::span<const std::byte>(wire_.send), wire_.recv, wire_.byte_counts);
+  result.bytes_sent += wire_.recv.size() - wire_.byte_counts[(rr + 1) % nn];
+  result.bytes_received += wire_.recv.size() - wire_.byte_counts[rr];
 
   // 5. Unpack every range into out, divided by n.
   const auto divisor = static_cast<float>(n);
@@ -529,11 +566,10 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
   for (std::size_t q = 0; q < nn; ++q) {
     const std::size_t q_lo = chunk_begin(numel, n, static_cast<int>(q));
     const std::size_t q_len = chunk_begin(numel, n, static_cast<int>(q) + 1) - q_lo;
-    const std::size_t q_nnz = headers_[4 * q + 1];
-    const std::size_t q_index_bytes = headers_[4 * q + 2];
-    const std::span<const std::byte> bytes(recv_bytes_.data() + offset, byte_counts_[q]);
+    const std::size_t q_nnz = wire_.headers[4 * q + 1];
+    const std::span<const std::byte> bytes(wire_.recv.data() + offset, wire_.byte_counts[q]);
     union_size += q_nnz;
-    if (headers_[4 * q] == kDenseFlag) {
+    if (wire_.headers[4 * q] == kDenseFlag) {
       const std::span<float> dst = out.subspan(q_lo, q_len);
       decode_values(bytes, ValueEncoding::kFloat32, dst);
       for (float& v : dst) v /= divisor;
@@ -541,19 +577,19 @@ void SparseExchanger::split_allreduce(Communicator& comm, std::span<const Index>
       std::fill(out.begin() + static_cast<std::ptrdiff_t>(q_lo),
                 out.begin() + static_cast<std::ptrdiff_t>(q_lo + q_len), 0.0f);
       block.indices.resize(q_nnz);
-      read_indices(comm, static_cast<int>(q), bytes.subspan(0, q_index_bytes), encoded,
-                   block.indices);
-      if (q_nnz > 0 && (block.indices.front() < q_lo || block.indices.back() >= q_lo + q_len)) {
-        throw CommError(where(comm) + fmt::format("rank {} sent indices outside its range [{}, {})",
-                                                  q, q_lo, q_lo + q_len));
-      }
       block.values.resize(q_nnz);
-      decode_values(bytes.subspan(q_index_bytes), ValueEncoding::kFloat32, block.values);
+      decode_block_from(comm, static_cast<int>(q), bytes,
+                        BlockFormat{ValueEncoding::kFloat32, encoded, q_lo, q_lo + q_len},
+                        block.indices, block.values);
       for (std::size_t j = 0; j < q_nnz; ++j) out[block.indices[j]] = block.values[j] / divisor;
     }
-    offset += byte_counts_[q];
+    offset += wire_.byte_counts[q];
   }
   result.union_size = union_size;
 }
 
-}  // namespace sparsecomm
+std::unique_ptr<SparseExchange> make_sparse_allreduce(const ExchangeOptions& options) {
+  return std::make_unique<SparseAllreduce>(options);
+}
+
+}  // namespace sparsecomm::detail

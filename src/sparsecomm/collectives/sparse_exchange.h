@@ -1,6 +1,6 @@
 #pragma once
-// The exchange patterns of ALGORITHMS.md: how ranks combine their sparse
-// selections into one averaged gradient.
+// The exchange patterns of docs/algorithms.md ("Exchange patterns"): how
+// ranks combine their sparse selections into one averaged gradient.
 //
 // Shared contract (error feedback made exact):
 //  - `accumulated` is this rank's a_r (length d, identical d on all ranks).
@@ -25,11 +25,15 @@
 //    all-reduce, this rank's own I_r for sparse allgather and sparse
 //    all-reduce (with the known ranges in every case). DGC masks its
 //    momentum there.
-// Scratch memory lives in the SparseExchanger object and is reused.
+// One type per pattern behind SparseExchange (make_sparse_exchange), each
+// in its own file: union_allreduce.cc, shared_allreduce.cc,
+// sparse_allgather.cc, sparse_allreduce.cc; their shared steps live in
+// exchange_internal.h, the decoding of received blocks in
+// exchange_message.h. Each owns its scratch memory, reused across calls.
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -80,84 +84,50 @@ struct ExchangeResult {
   double seconds = 0.0;
 };
 
-class SparseExchanger {
+// One exchange pattern: the interface every pattern implements (one type
+// per pattern, each in its own .cc, each owning only its own scratch).
+// Build one with make_sparse_exchange; not thread-safe, one per rank (and
+// per independent vector), reused every step.
+class SparseExchange {
  public:
-  SparseExchanger(ExchangePattern pattern, ExchangeOptions options);
+  virtual ~SparseExchange() = default;
+  SparseExchange(const SparseExchange&) = delete;
+  SparseExchange& operator=(const SparseExchange&) = delete;
 
   ExchangePattern pattern() const { return pattern_; }
   const ExchangeOptions& options() const { return options_; }
 
-  // See the contract at the top of this file.
+  // See the contract at the top of this file. Checks the arguments first
+  // (InvalidArgument before any message, so every rank that passes the same
+  // invalid arguments throws alike), then runs the pattern.
   void exchange(Communicator& comm, const SparseSelection& selection, std::span<float> accumulated,
                 std::span<float> out, ExchangeResult& result);
 
- private:
-  // A partial sum of the sparse all-reduce: a sorted (index, value) list or
-  // a dense vector with a bitmap of the positions some rank contributed to.
-  struct PartialSum {
-    bool dense = false;
-    ValueEncoding encoding = ValueEncoding::kFloat32;  // width on the wire
-    UninitVector<Index> indices;                       // sparse only
-    UninitVector<float> values;                        // sparse: one per index; dense: d
-    UninitVector<std::uint8_t> present;                // dense only: ceil(d / 8) bytes
+ protected:
+  // Throws InvalidArgument on invalid options.
+  SparseExchange(ExchangePattern pattern, const ExchangeOptions& options);
+
+  // The checked selection handed to run().
+  struct Input {
+    std::span<const Index> selected;       // strictly ascending, below d
+    std::span<const Range> known;          // as in SparseSelection::known
+    std::span<const Index> known_indices;  // their positions, ascending, disjoint from selected
   };
+  // The pattern itself, on checked arguments (out.size() == accumulated.size()
+  // == d) and a reset `result` (no counts, zero bytes); exchange() times it.
+  virtual void run(Communicator& comm, const Input& input, std::span<float> accumulated,
+                   std::span<float> out, ExchangeResult& result) = 0;
 
-  // sparse_exchange.cc
-  void exchange_union(Communicator& comm, std::span<const Index> selected,
-                      std::span<const Range> known, bool shared, std::span<float> accumulated,
-                      std::span<float> out, ExchangeResult& result);
-  void exchange_allgather(Communicator& comm, std::span<const Index> selected,
-                          std::span<const Range> known, std::span<float> accumulated,
-                          std::span<float> out, ExchangeResult& result);
-  void gather_headers(Communicator& comm, std::uint64_t count, std::uint64_t payload_bytes,
-                      std::size_t numel, ExchangeResult& result);
-  // Block q holds counts[q] indices, then (counts[q] + extra_values) values.
-  void decode_index_blocks(Communicator& comm, std::span<const std::size_t> counts,
-                           std::size_t value_width, std::size_t numel,
-                           std::size_t extra_values = 0);
-  // Appends known_indices_ to all_indices_ as one more run.
-  void append_known_run();
-  void union_of_runs();
-  void sum_encoded_values(Communicator& comm, ExchangeResult& result);
-  // sparse_allreduce.cc
-  void exchange_sparse_allreduce(Communicator& comm, std::span<const Index> selected,
-                                 std::span<float> accumulated, std::span<float> out,
-                                 ExchangeResult& result);
-  void recursive_doubling(Communicator& comm, std::span<const Index> selected, std::span<float> out,
-                          ExchangeResult& result);
-  void split_allreduce(Communicator& comm, std::span<const Index> selected, std::span<float> out,
-                       ExchangeResult& result);
-  void serialize_partial(PartialSum& partial, std::size_t numel, ExchangeResult& result);
-  void deserialize_partial(Communicator& comm, int peer, std::size_t numel);
-  void merge_partial(std::size_t numel);
-  void densify_if_smaller(PartialSum& partial, std::size_t numel);
-
+ private:
   ExchangePattern pattern_;
   ExchangeOptions options_;
-  // Scratch reused across calls (implementation-defined).
-  UninitVector<Index> union_;
   UninitVector<Index> known_indices_;  // the known ranges' positions, ascending
-  UninitVector<Index> with_known_;     // own indices merged with them
-  UninitVector<Index> all_indices_;
-  UninitVector<float> values_;
-  UninitVector<std::byte> send_bytes_;
-  UninitVector<std::byte> recv_bytes_;
-  std::vector<std::size_t> byte_counts_;
-  UninitVector<Index> merge_scratch_;
-  UninitVector<float> other_values_;
-  std::vector<std::size_t> runs_;
-  std::vector<std::size_t> merge_bounds_;
-  std::vector<std::size_t> next_runs_;
-  std::vector<std::uint64_t> headers_;
-  std::vector<std::size_t> send_counts_;
-  std::vector<std::size_t> recv_counts_;
-  std::vector<std::size_t> meta_counts_;
-  std::vector<std::uint64_t> meta_out_;
-  std::vector<std::uint64_t> meta_in_;
-  UninitVector<std::uint8_t> range_hit_;
-  std::array<std::uint64_t, 4> wire_header_out_{};
-  std::array<std::uint64_t, 4> wire_header_in_{};
-  std::array<PartialSum, 3> partials_;  // current, incoming, scratch
 };
+
+// The pattern's implementation (union_allreduce.cc, shared_allreduce.cc,
+// sparse_allgather.cc, sparse_allreduce.cc). InvalidArgument on invalid
+// options.
+std::unique_ptr<SparseExchange> make_sparse_exchange(ExchangePattern pattern,
+                                                     const ExchangeOptions& options);
 
 }  // namespace sparsecomm

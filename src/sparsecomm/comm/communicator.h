@@ -10,7 +10,11 @@
 //    buffer sizes across ranks are detected).
 //  - Messages between one pair of ranks with one tag arrive in send order.
 //  - Every blocking call (and Request::wait) gives up after timeout() with a
-//    TimeoutError that names the operation, the peer(s) and the tag.
+//    TimeoutError that names the operation, the peer(s) and the tag. After
+//    it returns, nothing writes into the caller's buffers: the thread
+//    backend withdraws the operation; the MPI backend cancels a receive,
+//    and aborts the job (MPI_Abort, with the same message) where it
+//    cannot: a timed-out collective, or a receive that does not cancel.
 //  - Collectives: every rank of the world calls them in the same order.
 //  - A Communicator is used by one thread at a time.
 

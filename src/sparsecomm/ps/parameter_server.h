@@ -50,7 +50,7 @@
 // past the staleness bound) is *held*: no further request of that
 // worker is received until it is served, which preserves per-worker order.
 //
-// Update rule (ALGORITHMS.md): BSP: the server stages the W pushes of a step
+// Update rule (docs/algorithms.md "Update rule"): BSP: the server stages the W pushes of a step
 // (the W pushes must all carry the same learning rate), sums them in worker
 // order (deterministic whatever the arrival order), divides by W and makes
 // one optimizer step. ASP/SSP/DSSP: each push is applied on arrival, divided
@@ -58,7 +58,7 @@
 // sparse push touches few coordinates, momentum decays all of them): BSP
 // has one; ASP/SSP/DSSP have one per worker, whose momentum buffer only
 // that worker's pushes decay, so that in lockstep the W pushes of a step
-// equal one BSP step (a departure from ALGORITHMS.md's one per shard). A
+// equal one BSP step (a departure from the usual one per shard). A
 // shard's version counts optimizer steps (BSP: steps; otherwise pushes); an
 // update's staleness is the version when applied minus the version the
 // worker had pulled. Each push is received and applied exactly once by the

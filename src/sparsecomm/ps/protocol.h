@@ -42,12 +42,14 @@ struct GrantReply {
 };
 static_assert(std::is_trivially_copyable_v<GrantReply> && sizeof(GrantReply) == 32);
 
+// The bytes of one trivially copyable object (a header, a reply); for
+// spans of values see comm/typed.h's bytes_of.
 template <class T>
-std::span<const std::byte> bytes_of(const T& value) {
+std::span<const std::byte> object_bytes(const T& value) {
   return std::as_bytes(std::span<const T, 1>(&value, 1));
 }
 template <class T>
-std::span<std::byte> writable_bytes_of(T& value) {
+std::span<std::byte> writable_object_bytes(T& value) {
   return std::as_writable_bytes(std::span<T, 1>(&value, 1));
 }
 

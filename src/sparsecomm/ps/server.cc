@@ -142,8 +142,8 @@ class Server {
 
   void post(int p) {
     Slot& slot = slot_of(p);
-    slot.request =
-        comm_.irecv(ps::writable_bytes_of(slot.header), layout_.worker_rank(p), ps::kTagRequest);
+    slot.request = comm_.irecv(ps::writable_object_bytes(slot.header), layout_.worker_rank(p),
+                               ps::kTagRequest);
     slot.posted = true;
   }
 
@@ -374,7 +374,7 @@ class Server {
     for (const Slot& slot : slots_) {
       if (!slot.done && slot.pushes < floor) return false;
     }
-    comm_.send(ps::bytes_of(version_), layout_.worker_rank(p), ps::kTagPullVersion);
+    comm_.send(ps::object_bytes(version_), layout_.worker_rank(p), ps::kTagPullVersion);
     comm_.send(std::as_bytes(std::span<const float>(params_)), layout_.worker_rank(p),
                ps::kTagPullPayload);
     ++log_.pulls;
@@ -475,7 +475,7 @@ class Server {
       waits.seconds += record.wait_s;
     }
     const ps::GrantReply reply{min, record.blocked ? 1 : 0, extra ? 1 : 0, slot.dssp_r};
-    comm_.send(ps::bytes_of(reply), layout_.worker_rank(p), ps::kTagGrant);
+    comm_.send(ps::object_bytes(reply), layout_.worker_rank(p), ps::kTagGrant);
     log_.bytes_sent += sizeof(reply);
     return true;
   }

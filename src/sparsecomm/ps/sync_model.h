@@ -1,6 +1,6 @@
 #pragma once
-// Synchronization models of the parameter server (ALGORITHMS.md, "Parameter
-// server and synchronization models") and DSSP's grant rule, as pure
+// Synchronization models of the parameter server (docs/algorithms.md,
+// "Synchronization models") and DSSP's grant rule, as pure
 // functions. c_p is worker p's clock: the number of steps it has pushed.
 //
 //   bsp          every worker waits at a barrier each step (SSP with s = 0,

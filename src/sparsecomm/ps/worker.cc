@@ -17,7 +17,7 @@
 #include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/ps/protocol.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
-#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
 
 namespace sparsecomm {
 namespace {
@@ -211,11 +211,11 @@ void PsWorker::begin_step() {
   if (options_.model.gated()) {
     ps::GrantReply reply;
     Request grant =
-        comm_.irecv(ps::writable_bytes_of(reply), layout_.controller_rank(), ps::kTagGrant);
+        comm_.irecv(ps::writable_object_bytes(reply), layout_.controller_rank(), ps::kTagGrant);
     RequestHeader header;
     header.kind = static_cast<std::uint32_t>(RequestKind::kBegin);
     header.clock = clock_;
-    comm_.send(ps::bytes_of(header), layout_.controller_rank(), ps::kTagRequest);
+    comm_.send(ps::object_bytes(header), layout_.controller_rank(), ps::kTagRequest);
     grant.wait();
     granted_min_clock_ = reply.min_clock;
     if (reply.blocked != 0) ++log_.blocked;
@@ -236,8 +236,9 @@ void PsWorker::pull(std::span<float> parameters) {
   receives.reserve(static_cast<std::size_t>(2 * servers));
   for (int s = 0; s < servers; ++s) {
     const Range shard = layout_.shard(s);
-    receives.push_back(comm_.irecv(ps::writable_bytes_of(versions_[static_cast<std::size_t>(s)]),
-                                   layout_.server_rank(s), ps::kTagPullVersion));
+    receives.push_back(
+        comm_.irecv(ps::writable_object_bytes(versions_[static_cast<std::size_t>(s)]),
+                    layout_.server_rank(s), ps::kTagPullVersion));
     receives.push_back(
         comm_.irecv(std::as_writable_bytes(parameters.subspan(shard.begin, shard.size())),
                     layout_.server_rank(s), ps::kTagPullPayload));
@@ -248,7 +249,7 @@ void PsWorker::pull(std::span<float> parameters) {
   header.count = static_cast<std::uint64_t>(granted_min_clock_);
   std::vector<Request> sends;
   for (int s = 0; s < servers; ++s) {
-    sends.push_back(comm_.isend(ps::bytes_of(header), layout_.server_rank(s), ps::kTagRequest));
+    sends.push_back(comm_.isend(ps::object_bytes(header), layout_.server_rank(s), ps::kTagRequest));
   }
   wait_all(sends);
   wait_all(receives);
@@ -322,7 +323,7 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     const SparseSelection* pushed = &sel;
     if (sp.gather_counts) {
       const std::uint64_t own = sel.size();
-      sp.view.allgather(ps::bytes_of(own),
+      sp.view.allgather(ps::object_bytes(own),
                         std::as_writable_bytes(std::span<std::uint64_t>(sp.gathered)));
       sp.counts.assign(sp.gathered.begin(), sp.gathered.end());
       // As in the union all-reduce, every worker sends its own accumulated
@@ -408,7 +409,7 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     header.count = counts[i];
     header.pulled_version = versions_[i];
     header.learning_rate = learning_rate;
-    sends.push_back(comm_.isend(ps::bytes_of(header), layout_.server_rank(s), ps::kTagRequest));
+    sends.push_back(comm_.isend(ps::object_bytes(header), layout_.server_rank(s), ps::kTagRequest));
     if (counts[i] > 0) {
       sends.push_back(comm_.isend(payloads[i], layout_.server_rank(s), ps::kTagPushPayload));
     }
@@ -441,7 +442,7 @@ void PsWorker::finish() {
   header.clock = clock_;
   std::vector<Request> sends;
   for (int s = 0; s < layout_.servers(); ++s) {
-    sends.push_back(comm_.isend(ps::bytes_of(header), layout_.server_rank(s), ps::kTagRequest));
+    sends.push_back(comm_.isend(ps::object_bytes(header), layout_.server_rank(s), ps::kTagRequest));
   }
   wait_all(sends);
 }

@@ -25,8 +25,8 @@ struct StepContext {
 };
 
 // What the last select() spent on its own small collectives (the partition
-// schemes' histogram rounds): SparseSync counts their time as exchange time,
-// not selection time.
+// schemes' histogram rounds): SparsifyExchangeStep counts their time as
+// exchange time, not selection time.
 struct SelectionStats {
   int collective_rounds = 0;  // collectives select() ran
   int candidate_passes = 0;   // read passes collecting candidates (same-step threshold)

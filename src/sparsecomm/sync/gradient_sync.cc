@@ -57,6 +57,7 @@ void scale(std::span<float> values, float factor) {
   for (float& v : values) v *= factor;
 }
 
+// GradientSync "dense": all-reduce of the whole gradient, then / n.
 class DenseSync final : public GradientSync {
  public:
   DenseSync(const SchemeOptions& options, NonFinitePolicy policy) : policy_(policy) {
@@ -93,6 +94,8 @@ class DenseSync final : public GradientSync {
   NonFinitePolicy policy_;
 };
 
+// GradientSync "skipreduce": Skip-Reduce (index-free pruning inside the
+// ring), optionally with error feedback of the dropped chunks.
 class SkipReduceSync final : public GradientSync {
  public:
   SkipReduceSync(const SchemeOptions& options, NonFinitePolicy policy) : policy_(policy) {
@@ -187,25 +190,26 @@ class SkipReduceSync final : public GradientSync {
   std::vector<float> residual_;
 };
 
-class SparsifiedSync final : public GradientSync {
+// GradientSync of a registry scheme: an adapter over SparsifyExchangeStep.
+class SparseSchemeSync final : public GradientSync {
  public:
-  SparsifiedSync(std::string_view method, const SchemeOptions& options, NonFinitePolicy policy)
-      : sync_(make_scheme(method, options), policy) {}
-  std::string_view method() const override { return sync_.sparsifier().name(); }
+  SparseSchemeSync(std::string_view method, const SchemeOptions& options, NonFinitePolicy policy)
+      : step_(make_scheme(method, options), policy) {}
+  std::string_view method() const override { return step_.sparsifier().name(); }
   StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
                           Communicator& comm) override {
-    return sync_.synchronize(gradient, ctx, comm);
+    return step_.synchronize(gradient, ctx, comm);
   }
-  bool applies_momentum() const override { return sync_.memory().name() == "momentum"; }
+  bool applies_momentum() const override { return step_.memory().name() == "momentum"; }
   bool bucketable() const override {
     const std::string_view name = method();
     return name != "micro" && name != "exdyna" && name != "exdyna-faithful";
   }
-  void save(StateWriter& writer) const override { sync_.save(writer); }
-  void load(StateReader& reader) override { sync_.load(reader); }
+  void save(StateWriter& writer) const override { step_.save(writer); }
+  void load(StateReader& reader) override { step_.load(reader); }
 
  private:
-  SparseSync sync_;
+  SparsifyExchangeStep step_;
 };
 
 }  // namespace
@@ -239,7 +243,8 @@ std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
   if (method == "dense") return std::make_unique<DenseSync>(options, nonfinite);
   if (method == "skipreduce") return std::make_unique<SkipReduceSync>(options, nonfinite);
   for (const SchemeInfo& scheme : scheme_registry()) {
-    if (scheme.name == method) return std::make_unique<SparsifiedSync>(method, options, nonfinite);
+    if (scheme.name == method)
+      return std::make_unique<SparseSchemeSync>(method, options, nonfinite);
   }
   throw InvalidArgument(
       fmt::format("unknown synchronization method '{}'; valid: {}", method, sync_method_names()));

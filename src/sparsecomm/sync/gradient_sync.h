@@ -5,7 +5,7 @@
 //   dense       all-reduce of the whole gradient (our ring, or MPI's native)
 //   skipreduce  Skip-Reduce: index-free pruning inside the ring
 //   <scheme>    any sparsifier of the registry (topk, exdyna, ...) with its
-//               exchange pattern and memory (SparseSync)
+//               exchange pattern and memory (SparsifyExchangeStep)
 //
 // Methods are built from key=value options (SchemeOptions); unknown names
 // and options are InvalidArgument errors that list what is valid.
@@ -21,11 +21,13 @@
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sparsify/sparsifier.h"
-#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
 #include "sparsecomm/sync/step_metrics.h"
 
 namespace sparsecomm {
 
+// The interface trainers use: one synchronization method (dense,
+// skipreduce or a sparse scheme) on one flat gradient, once per step.
 class GradientSync {
  public:
   virtual ~GradientSync() = default;

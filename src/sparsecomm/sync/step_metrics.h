@@ -1,6 +1,6 @@
 #pragma once
-// The per-step metrics record of ALGORITHMS.md ("Metrics every sparse scheme
-// reports each step"), as every synchronization strategy fills it.
+// The per-step metrics record of docs/algorithms.md ("Metrics every sparse
+// scheme reports each step"), as every synchronization strategy fills it.
 
 #include <cstddef>
 #include <cstdint>

@@ -11,6 +11,7 @@
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
+#include "sparsecomm/report/statistics.h"
 #include "sparsecomm/sync/load_balance.h"
 
 namespace sparsecomm {
@@ -21,20 +22,6 @@ namespace fs = std::filesystem;
 // JSON has no NaN/inf: those become null.
 nlohmann::json number(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
-}
-
-double mean(const std::vector<double>& values) {
-  if (values.empty()) return std::nan("");
-  double sum = 0.0;
-  for (double v : values) sum += v;
-  return sum / static_cast<double>(values.size());
-}
-
-double p95(std::vector<double> values) {
-  if (values.empty()) return std::nan("");
-  const std::size_t at = std::min(values.size() - 1, values.size() * 95 / 100);
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
-  return values[at];
 }
 
 }  // namespace
@@ -169,7 +156,7 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
   }
   // The counting floor of the imbalance at the mean K (load_balance.h): what
   // no balancer can beat with K elements on this many ranks.
-  const double mean_union = mean(union_sizes);
+  const double mean_union = report::mean(union_sizes);
   const double floor = std::isfinite(mean_union)
                            ? imbalance_floor(info.workers, std::llround(mean_union))
                            : std::nan("");
@@ -216,14 +203,14 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
         {"exchange", number(s.time_breakdown_s.exchange)},
         {"update", number(s.time_breakdown_s.update)}}},
       {"bytes_per_rank_per_step", number(s.bytes_per_rank_per_step)},
-      {"density_ratio_mean", number(mean(ratios))},
-      {"density_ratio_p95_deviation", number(p95(deviations))},
+      {"density_ratio_mean", number(report::mean(ratios))},
+      {"density_ratio_p95_deviation", number(report::percentile(deviations, 95))},
       {"density_ratio_from_step", settled ? kSettleSteps : 0},
-      {"imbalance_mean", number(mean(imbalances))},
-      {"imbalance_p95", number(p95(imbalances))},
+      {"imbalance_mean", number(report::mean(imbalances))},
+      {"imbalance_p95", number(report::percentile(imbalances, 95))},
       {"imbalance_floor", number(floor)},
       {"imbalance_from_step", settled ? kSettleSteps : 0},
-      {"skip_subject_fraction", number(mean(skip_fractions))},
+      {"skip_subject_fraction", number(report::mean(skip_fractions))},
       {"buckets", info.buckets},
       {"pipelining", info.pipelining},
       {"overlap_fraction", number(communication > 0 ? overlapped / communication : 0.0)},

@@ -201,9 +201,12 @@ class Backoff {
 
 // One pending MPI operation. An abandoned receive (a timeout or an error
 // unwound past it) is cancelled on destruction, so MPI never writes into a
-// buffer the caller has since freed; an abandoned send is released and
-// completes in the background; an abandoned collective cannot be released
-// (MPI forbids it) and is left to MPI_Finalize.
+// buffer the caller has since freed; a receive that does not cancel within
+// kCancelGrace aborts the job instead. An abandoned send is released and
+// completes in the background (MPI may still read its buffer, never write
+// it). A collective cannot be
+// withdrawn at all (MPI forbids it): its timeout aborts the job, so no
+// caller ever goes on while MPI may still write into its buffer.
 class MpiRequest final : public Request::Impl {
  public:
   MpiRequest(int rank, int world_size, MPI_Request request, const OpInfo& op)
@@ -224,7 +227,13 @@ class MpiRequest final : public Request::Impl {
              Clock::now() < give_up) {
         backoff.pause();
       }
-      if (flag == 0 && request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+      if (flag == 0 && request_ != MPI_REQUEST_NULL) {
+        mpi_abort_job(prefix(rank_) + fmt::format("{} could not be cancelled within {} s after "
+                                                  "it was abandoned; MPI could still write into "
+                                                  "the receive buffer, so the job is aborted",
+                                                  describe(op_), kCancelGrace.count()),
+                      1);
+      }
     }
   }
 
@@ -262,8 +271,15 @@ class MpiRequest final : public Request::Impl {
         hint = fmt::format("not all {} ranks called {}", world_size_, op_.name);
         break;
     }
-    throw TimeoutError(prefix(rank_) + fmt::format("{} timed out after {} ms: {}", describe(op_),
-                                                   waited.count(), hint));
+    const std::string message = prefix(rank_) + fmt::format("{} timed out after {} ms: {}",
+                                                            describe(op_), waited.count(), hint);
+    if (op_.kind == OpKind::kCollective) {
+      mpi_abort_job(message +
+                        "; MPI cannot withdraw a collective it has started (it could "
+                        "still write into the caller's buffer), so the job is aborted",
+                    1);
+    }
+    throw TimeoutError(message);
   }
 
  private:

@@ -1,12 +1,13 @@
 #pragma once
-// DEFT: layer-wise selection with norm-based budget allocation (ALGORITHMS.md
-// "DEFT"). Tensors larger than d/n are split into n pieces; each step the
-// leader (t mod n) allocates the budget k over pieces by the norms of its own
-// accumulated gradient, bin-packs the pieces into n bins by selection cost,
-// and broadcasts the assignment with the per-piece budgets; rank r runs an
-// exact top-k per piece of bin (leader + r) mod n. Selections are disjoint.
-// Pieces with k_l == size_l ("whole") go into every rank's
-// SparseSelection::known: they join the union without any index exchange.
+// DEFT: layer-wise selection with norm-based budget allocation
+// (docs/algorithms.md "DEFT"). Tensors larger than d/n are split into n
+// pieces; each step the leader (t mod n) allocates the budget k over pieces
+// by the norms of its own accumulated gradient, bin-packs the pieces into n
+// bins by selection cost, and broadcasts the assignment with the per-piece
+// budgets; rank r runs an exact top-k per piece of bin (leader + r) mod n.
+// Selections are disjoint. Pieces with k_l == size_l ("whole") go into every
+// rank's SparseSelection::known: they join the union without any index
+// exchange.
 
 #include <cstdint>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "sparsecomm/sync/sparse_sync.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
 
 #include <algorithm>
 #include <string>
@@ -33,20 +33,20 @@ NonFinitePolicy parse_nonfinite_policy(std::string_view name) {
       fmt::format("[sync] unknown non-finite policy '{}'; valid policies: skip, stop", name));
 }
 
-SparseSync::SparseSync(SchemeParts parts, NonFinitePolicy policy)
+SparsifyExchangeStep::SparsifyExchangeStep(SchemeParts parts, NonFinitePolicy policy)
     : parts_(std::move(parts)),
       policy_(policy),
-      exchanger_(parts_.exchange, parts_.exchange_options) {
+      exchanger_(make_sparse_exchange(parts_.exchange, parts_.exchange_options)) {
   if (!parts_.sparsifier || !parts_.memory) {
     throw InvalidArgument(
-        fmt::format("[sync] SparseSync needs a sparsifier and a memory (got {}{})",
+        fmt::format("[sync] SparsifyExchangeStep needs a sparsifier and a memory (got {}{})",
                     parts_.sparsifier ? "a sparsifier" : "no sparsifier",
                     parts_.memory ? " and a memory" : " and no memory"));
   }
 }
 
-StepMetrics SparseSync::synchronize(std::span<float> gradient, const StepContext& ctx,
-                                    Communicator& comm) {
+StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const StepContext& ctx,
+                                              Communicator& comm) {
   StepMetrics metrics;
   metrics.step = ctx.step;
   metrics.numel = gradient.size();
@@ -82,7 +82,7 @@ StepMetrics SparseSync::synchronize(std::span<float> gradient, const StepContext
 
   // The gradient is in the memory now: the average goes straight into it.
   watch.restart();
-  exchanger_.exchange(comm, selection_, accumulated, gradient, result_);
+  exchanger_->exchange(comm, selection_, accumulated, gradient, result_);
   metrics.exchange_s = watch.seconds();
   // The sparsifier's own small collectives (histogram rounds) are
   // communication: counted with the exchange.
@@ -111,15 +111,16 @@ StepMetrics SparseSync::synchronize(std::span<float> gradient, const StepContext
   return metrics;
 }
 
-// Layout: tag, scheme name, memory, sparsifier.
-void SparseSync::save(StateWriter& writer) const {
+// Layout: tag ("sparse_sync", the name checkpoints have always used),
+// scheme name, memory, sparsifier.
+void SparsifyExchangeStep::save(StateWriter& writer) const {
   writer.tag("sparse_sync");
   writer.string(parts_.sparsifier->name());
   parts_.memory->save(writer);
   parts_.sparsifier->save(writer);
 }
 
-void SparseSync::load(StateReader& reader) {
+void SparsifyExchangeStep::load(StateReader& reader) {
   reader.expect_tag("sparse_sync");
   const std::string scheme = reader.string();
   if (scheme != parts_.sparsifier->name()) {

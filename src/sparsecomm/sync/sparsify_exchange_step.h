@@ -1,10 +1,11 @@
 #pragma once
-// Sparse gradient synchronization: memory (error feedback) + sparsifier +
-// exchange, with the per-step metrics. What a trainer calls once per step.
+// One sparsified step on one flat vector: memory (error feedback) +
+// sparsifier + exchange, with the per-step metrics. The engine behind the
+// sparse schemes' GradientSync (gradient_sync.h), which trainers use.
 //
 //   check g is finite; agree on it (one tiny all-gather) -> skip or stop
 //   a = memory.accumulate(g)
-//   sparsifier.select(a) -> exchanger.exchange(a -> residual, out = g)
+//   sparsifier.select(a) -> exchange (a -> residual, out = g)
 //   memory.after_exchange(transmitted); sparsifier.observe(outcome)
 //
 // The exchange writes the average straight into the caller's gradient
@@ -41,9 +42,11 @@ class NonFiniteGradient : public Error {
   using Error::Error;
 };
 
-class SparseSync {
+// Runs sparsify + exchange (with error feedback) on one flat gradient per
+// step; owns the scheme's parts and the exchange pattern's scratch.
+class SparsifyExchangeStep {
  public:
-  SparseSync(SchemeParts parts, NonFinitePolicy policy = NonFinitePolicy::kStop);
+  SparsifyExchangeStep(SchemeParts parts, NonFinitePolicy policy = NonFinitePolicy::kStop);
 
   // In: this rank's local gradient (length d, the same d every step and on
   // every rank). Out: `gradient` replaced by the averaged sparse gradient.
@@ -51,7 +54,7 @@ class SparseSync {
 
   const Sparsifier& sparsifier() const { return *parts_.sparsifier; }
   const GradientMemory& memory() const { return *parts_.memory; }
-  ExchangePattern exchange_pattern() const { return exchanger_.pattern(); }
+  ExchangePattern exchange_pattern() const { return exchanger_->pattern(); }
   // This rank's selection and the exchange's result of the last step that
   // was not skipped (for tests and diagnostics; valid until the next step).
   const SparseSelection& last_selection() const { return selection_; }
@@ -63,7 +66,7 @@ class SparseSync {
  private:
   SchemeParts parts_;
   NonFinitePolicy policy_;
-  SparseExchanger exchanger_;
+  std::unique_ptr<SparseExchange> exchanger_;
   SparseSelection selection_;
   ExchangeResult result_;
   std::vector<std::uint8_t> finite_flags_;  // per rank: 1 when its gradient was finite

@@ -1,0 +1,221 @@
+#include "sparsecomm/collectives/exchange_internal.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/comm/typed.h"
+#include "sparsecomm/core/hash.h"
+
+// Byte counts are this rank's payloads as the default ring algorithms of
+// Communicator move them (allgatherv: sends sum(counts) - counts[r+1],
+// receives sum(counts) - counts[r]); MPI may use other internal algorithms.
+//
+// The value sum of union/shared: float32 ring all-reduce (options.dense),
+// 2(n-1)/n * 4K bytes per rank. With fp16/bf16 values and n * 2 < 8
+// (n <= 3) an allgatherv of the 2-byte values moves fewer bytes
+// ((n-1) * 2K), so that is used instead, and every rank adds the decoded
+// values in rank order. (At n = 4 both move 6K; the ring measured faster.)
+// (A ring that re-rounds partial sums to 16 bits would break "out is the
+// mean of what was sent", so larger worlds sum in float32.)
+
+namespace sparsecomm::detail {
+namespace {
+
+constexpr std::string_view kTag = "[exchange] ";
+
+// wire.values holds this rank's K decoded values and wire.send their
+// encoding; on return wire.values holds the sum over ranks (added in rank
+// order).
+void sum_encoded_values(Communicator& comm, ValueEncoding encoding, WireBuffers& wire,
+                        ExchangeResult& result) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const std::size_t count = wire.values.size();
+  const std::size_t width = value_bytes(encoding);
+  wire.byte_counts.assign(n, count * width);
+  wire.recv.resize(n * count * width);
+  comm.allgather(std::span<const std::byte>(wire.send), std::span<std::byte>(wire.recv));
+  count_allgatherv(comm, wire.byte_counts, result);
+  wire.other_values.resize(count);
+  for (std::size_t q = 0; q < n; ++q) {
+    const std::span<const std::byte> block(wire.recv.data() + q * count * width, count * width);
+    decode_values(block, encoding,
+                  q == 0 ? std::span<float>(wire.values) : std::span<float>(wire.other_values));
+    if (q == 0) continue;
+    float* __restrict sum = wire.values.data();
+    const float* __restrict add = wire.other_values.data();
+    for (std::size_t j = 0; j < count; ++j) sum[j] += add[j];
+  }
+}
+
+}  // namespace
+
+std::string where(const Communicator& comm) {
+  return fmt::format("[exchange] rank {}: ", comm.rank());
+}
+
+void rethrow_from(const Communicator& comm, int peer, const CommError& error) {
+  std::string_view what = error.what();
+  if (what.starts_with(kTag)) what.remove_prefix(kTag.size());
+  throw CommError(where(comm) + fmt::format("from rank {}: {}", peer, what));
+}
+
+void decode_block_from(const Communicator& comm, int peer, std::span<const std::byte> block,
+                       const BlockFormat& format, std::span<Index> indices,
+                       std::span<float> values) {
+  try {
+    decode_block(block, format, indices, values);
+  } catch (const CommError& error) {
+    rethrow_from(comm, peer, error);
+  }
+}
+
+std::uint64_t index_list_hash(std::span<const Index> indices) {
+  return hash_bytes(std::as_bytes(indices));
+}
+
+void count_allgatherv(const Communicator& comm, std::span<const std::size_t> counts,
+                      ExchangeResult& result) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  result.bytes_sent += total - counts[(r + 1) % n];
+  result.bytes_received += total - counts[r];
+}
+
+void gather_headers(Communicator& comm, std::uint64_t count, std::uint64_t payload_bytes,
+                    std::size_t numel, WireBuffers& wire, ExchangeResult& result) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  const std::array<std::uint64_t, 3> mine{count, payload_bytes, numel};
+  std::vector<std::uint64_t>& headers = wire.headers;
+  headers.resize(3 * n);
+  comm.allgather(bytes_of(std::span<const std::uint64_t>(mine)),
+                 writable_bytes_of(std::span<std::uint64_t>(headers)));
+  result.bytes_sent += (n - 1) * sizeof mine;
+  result.bytes_received += (n - 1) * sizeof mine;
+  result.counts.resize(n);
+  wire.byte_counts.resize(n);
+  for (std::size_t q = 0; q < n; ++q) {
+    if (headers[3 * q + 2] != headers[2]) {
+      throw InvalidArgument(
+          where(comm) +
+          fmt::format("ranks disagree on the vector length: rank 0 has d = {}, rank {} has d = {}",
+                      headers[2], q, headers[3 * q + 2]));
+    }
+  }
+  for (std::size_t q = 0; q < n; ++q) {
+    if (headers[3 * q] > numel) {
+      throw CommError(where(comm) + fmt::format("rank {} announced {} indices for d = {}", q,
+                                                headers[3 * q], numel));
+    }
+    result.counts[q] = static_cast<std::size_t>(headers[3 * q]);
+    wire.byte_counts[q] = static_cast<std::size_t>(headers[3 * q + 1]);
+  }
+}
+
+void IndexRuns::decode_blocks(const Communicator& comm, std::span<const std::byte> blocks,
+                              std::span<const std::size_t> block_bytes,
+                              std::span<const std::size_t> counts, const BlockFormat& format,
+                              bool with_values, std::size_t extra_values) {
+  const std::size_t n = counts.size();
+  runs_.resize(n + 1);
+  runs_[0] = 0;
+  for (std::size_t q = 0; q < n; ++q) runs_[q + 1] = runs_[q] + counts[q];
+  all_.resize(runs_[n]);
+  std::size_t offset = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    const std::size_t block = block_bytes[q];
+    try {
+      decode_block_indices(blocks.subspan(offset, block),
+                           with_values ? counts[q] + extra_values : 0, format,
+                           std::span<Index>(all_.data() + runs_[q], counts[q]));
+    } catch (const CommError& error) {
+      rethrow_from(comm, static_cast<int>(q), error);
+    }
+    offset += block;
+  }
+}
+
+void IndexRuns::append(std::span<const Index> run) {
+  const std::size_t at = all_.size();
+  all_.resize(at + run.size());
+  std::copy(run.begin(), run.end(), all_.begin() + static_cast<std::ptrdiff_t>(at));
+  runs_.push_back(all_.size());
+}
+
+void IndexRuns::build_union() {
+  std::size_t runs = runs_.size() - 1;
+  if (runs == 0) {
+    union_.clear();
+    return;
+  }
+  int levels = 0;
+  for (std::size_t r = runs; r > 1; r = (r + 1) / 2) ++levels;
+  // Ping-pong between union_ and merge_scratch_ so the last level lands in union_.
+  UninitVector<Index>* dst = levels % 2 == 1 ? &union_ : &merge_scratch_;
+  UninitVector<Index>* other = levels % 2 == 1 ? &merge_scratch_ : &union_;
+  const Index* src = all_.data();
+  if (levels == 0) {
+    union_.assign(all_.begin(), all_.begin() + static_cast<std::ptrdiff_t>(runs_[1]));
+    return;
+  }
+  merge_bounds_.assign(runs_.begin(), runs_.end());
+  std::vector<std::size_t>* bounds = &merge_bounds_;
+  std::vector<std::size_t>* next_bounds = &next_runs_;
+  while (runs > 1) {
+    dst->resize((*bounds)[runs]);
+    next_bounds->resize((runs + 1) / 2 + 1);
+    (*next_bounds)[0] = 0;
+    Index* write = dst->data();
+    for (std::size_t k = 0; k < runs; k += 2) {
+      const Index* a = src + (*bounds)[k];
+      const Index* a_end = src + (*bounds)[k + 1];
+      if (k + 1 < runs) {
+        const Index* b_end = src + (*bounds)[k + 2];
+        write = std::set_union(a, a_end, a_end, b_end, write);
+      } else {
+        write = std::copy(a, a_end, write);
+      }
+      (*next_bounds)[k / 2 + 1] = static_cast<std::size_t>(write - dst->data());
+    }
+    runs = (runs + 1) / 2;
+    dst->resize((*next_bounds)[runs]);
+    src = dst->data();
+    std::swap(dst, other);
+    std::swap(bounds, next_bounds);
+  }
+}
+
+void reduce_values_at(Communicator& comm, std::span<const Index> u, const ExchangeOptions& options,
+                      std::span<float> accumulated, std::span<float> out, WireBuffers& wire,
+                      ExchangeResult& result) {
+  const int n = comm.size();
+  const std::size_t count = u.size();
+  wire.values.resize(count);
+  for (std::size_t j = 0; j < count; ++j) wire.values[j] = accumulated[u[j]];
+  wire.send.resize(count * value_bytes(options.values));
+  encode_values(wire.values, options.values, wire.send);
+  for (std::size_t j = 0; j < count; ++j) accumulated[u[j]] -= wire.values[j];
+
+  const bool small_world_16bit = options.values != ValueEncoding::kFloat32 &&
+                                 static_cast<std::size_t>(n) * value_bytes(options.values) < 8;
+  if (small_world_16bit) {
+    sum_encoded_values(comm, options.values, wire, result);
+  } else {
+    AllreduceReport report;
+    allreduce(comm, std::span<float>(wire.values), options.dense, &report);
+    result.bytes_sent += report.bytes_sent;
+    result.bytes_received += report.bytes_received;
+  }
+  std::fill(out.begin(), out.end(), 0.0f);
+  const auto divisor = static_cast<float>(n);
+  for (std::size_t j = 0; j < count; ++j) out[u[j]] = wire.values[j] / divisor;
+  result.union_size = count;
+  result.transmitted = u;
+}
+
+}  // namespace sparsecomm::detail
