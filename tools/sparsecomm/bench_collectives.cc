@@ -18,6 +18,7 @@
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 #include "sparsecomm/core/timer.h"
 
 namespace sparsecomm::cli {
@@ -114,10 +115,10 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
       if (comm.has_native_allreduce()) {
         cases.push_back({Algorithm::kNative});
       } else if (announce) {
-        fmt::print(stderr,
-                   "note: the {} backend has no native all-reduce; 'native' is measured only "
-                   "with --backend mpi under mpirun\n",
-                   comm.backend());
+        logger().info(
+            "the {} backend has no native all-reduce; 'native' is measured only with --backend "
+            "mpi under mpirun",
+            comm.backend());
       }
     } else if (name == "skipreduce") {
       for (int s : parse_skips(options, comm.size())) cases.push_back({Algorithm::kSkipReduce, s});

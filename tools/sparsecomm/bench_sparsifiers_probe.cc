@@ -30,6 +30,7 @@
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/hash.h"
+#include "sparsecomm/core/log.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/core/timer.h"
@@ -549,7 +550,7 @@ Baselines measure_baselines(const GradientStream& stream, const SparsifierBenchO
     }
     b.torch_topk_ms = torch.median_ms;
   }
-  if (std::isnan(sink)) fmt::print(stderr, "note: the floor pass read NaN\n");
+  if (std::isnan(sink)) logger().info("the floor pass read NaN");
   return b;
 }
 
