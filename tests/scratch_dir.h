@@ -5,9 +5,15 @@
 #include <string>
 #include <system_error>
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 namespace sparsecomm::testing {
+
+// The running test's name (for per-test scratch directories).
+inline std::string current_test_name() {
+  return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
 
 // A fresh directory under the system temp dir (named after `name` and the
 // process id, so parallel test processes do not collide), removed

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "error_message.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/state_io.h"
 
@@ -25,14 +26,7 @@ std::vector<std::byte> sample_state() {
   return writer.bytes();
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(auto&& f) { return testing::error_message<Error>(f); }
 
 TEST(StateIo, ReaderRoundTripsWhatTheWriterWrote) {
   const std::vector<std::byte> bytes = sample_state();

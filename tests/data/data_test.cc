@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "error_message.h"
+#include "scratch_dir.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/idx.h"
@@ -19,14 +21,6 @@ namespace fs = std::filesystem;
 
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = fs::temp_directory_path() /
-                 ("sparsecomm_idx_" +
-                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(directory_);
-    fs::create_directories(directory_);
-  }
-  void TearDown() override { fs::remove_all(directory_); }
   std::string path(const char* name) const { return (directory_ / name).string(); }
 
   // A small Fashion-MNIST-shaped split: count images of 28x28 and labels.
@@ -40,16 +34,11 @@ class IdxTest : public ::testing::Test {
   }
 
   std::string message_of_read(const std::string& file) {
-    try {
-      read_idx(file);
-    } catch (const InvalidArgument& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected an error for " << file;
-    return {};
+    return testing::error_message<InvalidArgument>([&] { read_idx(file); });
   }
 
-  fs::path directory_;
+  const testing::ScratchDir scratch_{"idx-" + testing::current_test_name()};
+  const fs::path directory_ = scratch_.path();
 };
 
 TEST_F(IdxTest, RoundTripsGzipAndPlainFiles) {
@@ -115,12 +104,7 @@ std::vector<std::byte> idx_bytes(std::initializer_list<unsigned> values) {
 }
 
 std::string parse_error(std::span<const std::byte> bytes) {
-  try {
-    parse_idx(bytes, "input");
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_message<InvalidArgument>([&] { parse_idx(bytes, "input"); });
 }
 
 TEST(IdxParse, ParsesValidBytesAndRejectsEachDefect) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "error_message.h"
 #include "scratch_dir.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/data/text_corpus.h"
@@ -51,13 +52,7 @@ std::multiset<std::string> records_of(const std::string& stream) {
 }
 
 std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InvalidArgument";
-  return {};
+  return testing::error_message<InvalidArgument>(f);
 }
 
 TEST(TextCorpus, TheVocabularyIsPrintableAsciiNewlineAndOther) {

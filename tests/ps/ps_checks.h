@@ -26,6 +26,7 @@
 #include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/ps/sync_model.h"
 
 namespace sparsecomm::testing {
 
@@ -109,6 +110,16 @@ struct PsHooks {
   PushHook on_push;     // none by default
   GradientFn gradient;  // gradient_of by default
 };
+
+// The options of a run under sync `model` ("bsp", "ssp:1", ...) with pushes
+// of `push` ("dense", or "topk" at density 1%).
+inline PsOptions model_and_push(const char* model, const char* push) {
+  PsOptions options;
+  options.model = parse_sync_model(model);
+  options.push = push;
+  if (options.push == "topk") options.scheme_options.set("density=0.01");
+  return options;
+}
 
 inline std::chrono::microseconds no_delay(int, std::int64_t) {
   return std::chrono::microseconds(0);

@@ -86,10 +86,7 @@ TEST(PsMpi, NoPushLostOrAppliedTwiceUnderEveryModel) {
     for (const int servers : {1, 2}) {
       for (const char* model : {"bsp", "asp", "ssp:1", "dssp:1:3"}) {
         for (const char* push : {"dense", "topk"}) {
-          PsOptions options;
-          options.model = parse_sync_model(model);
-          options.push = push;
-          if (options.push == "topk") options.scheme_options.set("density=0.01");
+          const PsOptions options = model_and_push(model, push);
           run_and_check(comm, servers, options, 2000, 6,
                         fmt::format("{} servers, {}, {}", servers, model, push));
         }

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "ps/ps_checks.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
@@ -36,16 +37,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no exception of the expected type";
-  return "";
-}
+using testing::error_message;
 
 // --- layout and options ---
 
@@ -75,19 +67,20 @@ TEST(ServerLayout, BalancedContiguousShards) {
 }
 
 TEST(ServerLayout, BadLayoutsNameTheProblem) {
-  EXPECT_NE(error_of<InvalidArgument>([] { ServerLayout(100, 3, 0); }).find("at least 1 server"),
-            std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] {
+  EXPECT_NE(
+      error_message<InvalidArgument>([] { ServerLayout(100, 3, 0); }).find("at least 1 server"),
+      std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([] {
               ServerLayout::for_world(100, 3, 3);
             }).find("at least one rank must be a worker"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] {
+  EXPECT_NE(error_message<InvalidArgument>([] {
               ServerLayout::for_world(100, 3, 5);
             }).find("use at most 2 servers"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { ServerLayout(3, 2, 4); }).find("4 servers for 3"),
+  EXPECT_NE(error_message<InvalidArgument>([] { ServerLayout(3, 2, 4); }).find("4 servers for 3"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { ServerLayout(3, 0, 1); }).find("0 workers"),
+  EXPECT_NE(error_message<InvalidArgument>([] { ServerLayout(3, 0, 1); }).find("0 workers"),
             std::string::npos);
   const ServerLayout layout = ServerLayout::for_world(10, 5, 2);
   EXPECT_EQ(layout.workers(), 3);
@@ -111,20 +104,22 @@ TEST(SyncModel, ParsesEveryModel) {
 }
 
 TEST(SyncModel, BadModelsNameTheProblem) {
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("dssp:3:1"); }).find("s_U = 1"),
+  EXPECT_NE(error_message<InvalidArgument>([] { parse_sync_model("dssp:3:1"); }).find("s_U = 1"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("ssp:-1"); }).find("must be >= 0"),
+  EXPECT_NE(error_message<InvalidArgument>([] { parse_sync_model("ssp:-1"); }).find("must be >= 0"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("dssp:-1:2"); }).find("s_L = -1"),
+  EXPECT_NE(error_message<InvalidArgument>([] { parse_sync_model("dssp:-1:2"); }).find("s_L = -1"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("ssp"); }).find("takes 1 bound"),
+  EXPECT_NE(error_message<InvalidArgument>([] { parse_sync_model("ssp"); }).find("takes 1 bound"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("bsp:2"); }).find("takes 0 bound"),
+  EXPECT_NE(error_message<InvalidArgument>([] { parse_sync_model("bsp:2"); }).find("takes 0 bound"),
             std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("ssp:x"); }).find("not an integer"),
-            std::string::npos);
-  EXPECT_NE(error_of<InvalidArgument>([] { parse_sync_model("hogwild"); }).find("valid models"),
-            std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([] { parse_sync_model("ssp:x"); }).find("not an integer"),
+      std::string::npos);
+  EXPECT_NE(
+      error_message<InvalidArgument>([] { parse_sync_model("hogwild"); }).find("valid models"),
+      std::string::npos);
   EXPECT_THROW(make_sync_model("asp", 1), InvalidArgument);
   EXPECT_THROW(make_sync_model("dssp", 2, 1), InvalidArgument);
 }
@@ -166,7 +161,8 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
     EXPECT_TRUE(ps_push_is_partition_based(scheme));
     for (const char* model : {"asp", "ssp:1", "dssp:1:3"}) {
       options.model = parse_sync_model(model);
-      const std::string message = error_of<InvalidArgument>([&] { validate_ps_options(options); });
+      const std::string message =
+          error_message<InvalidArgument>([&] { validate_ps_options(options); });
       EXPECT_NE(message.find(fmt::format("scheme '{}' is partition-based", scheme)),
                 std::string::npos)
           << message;
@@ -178,8 +174,9 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
     // The exchange options stay refused under BSP too.
     options.model = SyncModel::bsp();
     options.scheme_options.set("exchange=allgather");
-    EXPECT_NE(error_of<InvalidArgument>([&] { validate_ps_options(options); }).find("'exchange'"),
-              std::string::npos);
+    EXPECT_NE(
+        error_message<InvalidArgument>([&] { validate_ps_options(options); }).find("'exchange'"),
+        std::string::npos);
     options.scheme_options = SchemeOptions();
   }
   EXPECT_FALSE(ps_push_is_partition_based("topk"));
@@ -189,7 +186,7 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
       << ps_push_methods();
   options.model = SyncModel::bsp();
   options.push = "nope";
-  EXPECT_NE(error_of<InvalidArgument>([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               validate_ps_options(options);
             }).find("unknown push method 'nope'"),
             std::string::npos);
@@ -199,14 +196,14 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
   }
   options.push = "topk";
   options.scheme_options.set("values=fp16");
-  EXPECT_NE(error_of<InvalidArgument>([&] { validate_ps_options(options); }).find("'values'"),
+  EXPECT_NE(error_message<InvalidArgument>([&] { validate_ps_options(options); }).find("'values'"),
             std::string::npos);
   options.scheme_options = SchemeOptions();
   options.scheme_options.set("density=2");
   EXPECT_THROW(validate_ps_options(options), InvalidArgument);
   options.scheme_options = SchemeOptions();
   options.push = "dgc";
-  EXPECT_NE(error_of<InvalidArgument>([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               validate_ps_options(options);
             }).find("SGD momentum must be 0"),
             std::string::npos);
@@ -214,7 +211,7 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
   EXPECT_NO_THROW(validate_ps_options(options));
   options.push = "dense";
   options.scheme_options.set("density=0.1");
-  EXPECT_NE(error_of<InvalidArgument>([&] {
+  EXPECT_NE(error_message<InvalidArgument>([&] {
               validate_ps_options(options);
             }).find("takes no scheme options"),
             std::string::npos);
@@ -441,10 +438,7 @@ TEST(ParameterServer, NoPushLostOrAppliedTwiceUnderEveryModel) {
   const std::size_t d = 2000;
   for (const char* model : {"bsp", "asp", "ssp:1", "dssp:1:3"}) {
     for (const char* push : {"dense", "topk"}) {
-      PsOptions options;
-      options.model = parse_sync_model(model);
-      options.push = push;
-      if (options.push == "topk") options.scheme_options.set("density=0.01");
+      const PsOptions options = model_and_push(model, push);
       const PsRun run = run_ps(workers, 2, d, options, steps, [](int w, std::int64_t t) {
         return std::chrono::microseconds(((w * 7 + t * 3) % 4) * 250);
       });
@@ -906,14 +900,17 @@ TEST(ParameterServer, RolesAndSizesAreChecked) {
     const ServerLayout layout(d, 2, 1);
     const auto r = static_cast<std::size_t>(comm.rank());
     if (comm.rank() == 2) {
-      errors[r] = error_of<InvalidArgument>([&] { PsWorker worker(comm, layout, PsOptions{}); });
+      errors[r] =
+          error_message<InvalidArgument>([&] { PsWorker worker(comm, layout, PsOptions{}); });
       std::vector<float> wrong(3);
-      errors[r] += error_of<InvalidArgument>([&] { run_server(comm, layout, PsOptions{}, wrong); });
+      errors[r] +=
+          error_message<InvalidArgument>([&] { run_server(comm, layout, PsOptions{}, wrong); });
     } else {
       std::vector<float> shard(d);
-      errors[r] = error_of<InvalidArgument>([&] { run_server(comm, layout, PsOptions{}, shard); });
+      errors[r] =
+          error_message<InvalidArgument>([&] { run_server(comm, layout, PsOptions{}, shard); });
       PsWorker worker(comm, layout, PsOptions{});
-      errors[r] += error_of<Error>([&] { worker.push(shard, 0.1); });
+      errors[r] += error_message<Error>([&] { worker.push(shard, 0.1); });
     }
   });
   EXPECT_NE(errors[2].find("is a server, not a worker"), std::string::npos) << errors[2];

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "scratch_dir.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
@@ -36,16 +37,6 @@ std::string read_text(const fs::path& path) {
 
 class ReportTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // A space in the path: plotting must not depend on shell quoting.
-    root_ = fs::temp_directory_path() /
-            ("sparsecomm report " +
-             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   // A run of `steps` steps sending `bytes` per step, evaluated every 10
   // steps; with summary.json when `finished`.
   // `overlapped` >= 0: the steps were pipelined, that many seconds of their
@@ -126,7 +117,9 @@ class ReportTest : public ::testing::Test {
     return {};
   }
 
-  fs::path root_;
+  // A space in the path: plotting must not depend on shell quoting.
+  const testing::ScratchDir scratch_{"report " + testing::current_test_name()};
+  const fs::path root_ = scratch_.path();
 };
 
 TEST_F(ReportTest, LoadsAFinishedRun) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "error_message.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
@@ -87,14 +88,7 @@ SchemeOptions options_of(std::initializer_list<const char*> settings) {
 }
 
 std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
+  return testing::error_message<InvalidArgument>(fn);
 }
 
 const schemes::DensitySparsifier& as_density(const Sparsifier& s) {

@@ -76,6 +76,14 @@ struct Counts {
 // grows when a step needs more than any before); the rest are counted.
 constexpr int kWarmup = 10;
 constexpr int kSteps = 20;
+// Fills `gradient` with rank 0's input of `step`; returns the step's context.
+StepContext prepare_step(std::span<float> gradient, int step) {
+  for (std::size_t i = 0; i < gradient.size(); ++i) gradient[i] = sync_input(0, step, i);
+  StepContext ctx;
+  ctx.step = step;
+  return ctx;
+}
+
 Counts allocations_after_warmup(const SyncCase& c, std::size_t numel) {
   SoloCommunicator comm;
   Counts counts;
@@ -85,9 +93,7 @@ Counts allocations_after_warmup(const SyncCase& c, std::size_t numel) {
     SchemeParts parts = make_scheme(c.scheme, case_options(c));
     SparseSelection selection;
     for (int step = 0; step < kSteps; ++step) {
-      for (std::size_t i = 0; i < numel; ++i) gradient[i] = sync_input(0, step, i);
-      StepContext ctx;
-      ctx.step = step;
+      const StepContext ctx = prepare_step(gradient, step);
       const long before = g_allocations.load();
       t_counting = step >= kWarmup;
       parts.memory->accumulate(gradient);
@@ -100,9 +106,7 @@ Counts allocations_after_warmup(const SyncCase& c, std::size_t numel) {
   // The whole step.
   SparsifyExchangeStep sync(make_scheme(c.scheme, case_options(c)));
   for (int step = 0; step < kSteps; ++step) {
-    for (std::size_t i = 0; i < numel; ++i) gradient[i] = sync_input(0, step, i);
-    StepContext ctx;
-    ctx.step = step;
+    const StepContext ctx = prepare_step(gradient, step);
     const long before = g_allocations.load();
     t_counting = step >= kWarmup;
     sync.synchronize(gradient, ctx, comm);

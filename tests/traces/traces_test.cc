@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm {
@@ -102,14 +103,6 @@ TEST(SyntheticStream, RejectsBadOptions) {
 
 class TraceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = fs::temp_directory_path() /
-                 ("sparsecomm_trace_" +
-                  std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(directory_);
-  }
-  void TearDown() override { fs::remove_all(directory_); }
-
   // Records 3 steps of 2 ranks from the synthetic stream.
   void record() {
     auto options = small_options();
@@ -127,7 +120,8 @@ class TraceTest : public ::testing::Test {
     EXPECT_THROW(writer.append(0, g), InvalidArgument) << "all steps written";
   }
 
-  fs::path directory_;
+  const testing::ScratchDir scratch_{"trace-" + testing::current_test_name()};
+  const fs::path directory_ = scratch_.path();
   std::unique_ptr<GradientStream> source_;
 };
 

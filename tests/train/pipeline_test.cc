@@ -22,6 +22,16 @@
 namespace sparsecomm {
 namespace {
 
+// Builds a model on one rank thread at a time after seeding LibTorch's
+// global generator, so that every rank starts from the same parameters.
+template <class Make>
+auto construct_seeded(std::uint64_t seed, Make&& make) {
+  static std::mutex construction;
+  std::lock_guard lock(construction);
+  torch::manual_seed(seed);
+  return make();
+}
+
 constexpr int kWorld = 4;
 constexpr int kSteps = 4;
 
@@ -33,14 +43,9 @@ std::vector<float> train(const std::string& model_name, const std::string& metho
   const torch::Tensor images = torch::randn({kSteps, kWorld, 8, 1, 28, 28});
   const torch::Tensor labels = torch::randint(0, 10, {kSteps, kWorld, 8});
   std::vector<float> result;
-  static std::mutex construction;
   run_thread_world(kWorld, [&](Communicator& comm) {
-    std::shared_ptr<Model> model;
-    {
-      std::lock_guard lock(construction);
-      torch::manual_seed(1);
-      model = make_model(model_name, 10);
-    }
+    const std::shared_ptr<Model> model =
+        construct_seeded(1, [&] { return make_model(model_name, 10); });
     SchemeOptions options;
     if (method != "dense") options.set("density=0.05");
     DataParallel ddp(
@@ -126,14 +131,8 @@ class TwoPaths : public torch::nn::Module {
 TEST(Pipeline, CollectivesKeepTheirOrderWhenHooksFireInDifferentOrders) {
   auto run = [](std::size_t bucket_bytes) {
     std::vector<float> result;
-    static std::mutex construction;
     run_thread_world(kWorld, [&](Communicator& comm) {
-      std::shared_ptr<TwoPaths> model;
-      {
-        std::lock_guard lock(construction);
-        torch::manual_seed(5);
-        model = std::make_shared<TwoPaths>();
-      }
+      const auto model = construct_seeded(5, [] { return std::make_shared<TwoPaths>(); });
       DataParallel ddp(
           *model, comm, [] { return make_gradient_sync("dense", SchemeOptions{}); },
           DataParallelOptions{bucket_bytes});

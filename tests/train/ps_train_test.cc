@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
@@ -222,14 +223,7 @@ TEST(PsTrain, RandomSlowdownSlowsOneWorkerPerStepAlikeOnEveryRank) {
 
 TEST(PsTrain, BadOptionsFailClearly) {
   const testing::ScratchDir scratch("ps_bad");
-  auto message = [&](TrainConfig c) -> std::string {
-    try {
-      run_training(c);
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
+  auto message = [&](TrainConfig c) { return testing::error_message([&] { run_training(c); }); };
   TrainConfig c = ps_run("dense", scratch.path() / "a", 2, 0);
   c.sync = "ssp";
   EXPECT_NE(message(c).find("add --servers"), std::string::npos) << message(c);

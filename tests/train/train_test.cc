@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "error_message.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/state_io.h"
@@ -242,14 +243,7 @@ TEST(Trainer, AMismatchedCheckpointIsRefused) {
 
 TEST(Trainer, BadOptionsFailClearly) {
   const testing::ScratchDir scratch("bad");
-  auto message = [&](TrainConfig c) -> std::string {
-    try {
-      run_training(c);
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
+  auto message = [&](TrainConfig c) { return testing::error_message([&] { run_training(c); }); };
   TrainConfig c = short_run("topk", scratch.path() / "a");
   c.model = "vgg";
   EXPECT_NE(message(c).find("mlp, cnn, resnet18, wide-mlp"), std::string::npos);

@@ -1,7 +1,7 @@
 #pragma once
-// The torch::topk baseline of the selection benchmarks. torch_topk.cc is the
-// only translation unit of the project that includes LibTorch; keep every
-// torch header out of this file.
+// The torch::topk baseline of the selection benchmarks. Only torch_topk.cc
+// includes LibTorch for it; keep every torch header out of this file, so
+// the benchmark files that include it compile without LibTorch.
 
 #include <cstddef>
 #include <span>
