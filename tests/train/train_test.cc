@@ -197,6 +197,40 @@ TEST(Trainer, ResumingGivesBitIdenticalParameters) {
   }
 }
 
+// A crash after the ranks wrote checkpoint 48 but before it was committed
+// (injected through the test hook): checkpoint 32 stays the latest and
+// usable, and the run resumed from it ends bit-identical to an
+// uninterrupted one.
+TEST(Trainer, ACrashBetweenWritingAndCommittingKeepsThePreviousCheckpoint) {
+  const testing::ScratchDir scratch("checkpoint_fault");
+  TrainConfig whole = short_run("exdyna", scratch.path() / "whole");
+  whole.checkpoint_every = 1000;  // only the final checkpoint
+  run_training(whole);
+
+  TrainConfig faulty = short_run("exdyna", scratch.path() / "faulty");
+  faulty.checkpoint_every = 16;
+  set_checkpoint_fault_hook([](std::int64_t step, int rank) {
+    if (step == 48 && rank == 1) throw Error("injected crash after writing checkpoint 48");
+  });
+  EXPECT_THROW(run_training(faulty), std::exception);
+  set_checkpoint_fault_hook(nullptr);
+  ASSERT_EQ((*latest_checkpoint(faulty.out))["step"], 32);
+  EXPECT_TRUE(fs::exists(fs::path(faulty.out) / "checkpoints" / "step-48" / "rank1.state"));
+  EXPECT_TRUE(fs::exists(fs::path(faulty.out) / "failure.json"));
+
+  TrainConfig rest = faulty;
+  rest.out.clear();
+  rest.checkpoint_every = 1000;
+  run_training(rest, nullptr, faulty.out);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(checkpoint_parameters(whole.out, rank), checkpoint_parameters(faulty.out, rank))
+        << "rank " << rank;
+  }
+  EXPECT_EQ(report::load_run(faulty.out).steps.size(), 64u);
+  EXPECT_FALSE(fs::exists(fs::path(faulty.out) / "failure.json"));
+  EXPECT_FALSE(fs::exists(fs::path(faulty.out) / "checkpoints" / "step-48"));
+}
+
 TEST(Trainer, ACorruptCheckpointIsRefused) {
   const testing::ScratchDir scratch("corrupt");
   TrainConfig config = short_run("topk", scratch.path() / "run");

@@ -222,6 +222,7 @@ class RankTrainer {
     state.value<double>(train_loss_sum_);
     state.value<std::int64_t>(train_loss_count_);
     write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
+    run_checkpoint_fault_hook(done, comm_.rank());
     comm_.barrier();
     if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
   }

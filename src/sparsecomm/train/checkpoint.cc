@@ -62,6 +62,19 @@ std::vector<std::byte> read_rank_checkpoint(const fs::path& run_dir, std::int64_
   }
 }
 
+namespace {
+CheckpointFaultHook& fault_hook() {
+  static CheckpointFaultHook hook;
+  return hook;
+}
+}  // namespace
+
+void set_checkpoint_fault_hook(CheckpointFaultHook hook) { fault_hook() = std::move(hook); }
+
+void run_checkpoint_fault_hook(std::int64_t step, int rank) {
+  if (fault_hook()) fault_hook()(step, rank);
+}
+
 void commit_checkpoint(const fs::path& run_dir, std::int64_t step, int world,
                        const nlohmann::json& fingerprint) {
   report::write_json_atomically(run_dir / "checkpoints" / "latest.json",

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -27,6 +28,14 @@ void write_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t st
 // (naming the file).
 std::vector<std::byte> read_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t step,
                                             int rank);
+
+// Test hook: called on every rank after it wrote its file of checkpoint
+// `step` and before the checkpoint is committed; a hook that throws
+// simulates a crash between writing and committing. Empty: none (the
+// default). Set it only while no run is in progress.
+using CheckpointFaultHook = std::function<void(std::int64_t step, int rank)>;
+void set_checkpoint_fault_hook(CheckpointFaultHook hook);
+void run_checkpoint_fault_hook(std::int64_t step, int rank);
 
 // Rank 0, after every rank has written: makes `step` the latest checkpoint
 // and removes older ones.

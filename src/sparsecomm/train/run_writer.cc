@@ -111,6 +111,8 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
     }
     atomic_write(metrics_path_, kept);
     steps_completed_ = resume_step;
+    // The run goes on: an earlier failure's record no longer describes it.
+    fs::remove(dir_ / "failure.json", error);
   }
   report::write_json_atomically(dir_ / "config.json", to_json(config_));
 }

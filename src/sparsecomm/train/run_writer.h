@@ -31,7 +31,7 @@ class RunWriter {
   // (its metrics would be lost) with an error that says what to do.
   // Resumed run (resume_step >= 0): keeps the records of steps before
   // resume_step (and evaluations up to it), drops later ones (they are
-  // redone), and continues appending.
+  // redone), removes failure.json, and continues appending.
   RunWriter(std::filesystem::path dir, const TrainConfig& config, std::int64_t resume_step = -1);
 
   void write_step(const TrainStep& step);
