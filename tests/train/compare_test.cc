@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "error_message.h"
+#include "sparsecomm/data/idx.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/train/checkpoint.h"
@@ -95,6 +98,29 @@ TEST(NonFinite, SkippedStepsDoNotMoveTheParameters) {
     if (line.find("\"skipped_nonfinite\":true") != std::string::npos) ++skipped;
   }
   EXPECT_EQ(skipped, 5);
+}
+
+// Images of another size than the models take are refused when the data is
+// loaded, before a run directory exists (it once ended in a LibTorch shape
+// error mid-run, and the half run then blocked a rerun).
+TEST(Data, ImagesOfTheWrongSizeAreRefusedBeforeTheRunStarts) {
+  const testing::ScratchDir scratch("wrong_image_size");
+  const fs::path data = scratch.path() / "data";
+  fs::create_directories(data);
+  for (const char* split : {"train", "t10k"}) {
+    write_idx_gz((data / fmt::format("{}-images-idx3-ubyte.gz", split)).string(),
+                 IdxArray{{8, 32, 32}, std::vector<std::uint8_t>(8 * 32 * 32, 7)});
+    write_idx_gz((data / fmt::format("{}-labels-idx1-ubyte.gz", split)).string(),
+                 IdxArray{{8}, std::vector<std::uint8_t>(8, 1)});
+  }
+  TrainConfig c = testing::short_run("dense", scratch.path() / "run");
+  c.data_dir = data.string();
+  c.train_samples = 0;
+  c.test_samples = 0;
+  const std::string message = testing::error_message<InvalidArgument>([&] { run_training(c); });
+  EXPECT_NE(message.find("images of 32x32 pixels; the image models take 28x28"), std::string::npos)
+      << message;
+  EXPECT_FALSE(fs::exists(scratch.path() / "run")) << "a failed start left a run directory";
 }
 
 TEST(Compare, ItemsNameTheMethodAndTheSyncModel) {

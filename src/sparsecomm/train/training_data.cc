@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/synthetic_images.h"
 #include "sparsecomm/data/text_corpus.h"
@@ -40,6 +43,18 @@ TensorSplit to_tensors(const TextSamples& data, std::int64_t limit) {
   return split;
 }
 
+// The image models (mlp, cnn, resnet18, wide-mlp) take Fashion-MNIST's
+// 28x28 pixels; another size would end in a LibTorch shape error mid-run.
+ImageDataset checked_image_size(ImageDataset data, const std::string& directory) {
+  if (data.rows != 28 || data.cols != 28) {
+    throw InvalidArgument(fmt::format(
+        "[data] {} holds images of {}x{} pixels; the image models take 28x28 (Fashion-MNIST's "
+        "size): give --data-dir a directory of 28x28 images",
+        directory, data.rows, data.cols));
+  }
+  return data;
+}
+
 }  // namespace
 
 Datasets load_datasets(const TrainConfig& config) {
@@ -54,9 +69,10 @@ Datasets load_datasets(const TrainConfig& config) {
     out.train = to_tensors(make_synthetic_images(train, config.seed, 0), 0);
     out.test = to_tensors(make_synthetic_images(test, config.seed, 1ull << 40), 0);
   } else {
-    out.train = to_tensors(load_fashion_mnist(DatasetSplit::kTrain, data_dir_of(config)),
+    const std::string dir = data_dir_of(config);
+    out.train = to_tensors(checked_image_size(load_fashion_mnist(DatasetSplit::kTrain, dir), dir),
                            config.train_samples);
-    out.test = to_tensors(load_fashion_mnist(DatasetSplit::kTest, data_dir_of(config)),
+    out.test = to_tensors(checked_image_size(load_fashion_mnist(DatasetSplit::kTest, dir), dir),
                           config.test_samples);
   }
   return out;
