@@ -87,8 +87,8 @@ void atomic_write(const fs::path& path, std::span<const std::byte> bytes) {
       throw Error(fmt::format("cannot close {}: {}", temp.string(), errno_text()));
     }
     if (::rename(temp.c_str(), path.c_str()) != 0) {
-      throw Error(fmt::format("cannot rename {} to {}: {}", temp.string(), path.string(),
-                              errno_text()));
+      throw Error(
+          fmt::format("cannot rename {} to {}: {}", temp.string(), path.string(), errno_text()));
     }
   } catch (...) {
     std::error_code ignored;

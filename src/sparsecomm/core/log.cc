@@ -33,8 +33,8 @@ class RankFlag final : public spdlog::custom_flag_formatter {
 };
 
 std::shared_ptr<spdlog::logger> make_logger() {
-  auto logger = std::make_shared<spdlog::logger>(
-      "sparsecomm", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("sparsecomm",
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<RankFlag>('R').set_pattern("sparsecomm%R: %l: %v");
   logger->set_formatter(std::move(formatter));

@@ -59,8 +59,8 @@ std::span<std::byte> writable_object_bytes(T& value) {
 // push arrived exactly once with the same content.
 inline std::uint64_t push_fingerprint(int worker, std::int64_t clock,
                                       std::span<const std::byte> payload) {
-  const std::uint64_t header = hash_combine(static_cast<std::uint64_t>(worker),
-                                            static_cast<std::uint64_t>(clock));
+  const std::uint64_t header =
+      hash_combine(static_cast<std::uint64_t>(worker), static_cast<std::uint64_t>(clock));
   return hash_bytes(payload, header);
 }
 

@@ -94,15 +94,15 @@ std::string format_comparison_table(std::span<const RunData> runs) {
   for (const RunData& run : runs) {
     const RunSummary& s = run.summary;
     if (run.failure) {
-      failures += fmt::format("! {} failed after {} steps: {}\n", run_name(s), s.steps,
-                              *run.failure);
+      failures +=
+          fmt::format("! {} failed after {} steps: {}\n", run_name(s), s.steps, *run.failure);
     } else {
       any_derived = any_derived || run.summary_derived;
     }
     const EvalRecord* reached = std::isfinite(target) ? first_reaching(run, target) : nullptr;
     const char* mark = run.failure ? "!" : run.summary_derived ? "*" : "";
-    rows.push_back({text_or_dash(run_name(s)) + mark,
-                    text_or_dash(s.model), workers_text(s.workers), percent(s.test_accuracy),
+    rows.push_back({text_or_dash(run_name(s)) + mark, text_or_dash(s.model),
+                    workers_text(s.workers), percent(s.test_accuracy),
                     percent(s.best_test_accuracy), fixed(s.wall_s, 1),
                     reached ? fixed(reached->wall_s, 1) : "-",
                     reached ? fixed(reached->epoch, 2) : "-", fixed(s.density_ratio_mean, 3),

@@ -76,9 +76,9 @@ struct RunData {
   // summary.json) derived from config.json and metrics.jsonl as
   // derive_summary() does.
   RunSummary summary;
-  bool summary_derived = false;       // no summary.json: `summary` is derived
+  bool summary_derived = false;        // no summary.json: `summary` is derived
   std::optional<std::string> failure;  // failure.json's error, when the run failed
-  std::vector<std::string> warnings;  // e.g. a truncated last line; for the user
+  std::vector<std::string> warnings;   // e.g. a truncated last line; for the user
 };
 
 // Reads the run directory `dir`. Throws InvalidArgument when `dir` does not
