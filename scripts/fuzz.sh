@@ -30,7 +30,8 @@ done
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is missing; run scripts/setup.sh" >&2; exit 1; }
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSPARSECOMM_FUZZ=ON \
-  -DSPARSECOMM_BUILD_TESTS=OFF -DSPARSECOMM_BUILD_TOOLS=OFF -DSPARSECOMM_WITH_MPI=OFF >/dev/null
+  -DSPARSECOMM_BUILD_TESTS=OFF -DSPARSECOMM_BUILD_TOOLS=OFF -DSPARSECOMM_WITH_MPI=OFF \
+  -DSPARSECOMM_WITH_TORCH=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"
 
 status=0

@@ -29,7 +29,11 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the job hung: killed by timeout after ${wall_limit}s"
+# timeout exits 124 (137 when it had to SIGKILL); mpiexec itself exits 137
+# when a rank died by SIGKILL, so the elapsed time tells which.
+if [ "$rc" -eq 124 ] || { [ "$rc" -eq 137 ] && [ "$elapsed" -ge "$wall_limit" ]; }; then
+  fail "the job hung: killed by timeout after ${wall_limit}s"
+fi
 [ "$rc" -ne 0 ] || fail "the job exited 0; it should have aborted"
 [ "$elapsed" -lt "$max_seconds" ] || fail "the job took ${elapsed}s to abort (limit ${max_seconds}s)"
 for expected in "$@"; do

@@ -6,30 +6,46 @@
 // allreduce mode: a native all-reduce times out; MPI cannot withdraw it, so
 // the backend itself aborts the job, saying so.
 //
-// Usage: mpiexec -n 4 mpi_stall_probe [recv|barrier|allreduce]
+// kill mode: rank 3 dies by SIGKILL (as under the OOM killer or kill -9)
+// while the others are in a ring all-reduce that needs it; mpiexec or the
+// survivors' timeout must end the job.
+//
+// Usage: mpiexec -n 4 mpi_stall_probe [recv|barrier|allreduce|kill]
 
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstdio>
 #include <exception>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 
 int main(int argc, char** argv) {
   using namespace sparsecomm;
   const std::string mode = argc > 1 ? argv[1] : "recv";
-  if (mode != "recv" && mode != "barrier" && mode != "allreduce") {
-    std::fprintf(stderr, "usage: mpi_stall_probe [recv|barrier|allreduce]\n");
+  if (mode != "recv" && mode != "barrier" && mode != "allreduce" && mode != "kill") {
+    std::fprintf(stderr, "usage: mpi_stall_probe [recv|barrier|allreduce|kill]\n");
     return 2;
   }
   try {
     const auto comm = make_mpi_world_communicator(std::chrono::milliseconds(1000));
     if (comm->size() != 4) {
       mpi_abort_job(comm->where() + "run this probe with exactly 4 ranks", 2);
+    }
+    if (mode == "kill") {
+      comm->barrier();  // every rank is up before one dies
+      if (comm->rank() == 3) ::kill(::getpid(), SIGKILL);
+      std::vector<float> values(1 << 20, 1.0f);
+      for (int round = 0; round < 100; ++round) allreduce(*comm, std::span<float>(values));
+      mpi_abort_job(comm->where() + "the killed rank 3 went unnoticed", 5);
     }
     if (comm->rank() == 3) {
       std::this_thread::sleep_for(std::chrono::seconds(60));

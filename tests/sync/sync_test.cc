@@ -79,6 +79,47 @@ TEST(NonFinite, StopThrowsOnEveryRankNamingTheRanks) {
   }
 }
 
+// Every gradient finite, but the residual overflows: rank 0 holds 3e38 at
+// one position that the top-1 selection passes over on step 0 (a larger
+// value wins) and sees again on step 1, so e + g = inf is sent. Under either
+// policy every rank stops, saying that the memory overflowed, instead of
+// handing an infinite average to the optimizer.
+TEST(NonFinite, AnOverflowingResidualStopsEveryRank) {
+  for (const NonFinitePolicy policy : {NonFinitePolicy::kStop, NonFinitePolicy::kSkip}) {
+    for (const int n : {1, 2, 4}) {
+      for (const char* pattern : {"union", "allgather", "sparse-allreduce"}) {
+        run_thread_world(
+            n,
+            [&](Communicator& comm) {
+              SchemeOptions options;
+              options.set("density=0.125");  // k = 1 of 8
+              options.set(std::string("exchange=") + pattern);
+              SparsifyExchangeStep sync(make_scheme("topk", options), policy);
+              std::string message;
+              for (int step = 0; step < 2 && message.empty(); ++step) {
+                StepContext ctx;
+                ctx.step = step;
+                std::vector<float> gradient(8, 0.0f);
+                if (comm.rank() == 0) {
+                  gradient[7] = 3.0e38f;
+                  if (step == 0) gradient[5] = 3.4e38f;
+                }
+                try {
+                  sync.synchronize(gradient, ctx, comm);
+                } catch (const NonFiniteGradient& e) {
+                  message = e.what();
+                  EXPECT_EQ(step, 1);
+                }
+              }
+              EXPECT_NE(message.find("memory overflowed"), std::string::npos)
+                  << "n=" << n << " rank " << comm.rank() << " " << pattern << ": " << message;
+            },
+            kTimeout);
+      }
+    }
+  }
+}
+
 TEST(NonFinite, ParsesThePolicy) {
   EXPECT_EQ(parse_nonfinite_policy("skip"), NonFinitePolicy::kSkip);
   EXPECT_EQ(parse_nonfinite_policy("stop"), NonFinitePolicy::kStop);

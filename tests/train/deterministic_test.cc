@@ -1,5 +1,6 @@
 // --deterministic gives bit-identical parameters on the thread backend and
-// under `mpiexec -n 4` (the real CLI, as a user runs it).
+// under `mpiexec -n 4` (the real CLI, as a user runs it), and a run stopped
+// and resumed under mpiexec ends where an uninterrupted one does.
 
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +41,37 @@ TEST_P(Deterministic, ThreadBackendAndMpiGiveIdenticalParameters) {
         testing::parameters_of_checkpoint(read_rank_checkpoint(scratch.path() / "mpi", 16, rank));
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(a == b) << "rank " << rank << ": parameters differ between thread and MPI";
+  }
+}
+
+// Stopped at step 8 of 16 (with a checkpoint), then resumed with --resume in a
+// new mpiexec job: the final parameters of every rank equal those of the
+// uninterrupted thread-backend run.
+TEST(DeterministicResume, AResumedMpiRunEndsBitIdentical) {
+  const testing::ScratchDir scratch("deterministic_resume");
+  const std::string mpiexec =
+      fmt::format("{} -n 4 {}", SPARSECOMM_MPIEXEC, SPARSECOMM_MPIEXEC_FLAGS);
+  train("", "thread", scratch.path() / "whole", "--method exdyna");
+  train(mpiexec, "mpi", scratch.path() / "resumed", "--method exdyna --stop-at-step 8");
+  const auto stopped = latest_checkpoint(scratch.path() / "resumed");
+  ASSERT_TRUE(stopped.has_value());
+  ASSERT_EQ((*stopped)["step"], 8);
+  const fs::path run = scratch.path() / "resumed";
+  const std::string command =
+      fmt::format("{} {} train --backend mpi --resume '{}' > '{}.resume.log' 2>&1", mpiexec,
+                  SPARSECOMM_CLI, run.string(), run.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command << " failed; see " << run << ".resume.log";
+  const auto whole_end = latest_checkpoint(scratch.path() / "whole");
+  const auto resumed_end = latest_checkpoint(run);
+  ASSERT_TRUE(whole_end.has_value() && resumed_end.has_value());
+  const std::int64_t last = (*whole_end)["step"].get<std::int64_t>();
+  ASSERT_EQ((*resumed_end)["step"].get<std::int64_t>(), last);
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto a = testing::parameters_of_checkpoint(
+        read_rank_checkpoint(scratch.path() / "whole", last, rank));
+    const auto b = testing::parameters_of_checkpoint(read_rank_checkpoint(run, last, rank));
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(a == b) << "rank " << rank << ": the resumed MPI run differs";
   }
 }
 

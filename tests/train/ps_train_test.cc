@@ -5,16 +5,19 @@
 // options fail clearly.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "error_message.h"
 #include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/evaluation.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
 #include "train/train_checks.h"
@@ -283,6 +286,29 @@ TEST(PsTrain, BadOptionsFailClearly) {
   EXPECT_EQ(back.servers, 2);
   EXPECT_EQ(back.slowdown, std::vector<std::string>{"1:2"});
   EXPECT_EQ(sync_model_name(back), "dssp:1:4");
+}
+
+// Rank 0 evaluates alone in parameter-server mode. An evaluation (here made
+// to take 2.5 s) longer than the communication timeout (1 s) must not look
+// like a dead rank to the workers waiting for rank 0's pushes under BSP:
+// the run completes with every evaluation recorded.
+TEST(PsTrain, ASlowEvaluationIsNotMistakenForADeadRank) {
+  const testing::ScratchDir scratch("ps_slow_eval");
+  TrainConfig c = ps_run("dense", scratch.path() / "run", 2, 1);
+  c.sync = "bsp";
+  c.epochs = 1;
+  c.eval_every = 8;  // evaluations at steps 8, 16, 24 and 32 (the end)
+  c.timeout_s = 1.0;
+  set_evaluation_hook([] { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); });
+  const std::string error = testing::error_message([&] { run_training(c); });
+  set_evaluation_hook(nullptr);
+  EXPECT_EQ(error, "") << "a slow evaluation ended the run";
+  const report::RunData run = report::load_run(c.out);
+  EXPECT_EQ(run.steps.size(), 32u);
+  ASSERT_EQ(run.evals.size(), 4u);
+  for (std::size_t i = 0; i < run.evals.size(); ++i) {
+    EXPECT_EQ(run.evals[i].step, static_cast<std::int64_t>(8 * (i + 1)));
+  }
 }
 
 }  // namespace

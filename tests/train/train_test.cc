@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -231,30 +232,77 @@ TEST(Trainer, ACrashBetweenWritingAndCommittingKeepsThePreviousCheckpoint) {
   EXPECT_FALSE(fs::exists(fs::path(faulty.out) / "checkpoints" / "step-48"));
 }
 
-TEST(Trainer, ACorruptCheckpointIsRefused) {
-  const testing::ScratchDir scratch("corrupt");
+// Every way a checkpoint can be damaged on disk is refused when resuming,
+// with an error that names the damaged file; nothing is trained from it.
+TEST(Trainer, ADamagedCheckpointIsRefusedNamingTheFile) {
+  const testing::ScratchDir scratch("damaged");
   TrainConfig config = short_run("topk", scratch.path() / "run");
   config.stop_at_step = 10;
   run_training(config);
-  const fs::path file = scratch.path() / "run" / "checkpoints" / "step-10" / "rank2.state";
-  ASSERT_TRUE(fs::exists(file));
-  {
+  const fs::path checkpoints = scratch.path() / "run" / "checkpoints";
+  const fs::path rank2 = checkpoints / "step-10" / "rank2.state";
+  ASSERT_TRUE(fs::exists(rank2));
+
+  struct Damage {
+    std::string name;
+    std::function<void(const fs::path& checkpoints)> apply;
+    std::string file;    // what the error must name
+    std::string reason;  // and what it must say
+  };
+  const auto flip_byte = [](const fs::path& file, std::streamoff at) {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(100);
     char byte = 0;
+    f.seekg(at);
     f.read(&byte, 1);
-    f.seekp(100);
     byte = static_cast<char>(byte ^ 0x10);
+    f.seekp(at);
     f.write(&byte, 1);
-  }
-  TrainConfig rest = config;
-  rest.stop_at_step = 0;
-  rest.out.clear();
-  try {
-    run_training(rest, nullptr, config.out);
-    FAIL() << "a corrupt checkpoint was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+  };
+  const auto overwrite = [](const fs::path& file, const std::string& text) {
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+  };
+  const std::vector<Damage> damages = {
+      {"a flipped bit", [&](const fs::path& c) { flip_byte(c / "step-10" / "rank2.state", 100); },
+       "rank2.state", "corrupt"},
+      {"a truncated rank file",
+       [&](const fs::path& c) {
+         const fs::path f = c / "step-10" / "rank2.state";
+         fs::resize_file(f, fs::file_size(f) / 2);
+       },
+       "rank2.state", ""},
+      {"an empty rank file",
+       [&](const fs::path& c) { overwrite(c / "step-10" / "rank1.state", ""); }, "rank1.state", ""},
+      {"a missing rank file", [&](const fs::path& c) { fs::remove(c / "step-10" / "rank3.state"); },
+       "rank3.state", "missing"},
+      {"latest.json that is not JSON",
+       [&](const fs::path& c) { overwrite(c / "latest.json", "{\"step\": 10, \"wor"); },
+       "latest.json", "corrupt"},
+      {"latest.json with a negative step",
+       [&](const fs::path& c) { overwrite(c / "latest.json", R"({"step": -3, "world": 4})"); },
+       "latest.json", "corrupt"},
+      {"latest.json with a step as a string",
+       [&](const fs::path& c) { overwrite(c / "latest.json", R"({"step": "10", "world": 4})"); },
+       "latest.json", "corrupt"},
+      {"latest.json naming a step that was never written",
+       [&](const fs::path& c) {
+         overwrite(c / "latest.json", R"({"step": 12, "world": 4, "fingerprint": {}})");
+       },
+       "step-12", "missing"},
+  };
+  for (const Damage& damage : damages) {
+    const fs::path copy = scratch.path() / "copy";
+    fs::remove_all(copy);
+    fs::copy(scratch.path() / "run", copy, fs::copy_options::recursive);
+    damage.apply(copy / "checkpoints");
+    TrainConfig rest = config;
+    rest.stop_at_step = 0;
+    rest.out.clear();
+    const std::string message =
+        testing::error_message([&] { run_training(rest, nullptr, copy.string()); });
+    EXPECT_NE(message.find(damage.file), std::string::npos)
+        << damage.name << ": the error does not name " << damage.file << ": " << message;
+    EXPECT_NE(message.find(damage.reason), std::string::npos)
+        << damage.name << ": the error does not say '" << damage.reason << "': " << message;
   }
 }
 

@@ -93,6 +93,20 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.selection_s = std::max(0.0, metrics.selection_s - own.collective_s);
   metrics.exchange_s += own.collective_s;
 
+  // What was sent can be non-finite although every gradient was finite:
+  // g + e (or DGC's momentum and velocity) can overflow. The average is the
+  // same on every rank (every pattern decodes the same union), so all ranks
+  // see it without a message (a NaN or inf that one rank sent reaches every
+  // rank's sum). The memory has already sent and subtracted
+  // the values, so no policy can undo the step: it always ends the run.
+  if (!all_finite(gradient)) {
+    throw NonFiniteGradient(fmt::format(
+        "[sync] rank {}: step {}: the synchronized gradient holds NaN or inf although every "
+        "rank's gradient was finite: the {} memory overflowed (its residual norm is {:.3g}); "
+        "lower the learning rate",
+        comm.rank(), ctx.step, parts_.memory->name(), parts_.memory->residual_norm()));
+  }
+
   parts_.memory->after_exchange(result_.transmitted);
   const ExchangeOutcome outcome{result_.counts, result_.union_size, metrics.target};
   parts_.sparsifier->observe(outcome, ctx);

@@ -94,7 +94,12 @@ std::optional<nlohmann::json> latest_checkpoint(const fs::path& run_dir) {
   if (!fs::exists(path)) return std::nullopt;
   std::ifstream in(path);
   const auto json = nlohmann::json::parse(in, nullptr, false);
-  if (json.is_discarded() || !json.contains("step") || !json.contains("world")) {
+  const auto whole_number = [&](const char* key, std::int64_t least) {
+    return json.contains(key) && json[key].is_number_integer() &&
+           json[key].get<std::int64_t>() >= least;
+  };
+  if (json.is_discarded() || !json.is_object() || !whole_number("step", 0) ||
+      !whole_number("world", 1)) {
     throw Error(fmt::format("{} is corrupt; delete it to start anew", path.string()));
   }
   return json;

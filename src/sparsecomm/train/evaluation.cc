@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace sparsecomm {
 namespace {
@@ -20,10 +21,18 @@ void load_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& sa
   for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
 }
 
+std::function<void()>& evaluation_hook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
 }  // namespace
+
+void set_evaluation_hook(std::function<void()> hook) { evaluation_hook() = std::move(hook); }
 
 EvalCounts evaluate_range(Model& model, const TensorSplit& test, std::int64_t begin,
                           std::int64_t end) {
+  if (evaluation_hook()) evaluation_hook()();
   const bool was_training = model.is_training();
   model.eval();
   EvalCounts counts;
@@ -59,6 +68,78 @@ TrainEval make_train_eval(const EvalPoint& at, std::int64_t test_count, const Ev
   return eval;
 }
 
+BackgroundEvaluation::BackgroundEvaluation(std::shared_ptr<Model> replica,
+                                           std::span<float> replica_parameters,
+                                           const TensorSplit& test)
+    : replica_(std::move(replica)),
+      replica_parameters_(replica_parameters),
+      test_(test),
+      thread_([this] { work(); }) {}
+
+BackgroundEvaluation::~BackgroundEvaluation() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void BackgroundEvaluation::submit(const EvalPoint& point, std::span<const float> parameters,
+                                  torch::nn::Module& model) {
+  EvalSnapshot snapshot{point, std::vector<float>(parameters.begin(), parameters.end()),
+                        buffer_copies(model)};
+  {
+    std::lock_guard lock(mutex_);
+    queued_.push_back(std::move(snapshot));
+  }
+  changed_.notify_all();
+}
+
+std::vector<BackgroundEvaluation::Result> BackgroundEvaluation::finished() {
+  std::lock_guard lock(mutex_);
+  if (failure_) std::rethrow_exception(failure_);
+  return std::exchange(done_, {});
+}
+
+std::vector<BackgroundEvaluation::Result> BackgroundEvaluation::drain() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return failure_ || (queued_.empty() && !busy_); });
+  if (failure_) std::rethrow_exception(failure_);
+  return std::exchange(done_, {});
+}
+
+void BackgroundEvaluation::work() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stopping_ || !queued_.empty(); });
+    if (stopping_) return;
+    EvalSnapshot snapshot = std::move(queued_.front());
+    queued_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    Result result{snapshot.point, {}};
+    std::exception_ptr failure;
+    try {
+      std::copy(snapshot.parameters.begin(), snapshot.parameters.end(),
+                replica_parameters_.begin());
+      load_buffers(*replica_, snapshot.buffers);
+      result.counts = evaluate_range(*replica_, test_, 0, test_.count());
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    busy_ = false;
+    if (failure) {
+      failure_ = failure;
+      queued_.clear();
+    } else {
+      done_.push_back(result);
+    }
+    changed_.notify_all();
+  }
+}
+
 void EvalSnapshots::take(const EvalPoint& point, std::span<const float> parameters,
                          torch::nn::Module& model) {
   snapshots_.push_back(
@@ -70,7 +151,7 @@ void EvalSnapshots::replay(torch::nn::Module& model, std::span<float> parameters
   if (snapshots_.empty()) return;
   const std::vector<float> own_parameters(parameters.begin(), parameters.end());
   const std::vector<torch::Tensor> own_buffers = buffer_copies(model);
-  for (const Snapshot& snapshot : snapshots_) {
+  for (const EvalSnapshot& snapshot : snapshots_) {
     std::copy(snapshot.parameters.begin(), snapshot.parameters.end(), parameters.begin());
     load_buffers(model, snapshot.buffers);
     evaluate(snapshot.point);

@@ -5,9 +5,15 @@
 // so that evaluation takes none of the training's wall time
 // (TrainConfig::eval_deferred).
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
@@ -42,6 +48,61 @@ EvalCounts evaluate_range(Model& model, const TensorSplit& test, std::int64_t be
 TrainEval make_train_eval(const EvalPoint& at, std::int64_t test_count, const EvalCounts& counts,
                           double train_loss_sum, std::int64_t train_loss_count);
 
+// A model's parameters and buffers at an evaluation point.
+struct EvalSnapshot {
+  EvalPoint point;
+  std::vector<float> parameters;
+  std::vector<torch::Tensor> buffers;  // BatchNorm statistics
+};
+
+// Test hook: called at the start of every evaluate_range() (on the thread
+// that evaluates), e.g. to make an evaluation slow. nullptr removes it.
+void set_evaluation_hook(std::function<void()> hook);
+
+// Evaluations on a thread of their own, on a replica of the model, in the
+// order they were asked for: the caller hands over a copy of the parameters
+// and goes on training at once (the copies queue while an evaluation runs).
+// The parameter-server trainer's rank 0 evaluates this way, so the workers
+// waiting for its pushes never wait on an evaluation (a long one would look
+// like a dead rank to their timeout).
+class BackgroundEvaluation {
+ public:
+  struct Result {
+    EvalPoint point;
+    EvalCounts counts;
+  };
+  // `replica`: a model of the same architecture, used only by this object
+  // (on its thread); `replica_parameters`: its flat parameter storage.
+  BackgroundEvaluation(std::shared_ptr<Model> replica, std::span<float> replica_parameters,
+                       const TensorSplit& test);
+  ~BackgroundEvaluation();  // stops after the running evaluation; queued ones are dropped
+  BackgroundEvaluation(const BackgroundEvaluation&) = delete;
+  BackgroundEvaluation& operator=(const BackgroundEvaluation&) = delete;
+
+  // Queues an evaluation of `parameters` with `model`'s buffers at `point`.
+  void submit(const EvalPoint& point, std::span<const float> parameters, torch::nn::Module& model);
+  // The evaluations finished since the last call, in order, without
+  // waiting. Rethrows what an evaluation threw.
+  std::vector<Result> finished();
+  // Waits until every queued evaluation is done; returns them in order.
+  std::vector<Result> drain();
+
+ private:
+  void work();
+
+  std::shared_ptr<Model> replica_;
+  std::span<float> replica_parameters_;
+  const TensorSplit& test_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<EvalSnapshot> queued_;  // guarded by mutex_
+  std::vector<Result> done_;         // guarded by mutex_
+  std::exception_ptr failure_;       // guarded by mutex_
+  bool busy_ = false;                // guarded by mutex_: an evaluation runs
+  bool stopping_ = false;            // guarded by mutex_
+  std::thread thread_;               // last: starts after the members above exist
+};
+
 class EvalSnapshots {
  public:
   // Keeps a copy of `parameters` (the model's flat parameters) and of the
@@ -57,12 +118,7 @@ class EvalSnapshots {
               const std::function<void(const EvalPoint&)>& evaluate);
 
  private:
-  struct Snapshot {
-    EvalPoint point;
-    std::vector<float> parameters;
-    std::vector<torch::Tensor> buffers;
-  };
-  std::vector<Snapshot> snapshots_;
+  std::vector<EvalSnapshot> snapshots_;
 };
 
 }  // namespace sparsecomm

@@ -135,7 +135,9 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
 // One worker rank: the same model, data order and learning-rate schedule as
 // the all-reduce trainer (with W workers instead of W ranks), but each step
 // is begin_step -> pull -> forward/backward -> push to the servers. Rank 0
-// evaluates alone, on parameters it pulls right before evaluating.
+// evaluates alone, on parameters it pulls right before evaluating, on a
+// replica of the model on a thread of its own while it goes on training
+// (BackgroundEvaluation), so no worker waits on an evaluation.
 class PsRankWorker {
  public:
   PsRankWorker(Communicator& comm, RunPlan& plan, const ServerLayout& layout)
@@ -169,13 +171,18 @@ class PsRankWorker {
     for (std::int64_t step = 0; step < steps_.plan.total_steps; ++step) {
       train_step(step);
       const std::int64_t done = step + 1;
-      if (comm_.rank() == 0 && evaluates_after(config_, steps_.plan, done)) evaluate(done);
+      if (comm_.rank() != 0) continue;
+      if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
+      if (background_) write_evals(background_->finished());
     }
     worker_->finish();
     PsTotals totals(layout_.workers(), layout_.servers());
     totals.wait_us(comm_.rank()) = std::llround(worker_->log().wait_s * 1e6);
     totals.blocked(comm_.rank()) = worker_->log().blocked;
     allreduce(comm_, std::span<std::int64_t>(totals.values));
+    // The last evaluation may still run; the other ranks are done with
+    // every collective, so nobody waits on it but rank 0.
+    if (background_) write_evals(background_->drain());
     if (comm_.rank() == 0) finish(totals);
   }
 
@@ -252,16 +259,29 @@ class PsRankWorker {
     train_loss_count_ = 0;
     if (config_.eval_deferred) {
       snapshots_.take(point, flat_->flat->parameters(), *flat_->model);
-    } else {
-      evaluate_now(point);
+      return;
     }
+    if (!background_) {
+      eval_replica_ = make_flat_model(config_);
+      background_ = std::make_unique<BackgroundEvaluation>(
+          eval_replica_->model, eval_replica_->flat->parameters(), plan_.data->test);
+    }
+    background_->submit(point, flat_->flat->parameters(), *flat_->model);
+  }
+
+  void write_evals(const std::vector<BackgroundEvaluation::Result>& done) {
+    for (const BackgroundEvaluation::Result& result : done) write_eval(result.point, result.counts);
   }
 
   void evaluate_now(const EvalPoint& point) {
     const TensorSplit& test = plan_.data->test;
-    const EvalCounts counts = evaluate_range(*flat_->model, test, 0, test.count());
+    write_eval(point, evaluate_range(*flat_->model, test, 0, test.count()));
+  }
+
+  void write_eval(const EvalPoint& point, const EvalCounts& counts) {
+    const std::int64_t test_count = plan_.data->test.count();
     TrainEval eval =
-        make_train_eval(point, test.count(), counts, point.train_loss_sum, point.train_loss_count);
+        make_train_eval(point, test_count, counts, point.train_loss_sum, point.train_loss_count);
     eval.deferred = config_.eval_deferred;
     plan_.writer->write_eval(eval);
     if (plan_.observer) plan_.observer->on_eval(eval);
@@ -323,6 +343,8 @@ class PsRankWorker {
   TrainerSteps steps_;
   Straggler straggler_;
   EvalSnapshots snapshots_;
+  std::unique_ptr<FlatModel> eval_replica_;           // rank 0, evaluating during training
+  std::unique_ptr<BackgroundEvaluation> background_;  // after eval_replica_: uses it
   double train_loss_sum_ = 0.0;
   std::int64_t train_loss_count_ = 0;
   double bytes_pushed_ = 0.0;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the tests with a sanitizer and runs them (ctest), each kind in its
+# own build directory:
+#
+#   scripts/sanitize.sh address [CTEST_ARGS ...]   ASan + UBSan; the torch-free layers,
+#                                                  the MPI suites included (build-asan/)
+#   scripts/sanitize.sh thread  [CTEST_ARGS ...]   TSan; the torch-free layers on the thread
+#                                                  backend, without MPI (build-tsan/)
+#
+# Both build with assertions on (no NDEBUG) at -O1. A report ends the test
+# that made it (no recovery), so the run fails. Leaks inside OpenMPI and its
+# helpers, and inside LibTorch, are suppressed: tests/sanitizers/lsan.supp
+# says why, entry by entry. Both leave out the LibTorch layer (train/, the
+# CLI and their tests): its build alone would add about ten minutes to CI.
+# TSan also leaves out LibTorch (its OpenMP runtime is
+# not instrumented, so TSan would report its own synchronization as races)
+# and OpenMPI (likewise uninstrumented; its progress thread races by design
+# on TSan's view). Run scripts/setup.sh first (CI does, through test.sh).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+kind="${1:-}"
+shift || true
+# density_test's stream tests run long synthetic streams (40-85 s each in
+# Release) that the sanitizers slow past ctest's 300 s per test; their
+# threads run the same sync step and collectives that sync_test,
+# exchange_test and density_test's spike test check under the sanitizer.
+SLOW_STREAMS='^density_test[.]Stream/'
+case "$kind" in
+  address)
+    build="${SPARSECOMM_ASAN_BUILD_DIR:-$ROOT/build-asan}"
+    flags=(-DSPARSECOMM_SANITIZE=address,undefined -DSPARSECOMM_WITH_TORCH=OFF -DSPARSECOMM_WITH_MPI=ON)
+    # OpenMPI is built without frame pointers: the fast unwinder stops inside
+    # it, and a leak suppressed by library (lsan.supp) needs the whole stack.
+    # Its components stay loaded so their frames keep their names.
+    export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1"
+    export OMPI_MCA_mca_base_component_disable_dlclose=1
+    export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    exclude=(-E "$SLOW_STREAMS")
+    ;;
+  thread)
+    build="${SPARSECOMM_TSAN_BUILD_DIR:-$ROOT/build-tsan}"
+    flags=(-DSPARSECOMM_SANITIZE=thread -DSPARSECOMM_WITH_TORCH=OFF -DSPARSECOMM_WITH_MPI=OFF)
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp"
+    exclude=(-E "$SLOW_STREAMS")
+    ;;
+  *)
+    echo "sanitize.sh: say which sanitizer: 'address' (ASan + UBSan) or 'thread' (TSan)" >&2
+    exit 2
+    ;;
+esac
+
+cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+  -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DSPARSECOMM_WERROR=ON "${flags[@]}" >/dev/null
+cmake --build "$build" -j "$(nproc)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "${exclude[@]}" "$@"
