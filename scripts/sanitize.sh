@@ -2,20 +2,20 @@
 # Builds the tests with a sanitizer and runs them (ctest), each kind in its
 # own build directory:
 #
-#   scripts/sanitize.sh address [CTEST_ARGS ...]   ASan + UBSan; the torch-free layers,
-#                                                  the MPI suites included (build-asan/)
-#   scripts/sanitize.sh thread  [CTEST_ARGS ...]   TSan; the torch-free layers on the thread
-#                                                  backend, without MPI (build-tsan/)
+#   scripts/sanitize.sh address [CTEST_ARGS ...]   ASan + UBSan over every layer: the
+#                                                  LibTorch trainer and the MPI suites
+#                                                  included (build-asan/)
+#   scripts/sanitize.sh thread  [CTEST_ARGS ...]   TSan over the torch-free layers on the
+#                                                  thread backend, without MPI (build-tsan/)
 #
 # Both build with assertions on (no NDEBUG) at -O1. A report ends the test
-# that made it (no recovery), so the run fails. Leaks inside OpenMPI and its
-# helpers, and inside LibTorch, are suppressed: tests/sanitizers/lsan.supp
-# says why, entry by entry. Both leave out the LibTorch layer (train/, the
-# CLI and their tests): its build alone would add about ten minutes to CI.
-# TSan also leaves out LibTorch (its OpenMP runtime is
-# not instrumented, so TSan would report its own synchronization as races)
-# and OpenMPI (likewise uninstrumented; its progress thread races by design
-# on TSan's view). Run scripts/setup.sh first (CI does, through test.sh).
+# that made it (no recovery), so the run fails. Suppressions, each with its
+# reason, are in tests/sanitizers/ (lsan.supp: OpenMPI's process-lifetime
+# allocations; tsan.supp: the exception_ptr count inside uninstrumented
+# libstdc++). TSan leaves out LibTorch, whose OpenMP runtime is not
+# instrumented (TSan would report its synchronization as races), and
+# OpenMPI, likewise uninstrumented. Run scripts/setup.sh first (CI does,
+# through test.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 kind="${1:-}"
@@ -28,7 +28,7 @@ SLOW_STREAMS='^density_test[.]Stream/'
 case "$kind" in
   address)
     build="${SPARSECOMM_ASAN_BUILD_DIR:-$ROOT/build-asan}"
-    flags=(-DSPARSECOMM_SANITIZE=address,undefined -DSPARSECOMM_WITH_TORCH=OFF -DSPARSECOMM_WITH_MPI=ON)
+    flags=(-DSPARSECOMM_SANITIZE=address,undefined -DSPARSECOMM_WITH_TORCH=ON -DSPARSECOMM_WITH_MPI=ON)
     # OpenMPI is built without frame pointers: the fast unwinder stops inside
     # it, and a leak suppressed by library (lsan.supp) needs the whole stack.
     # Its components stay loaded so their frames keep their names.
