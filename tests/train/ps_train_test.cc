@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "error_message.h"
+#include "sparsecomm/core/errors.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/train/evaluation.h"
 #include "sparsecomm/train/train_config.h"
@@ -309,6 +310,20 @@ TEST(PsTrain, ASlowEvaluationIsNotMistakenForADeadRank) {
   for (std::size_t i = 0; i < run.evals.size(); ++i) {
     EXPECT_EQ(run.evals[i].step, static_cast<std::int64_t>(8 * (i + 1)));
   }
+}
+
+// An evaluation that fails on its background thread ends the run with its
+// error (on rank 0's next step), not with a hang or a silent gap.
+TEST(PsTrain, AFailedBackgroundEvaluationEndsTheRunWithItsError) {
+  const testing::ScratchDir scratch("ps_failed_eval");
+  TrainConfig c = ps_run("dense", scratch.path() / "run", 2, 1);
+  c.sync = "bsp";
+  c.epochs = 1;
+  c.eval_every = 8;
+  set_evaluation_hook([] { throw Error("injected evaluation failure"); });
+  const std::string error = testing::error_message([&] { run_training(c); });
+  set_evaluation_hook(nullptr);
+  EXPECT_NE(error.find("injected evaluation failure"), std::string::npos) << error;
 }
 
 }  // namespace
