@@ -94,11 +94,10 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.exchange_s += own.collective_s;
 
   // What was sent can be non-finite although every gradient was finite:
-  // g + e (or DGC's momentum and velocity) can overflow. The average is the
-  // same on every rank (every pattern decodes the same union), so all ranks
-  // see it without a message (a NaN or inf that one rank sent reaches every
-  // rank's sum). The memory has already sent and subtracted
-  // the values, so no policy can undo the step: it always ends the run.
+  // g + e (or DGC's momentum and velocity) can overflow. A NaN or inf that
+  // one rank sent reaches every rank's average, so all ranks see it without
+  // a message. The memory has already sent and subtracted the values, so no
+  // policy can undo the step: it always ends the run.
   if (!all_finite(gradient)) {
     throw NonFiniteGradient(fmt::format(
         "[sync] rank {}: step {}: the synchronized gradient holds NaN or inf although every "

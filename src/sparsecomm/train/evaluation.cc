@@ -21,6 +21,18 @@ void load_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& sa
   for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
 }
 
+EvalSnapshot snapshot_of(const EvalPoint& point, std::span<const float> parameters,
+                         torch::nn::Module& model) {
+  return {point, std::vector<float>(parameters.begin(), parameters.end()), buffer_copies(model)};
+}
+
+// Loads a snapshot into `model`, whose flat parameter storage is `parameters`.
+void load_snapshot(const EvalSnapshot& snapshot, torch::nn::Module& model,
+                   std::span<float> parameters) {
+  std::copy(snapshot.parameters.begin(), snapshot.parameters.end(), parameters.begin());
+  load_buffers(model, snapshot.buffers);
+}
+
 std::function<void()>& evaluation_hook() {
   static std::function<void()> hook;
   return hook;
@@ -87,8 +99,7 @@ BackgroundEvaluation::~BackgroundEvaluation() {
 
 void BackgroundEvaluation::submit(const EvalPoint& point, std::span<const float> parameters,
                                   torch::nn::Module& model) {
-  EvalSnapshot snapshot{point, std::vector<float>(parameters.begin(), parameters.end()),
-                        buffer_copies(model)};
+  EvalSnapshot snapshot = snapshot_of(point, parameters, model);
   {
     std::lock_guard lock(mutex_);
     queued_.push_back(std::move(snapshot));
@@ -121,9 +132,7 @@ void BackgroundEvaluation::work() {
     Result result{snapshot.point, {}};
     std::exception_ptr failure;
     try {
-      std::copy(snapshot.parameters.begin(), snapshot.parameters.end(),
-                replica_parameters_.begin());
-      load_buffers(*replica_, snapshot.buffers);
+      load_snapshot(snapshot, *replica_, replica_parameters_);
       result.counts = evaluate_range(*replica_, test_, 0, test_.count());
     } catch (...) {
       failure = std::current_exception();
@@ -142,8 +151,7 @@ void BackgroundEvaluation::work() {
 
 void EvalSnapshots::take(const EvalPoint& point, std::span<const float> parameters,
                          torch::nn::Module& model) {
-  snapshots_.push_back(
-      {point, std::vector<float>(parameters.begin(), parameters.end()), buffer_copies(model)});
+  snapshots_.push_back(snapshot_of(point, parameters, model));
 }
 
 void EvalSnapshots::replay(torch::nn::Module& model, std::span<float> parameters,
@@ -152,8 +160,7 @@ void EvalSnapshots::replay(torch::nn::Module& model, std::span<float> parameters
   const std::vector<float> own_parameters(parameters.begin(), parameters.end());
   const std::vector<torch::Tensor> own_buffers = buffer_copies(model);
   for (const EvalSnapshot& snapshot : snapshots_) {
-    std::copy(snapshot.parameters.begin(), snapshot.parameters.end(), parameters.begin());
-    load_buffers(model, snapshot.buffers);
+    load_snapshot(snapshot, model, parameters);
     evaluate(snapshot.point);
   }
   std::copy(own_parameters.begin(), own_parameters.end(), parameters.begin());
