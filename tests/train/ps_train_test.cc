@@ -139,8 +139,7 @@ TEST(PsTrain, SspAndDsspWithAStragglerTrainWithinTheirBounds) {
       EXPECT_EQ(steps_max, max_lead(fs::path(c.out) / "server0.jsonl")) << k.sync;
       EXPECT_GT(steps_max, 0) << k.sync;
       EXPECT_LE(steps_max, k.bound) << k.sync;
-      EXPECT_LE(summary.at("staleness_steps_mean").get<double>(),
-                static_cast<double>(steps_max));
+      EXPECT_LE(summary.at("staleness_steps_mean").get<double>(), static_cast<double>(steps_max));
     } else {  // ASP: no step requests, so not measured
       EXPECT_TRUE(summary.at("staleness_steps_max").is_null()) << k.sync;
     }

@@ -312,12 +312,12 @@ class PsRankWorker {
         // Steps, the unit of --staleness: how far ahead of the slowest
         // running worker a worker was when it began a step.
         // ASP workers never ask to begin a step: not measured (null).
-        {"staleness_steps_mean", steps_measured ? nlohmann::json(mean(
-                                                      totals.steps_ahead(PsTotals::kSum),
-                                                      totals.steps_ahead(PsTotals::kCount)))
-                                                : nlohmann::json()},
-        {"staleness_steps_max", steps_measured ? nlohmann::json(totals.steps_ahead(PsTotals::kMax))
-                                               : nlohmann::json()},
+        {"staleness_steps_mean", steps_measured
+                                     ? nlohmann::json(mean(totals.steps_ahead(PsTotals::kSum),
+                                                           totals.steps_ahead(PsTotals::kCount)))
+                                     : nlohmann::json()},
+        {"staleness_steps_max",
+         steps_measured ? nlohmann::json(totals.steps_ahead(PsTotals::kMax)) : nlohmann::json()},
         // Pushes: how many pushes reached a shard between a worker's pull
         // and its own push's arrival (W per step when all run together).
         {"staleness_pushes_mean", mean(lag_sum, lag_count)},
