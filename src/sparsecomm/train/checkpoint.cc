@@ -56,9 +56,8 @@ std::vector<std::byte> read_rank_checkpoint(const fs::path& run_dir, std::int64_
   try {
     return decode_state_file(file, fmt::format("the checkpoint file {}", path.string()));
   } catch (const Error& e) {
-    throw Error(
-        fmt::format("{}; refusing to resume from it (resume from another run or start anew)",
-                    e.what()));
+    throw Error(fmt::format(
+        "{}; refusing to resume from it (resume from another run or start anew)", e.what()));
   }
 }
 
