@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # An emulated cluster on one machine, for benchmarks where communication must
 # cost wall time rather than CPU: each "host" is a network namespace with its
-# own rate-limited NIC (tc tbf), all joined by one bridge. Needs root.
+# own NIC, rate-limited in each direction (tc tbf on both ends of its veth:
+# full duplex, like a real link), all joined by one bridge. Needs root.
 #
 #   scripts/emulated-cluster.sh up [HOSTS] [RATE]   create sc0..sc<HOSTS-1>
 #                                                   (default 4 hosts, 1gbit)
 #   scripts/emulated-cluster.sh run HOSTS CMD...    mpirun CMD, one rank per
 #                                                   host, over TCP only
+#   scripts/emulated-cluster.sh counters HOSTS      "host tx_bytes rx_bytes" of
+#                                                   each host's NIC (the wire)
 #   scripts/emulated-cluster.sh down                remove every host and the bridge
 #
 # Example:
@@ -19,7 +22,7 @@ set -euo pipefail
 
 BRIDGE=scbr0
 SUBNET=10.77.0
-usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 
 need_root() {
   [[ $(id -u) -eq 0 ]] || { echo "emulated-cluster: needs root (network namespaces, tc)" >&2; exit 1; }
@@ -53,7 +56,9 @@ up() {
     ip -n "sc$i" addr add "$SUBNET.$((i + 1))/24" dev "scv$i"
     ip -n "sc$i" link set "scv$i" up
     ip -n "sc$i" link set lo up
-    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst 256kb latency 5ms; then
+    # Upload: the namespace's end; download: the bridge's end of the veth.
+    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst 256kb latency 5ms ||
+       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst 256kb latency 5ms; then
       echo "emulated-cluster: tc rejected rate '$rate' (examples: 100mbit, 1gbit)" >&2
       down
       exit 1
@@ -83,6 +88,18 @@ run() {
   exec mpirun --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" "${app[@]}"
 }
 
+counters() {
+  need_root
+  local hosts
+  hosts=$(hosts_arg "${1:-}")
+  for ((i = 0; i < hosts; ++i)); do
+    ip netns list | grep -qw "sc$i" ||
+      { echo "emulated-cluster: host sc$i does not exist; run '$0 up $hosts' first" >&2; exit 1; }
+    echo "$i $(ip netns exec "sc$i" cat "/sys/class/net/scv$i/statistics/tx_bytes")" \
+      "$(ip netns exec "sc$i" cat "/sys/class/net/scv$i/statistics/rx_bytes")"
+  done
+}
+
 down() {
   need_root
   local ns
@@ -95,6 +112,7 @@ down() {
 case ${1:-} in
   up) shift; up "$@" ;;
   run) shift; run "$@" ;;
+  counters) shift; counters "$@" ;;
   down) shift; down ;;
   *) usage ;;
 esac

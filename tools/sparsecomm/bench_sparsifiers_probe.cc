@@ -46,8 +46,12 @@ namespace sparsecomm::cli {
 namespace {
 
 // Thrown on every rank, identically, to stop a scheme whose exchange would
-// not fit in memory.
-struct SkipScheme {};
+// not fit in memory; `reason` is the row's "not measured" text. Whichever
+// rank throws first is the world's failure (the others may only see its
+// PeerFailure), so every rank carries the reason.
+struct SkipScheme {
+  std::string reason;
+};
 
 // ---------------------------------------------------------------------------
 // Which elements one rank's select() read, for its floor (docs/benchmarks.md,
@@ -266,16 +270,13 @@ class ProbeSparsifier final : public Sparsifier {
     const double needed_gib =
         3.0 * comm.size() * total * (sizeof(Index) + sizeof(float)) / (1024.0 * 1024.0 * 1024.0);
     if (needed_gib <= options_.exchange_budget_gib) return;
-    if (comm.rank() == 0) {
-      const double k = static_cast<double>(target(probe_.numel, StepContext{}));
-      run_.skipped = fmt::format(
-          "stopped at step {}: the ranks selected {:.0f} elements in all ({:.0f}% of n*d, "
-          "sum |I_r| / k = {:.0f}); exchanging that needs about {:.1f} GiB, over the {:.1f} GiB "
-          "available",
-          probe_.step, total, 100.0 * total / (static_cast<double>(probe_.numel) * comm.size()),
-          total / std::max(k, 1.0), needed_gib, options_.exchange_budget_gib);
-    }
-    throw SkipScheme{};
+    const double k = static_cast<double>(target(probe_.numel, StepContext{}));
+    throw SkipScheme{fmt::format(
+        "stopped at step {}: the ranks selected {:.0f} elements in all ({:.0f}% of n*d, "
+        "sum |I_r| / k = {:.0f}); exchanging that needs about {:.1f} GiB, over the {:.1f} GiB "
+        "available",
+        probe_.step, total, 100.0 * total / (static_cast<double>(probe_.numel) * comm.size()),
+        total / std::max(k, 1.0), needed_gib, options_.exchange_budget_gib)};
   }
 
   // The positions of this step's conservation check: random ones plus a few
@@ -488,10 +489,8 @@ SchemeRun run_scheme(const std::string& name, const SchemeOptions& scheme_opts,
                     static_cast<std::size_t>(r)] = metrics;
       }
     });
-  } catch (...) {
-    // SkipScheme on every rank (or, on a rank that lost the race, the world's
-    // PeerFailure naming it): the row reports why.
-    if (run.skipped.empty()) throw;
+  } catch (const SkipScheme& skip) {
+    run.skipped = skip.reason;  // the row reports why
   }
   return run;
 }

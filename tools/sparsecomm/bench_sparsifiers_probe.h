@@ -30,7 +30,7 @@ struct SchemeRun {
   std::vector<std::size_t> elements;  // ... and how many those were (0: no floor)
   std::vector<StepMetrics> metrics;
   std::size_t numel = 0;
-  // Set (by rank 0) when the scheme's selections are too large for this
+  // Set when the scheme's selections are too large for this
   // machine's memory to exchange: the run stops and the row says why.
   std::string skipped;
 };

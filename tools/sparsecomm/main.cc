@@ -13,6 +13,8 @@
 #include "bench_exchange.h"
 #include "bench_pipeline.h"
 #include "bench_sparsifiers.h"
+#include "calibrate_command.h"
+#include "plan_command.h"
 #include "report_command.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
   sparsecomm::cli::add_train_command(app);
   sparsecomm::cli::add_methods_command(app);
   sparsecomm::cli::add_report_command(app);
+  sparsecomm::cli::add_plan_command(app);
+  sparsecomm::cli::add_calibrate_command(app);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that verify, then time");
   bench->require_subcommand(1);
   sparsecomm::cli::add_bench_collectives_command(*bench);

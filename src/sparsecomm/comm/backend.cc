@@ -5,6 +5,7 @@
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
 
 namespace sparsecomm {
 
@@ -34,7 +35,19 @@ BackendKind resolve_backend(BackendKind kind) {
   return launched_by_mpirun() ? BackendKind::kMpi : BackendKind::kThread;
 }
 
-void run_world(const WorldOptions& options, const std::function<void(Communicator&)>& fn) {
+void run_world(const WorldOptions& options, const std::function<void(Communicator&)>& body) {
+  std::function<void(Communicator&)> delayed;
+  if (options.message_delay.count() > 0) {
+    delayed = [&](Communicator& comm) {
+      if (comm.rank() == 0) {
+        logger().warn("every message is delayed by {} us (SPARSECOMM_MESSAGE_DELAY_US)",
+                      options.message_delay.count());
+      }
+      DelayedCommunicator slow(comm, options.message_delay);
+      body(slow);
+    };
+  }
+  const std::function<void(Communicator&)>& fn = delayed ? delayed : body;
   switch (resolve_backend(options.backend)) {
     case BackendKind::kThread:
       if (options.ranks < 1) {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/comm/delayed.h"
 
 namespace sparsecomm {
 
@@ -26,6 +27,9 @@ struct WorldOptions {
   // size) or the job's size, checked.
   int ranks = 4;
   std::chrono::milliseconds timeout = default_timeout();
+  // > 0: every rank's communicator is a DelayedCommunicator (delayed.h):
+  // each message leaves this long after it is posted.
+  std::chrono::microseconds message_delay = default_message_delay();
 };
 
 // Runs fn on every rank of the chosen world: on `ranks` threads for the

@@ -232,25 +232,73 @@ std::string common_settings(const std::string& png) {
 
 }  // namespace
 
-std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path& out_dir,
-                                  const PlotOptions& options) {
-  if (runs.empty()) throw InvalidArgument("[report] write_plots: no runs given");
-  const std::string gnuplot = find_program(options.gnuplot);
-  if (gnuplot.empty()) {
+GnuplotFigures::GnuplotFigures(fs::path out_dir, std::string_view written_by,
+                               const PlotOptions& options)
+    : out_dir_(std::move(out_dir)), gnuplot_(find_program(options.gnuplot)) {
+  if (gnuplot_.empty()) {
     throw Error(
         fmt::format("[report] gnuplot ('{}') is not installed or not in PATH: install it with "
                     "`apt-get install gnuplot-nox` (the setup script installs it)",
                     options.gnuplot));
   }
   std::error_code error;
-  fs::create_directories(out_dir, error);
+  fs::create_directories(out_dir_, error);
   if (error) {
-    throw Error(fmt::format("[report] cannot create {}: {}", out_dir.string(), error.message()));
+    throw Error(fmt::format("[report] cannot create {}: {}", out_dir_.string(), error.message()));
   }
-  const fs::path log = out_dir / kLog;
   // pngcairo draws smoother lines and text; plain png is the fallback.
-  const bool cairo = run_program({gnuplot, "-e", "set terminal pngcairo"}, {}, log) == 0;
+  const bool cairo =
+      run_program({gnuplot_, "-e", "set terminal pngcairo"}, {}, out_dir_ / kLog) == 0;
+  script_ = fmt::format(
+      "# Written by {}. Redraw by hand with:\n"
+      "#   cd <this directory> && gnuplot {}\n"
+      "set terminal {} size {},{} {}\nset termoption noenhanced\n",
+      written_by, kScript, cairo ? "pngcairo" : "png truecolor", options.width, options.height,
+      cairo ? "font 'Sans,11'" : "");
+}
 
+void GnuplotFigures::write_data(const std::string& name, const std::string& text) const {
+  write_text(out_dir_ / name, text);
+}
+
+void GnuplotFigures::begin_png(const std::string& name) {
+  script_ += fmt::format("\n# --- {} ---\n", name);
+  script_ += common_settings(name);
+  pngs_.push_back(out_dir_ / name);
+}
+
+GnuplotFigures& GnuplotFigures::operator+=(std::string_view text) {
+  script_ += text;
+  return *this;
+}
+
+void GnuplotFigures::plot(const std::vector<std::string>& items) {
+  script_ += "plot " + fmt::format("{}", fmt::join(items, ", \\\n     ")) + "\n";
+}
+
+std::vector<fs::path> GnuplotFigures::draw() {
+  const fs::path log = out_dir_ / kLog;
+  write_text(out_dir_ / kScript, script_ + "\nunset output\n");
+  const int status = run_program({gnuplot_, kScript}, out_dir_, log);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Error(fmt::format("[report] gnuplot failed ({}) on {}:\n{}", describe_status(status),
+                            (out_dir_ / kScript).string(), tail_of(log, 2000)));
+  }
+  std::error_code error;
+  for (const fs::path& png : pngs_) {
+    if (!fs::is_regular_file(png, error) || fs::file_size(png, error) == 0) {
+      throw Error(
+          fmt::format("[report] gnuplot did not write {} (see {})", png.string(), log.string()));
+    }
+  }
+  return pngs_;
+}
+
+std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path& out_dir,
+                                  const PlotOptions& options) {
+  if (runs.empty()) throw InvalidArgument("[report] write_plots: no runs given");
+  GnuplotFigures figures(out_dir, fmt::format("`sparsecomm report` for {} run(s)", runs.size()),
+                         options);
   const std::vector<std::string> labels = run_labels(runs);
   const bool single = runs.size() == 1;
   const std::string about = single ? fmt::format(" - {} ({}, {} workers)", labels[0],
@@ -258,27 +306,13 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
                                    : std::string();
 
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    write_text(out_dir / fmt::format("run{}_steps.dat", i), steps_data(runs[i], labels[i]));
-    write_text(out_dir / fmt::format("run{}_evals.dat", i), evals_data(runs[i], labels[i]));
+    figures.write_data(fmt::format("run{}_steps.dat", i), steps_data(runs[i], labels[i]));
+    figures.write_data(fmt::format("run{}_evals.dat", i), evals_data(runs[i], labels[i]));
   }
-  write_text(out_dir / "breakdown.dat", breakdown_data(runs, labels));
+  figures.write_data("breakdown.dat", breakdown_data(runs, labels));
 
-  std::string script = fmt::format(
-      "# Written by `sparsecomm report` for {} run(s). Redraw by hand with:\n"
-      "#   cd <this directory> && gnuplot {}\n"
-      "set terminal {} size {},{} {}\nset termoption noenhanced\n",
-      runs.size(), kScript, cairo ? "pngcairo" : "png truecolor", options.width, options.height,
-      cairo ? "font 'Sans,11'" : "");
-  std::vector<fs::path> pngs;
-  const auto begin_plot = [&](const char* png) {
-    script += fmt::format("\n# --- {} ---\n", png);
-    script += common_settings(png);
-    pngs.push_back(out_dir / png);
-  };
-  // One "plot" command from its comma-separated items.
-  const auto plot = [&](const std::vector<std::string>& items) {
-    script += "plot " + fmt::format("{}", fmt::join(items, ", \\\n     ")) + "\n";
-  };
+  const auto begin_plot = [&](const char* png) { figures.begin_png(png); };
+  const auto plot = [&](const std::vector<std::string>& items) { figures.plot(items); };
 
   // Run i's per-step values in column `column` of its steps data (faint)
   // and their rolling mean in the next column (bold).
@@ -308,14 +342,14 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     }
     if (items.empty()) return;
     begin_plot(png);
-    script +=
+    figures +=
         fmt::format("set title {}\nset xlabel {}\nset ylabel 'test accuracy (%)'\n",
                     gp_quote(fmt::format("Test accuracy vs {}{}", what, about)), gp_quote(xlabel));
-    script += "set key bottom right\nset xrange [0:*]\n";
+    figures += "set key bottom right\nset xrange [0:*]\n";
     // Comparisons: zoom on the end, and mark the first run's final accuracy
     // (the table's "s to X%" target).
     if (!single && std::isfinite(accuracy_floor)) {
-      script += fmt::format("set yrange [{}:*]\n", accuracy_floor);
+      figures += fmt::format("set yrange [{}:*]\n", accuracy_floor);
       if (std::isfinite(runs[0].summary.test_accuracy)) {
         items.push_back(fmt::format("{} with lines dt 2 lw 1.5 lc rgb 'black' title {}",
                                     100.0 * runs[0].summary.test_accuracy,
@@ -338,7 +372,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     if (!items.empty()) {
       items.push_back("1.0 with lines dt 2 lw 1.5 lc rgb 'black' title 'K/k = 1 (target density)'");
       begin_plot("density_ratio.png");
-      script += fmt::format(
+      figures += fmt::format(
           "set title {}\nset xlabel 'step'\nset ylabel 'density ratio K/k (union / target)'\n"
           "set key top right\n",
           gp_quote("Density ratio K/k per step" + about));
@@ -353,7 +387,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
   });
   if (any_time) {
     begin_plot("time_breakdown.png");
-    script += fmt::format(
+    figures += fmt::format(
         "set title {}\nset ylabel 'seconds (whole run)'\nset yrange [0:*]\n"
         "set style data histograms\nset style histogram rowstacked\n"
         "set style fill solid 0.85 border rgb 'black'\nset boxwidth 0.6\n"
@@ -377,7 +411,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     }
     if (!items.empty()) {
       begin_plot("bytes_per_step.png");
-      script += fmt::format(
+      figures += fmt::format(
           "set title {}\nset xlabel 'step'\nset ylabel 'KiB sent per rank per step (log scale)'\n"
           "set logscale y 10\nset key outside right top\n",
           gp_quote("Bytes per rank per step" + about));
@@ -396,7 +430,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     }
     if (!items.empty()) {
       begin_plot("overlap.png");
-      script += fmt::format(
+      figures += fmt::format(
           "set title {}\nset xlabel 'step'\n"
           "set ylabel 'overlap: communication hidden under backward'\nset yrange [0:1]\n"
           "set key bottom right\n",
@@ -405,20 +439,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     }
   }
 
-  script += "\nunset output\n";
-  write_text(out_dir / kScript, script);
-  const int status = run_program({gnuplot, kScript}, out_dir, log);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw Error(fmt::format("[report] gnuplot failed ({}) on {}:\n{}", describe_status(status),
-                            (out_dir / kScript).string(), tail_of(log, 2000)));
-  }
-  for (const fs::path& png : pngs) {
-    if (!fs::is_regular_file(png, error) || fs::file_size(png, error) == 0) {
-      throw Error(
-          fmt::format("[report] gnuplot did not write {} (see {})", png.string(), log.string()));
-    }
-  }
-  return pngs;
+  return figures.draw();
 }
 
 }  // namespace sparsecomm::report

@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""The table of scripts/validate-model.sh: measured against predicted.
+
+    scripts/validate-model.py OUT [--markdown]
+
+For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>/result.json
+it asks `sparsecomm plan` (with the cluster's calibrated profile, the
+model's parameter count and the cell's measured compute time) for the
+method's exchange time, step time and bytes per rank, and prints them beside
+the measured ones with the relative errors, then the median and worst error
+of each quantity over all cells.
+"""
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "sparsecomm")
+
+
+def predict(profile, result):
+    method = result["method"]
+    ranks = result["workers"]
+    args = [BIN, "plan", "--profile", profile, "--params", str(result["numel"]),
+            "--compute-ms", repr(result["compute_s"] * 1e3), "-n", str(ranks), "-c", "0.01",
+            "--methods", method, "--format", "json"]
+    if method == "ps":
+        args += ["--servers", str(result["servers"])]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["predictions"][0]["methods"][0]
+
+
+def error(predicted, measured):
+    return predicted / measured - 1.0 if measured > 0 else float("nan")
+
+
+def main():
+    if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: validate-model.py OUT [--markdown]")
+    rows = []
+    for path in sorted(glob.glob(os.path.join(sys.argv[1], "*", "*", "result.json"))):
+        cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
+        result = json.load(open(path))
+        p = predict(profile, result)
+        rows.append((cluster, result, p))
+    if not rows:
+        sys.exit(f"no cells with result.json under {sys.argv[1]}")
+    print("| cluster | model | method | exchange ms meas / pred | err | step ms meas / pred | err "
+          "| wire bytes/host meas / pred | err |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    errors = {"exchange": [], "step": [], "bytes": []}
+    for cluster, r, p in rows:
+        e_x = error(p["exchange_s"], r["exchange_s"])
+        e_s = error(p["step_s"], r["step_s"])
+        e_b = error(p["bytes_sent_per_rank"], r["wire_bytes_per_host"])
+        errors["exchange"].append(abs(e_x))
+        errors["step"].append(abs(e_s))
+        errors["bytes"].append(abs(e_b))
+        print(f"| {cluster} | {r['model']} | {r['method']} "
+              f"| {r['exchange_s'] * 1e3:.1f} / {p['exchange_s'] * 1e3:.1f} | {e_x:+.0%} "
+              f"| {r['step_s'] * 1e3:.1f} / {p['step_s'] * 1e3:.1f} | {e_s:+.0%} "
+              f"| {r['wire_bytes_per_host']:.4g} / {p['bytes_sent_per_rank']:.4g} | {e_b:+.0%} |")
+    print()
+    for name, values in errors.items():
+        values = [v for v in values if v == v]
+        print(f"{name}: {len(values)} cells, median |error| {statistics.median(values):.1%}, "
+              f"worst {max(values):.1%}")
+
+
+if __name__ == "__main__":
+    main()

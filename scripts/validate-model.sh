@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Checks the performance model (sparsecomm plan) against runs on emulated
+# clusters (scripts/emulated-cluster.sh): for each link rate and host count
+# it calibrates a cost profile on that cluster, then trains each model with
+# each method for a few steps and compares the measured exchange time, step
+# time and wire bytes per rank with the prediction. Needs root.
+#
+#   scripts/validate-model.sh OUT [options]
+#     --rates "200mbit 1gbit"   link rates (each direction of each host)
+#     --hosts "2 4 8"           cluster sizes
+#     --models "wide-mlp cnn"
+#     --methods "dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
+#     --steps 6                 measured steps per cell (after 3 untimed ones)
+#     --delay-us 0              also delay every message this long
+#                               (SPARSECOMM_MESSAGE_DELAY_US: the latency terms)
+#
+# Resumable: a cell (OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>) whose
+# result.json exists is skipped, and so is a profile already calibrated.
+# Wire bytes are the hosts' NIC counters: a run of 3 steps and a run of
+# 3 + N steps, the difference over N steps (so start-up traffic cancels).
+# `ps` runs BSP with dense pushes on W workers and S servers (S = W = H/2;
+# 1 and 1 on 2 hosts). The table: scripts/validate-model.py OUT.
+set -euo pipefail
+
+usage() { sed -n '2,24p' "$0" >&2; exit 2; }
+(($# >= 1)) || usage
+OUT=$1
+shift
+RATES="200mbit 1gbit"
+HOSTS="2 4 8"
+MODELS="wide-mlp cnn"
+METHODS="dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
+STEPS=6
+DELAY_US=0
+while (($# > 0)); do
+  case $1 in
+    --rates) RATES=$2; shift 2 ;;
+    --hosts) HOSTS=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    --methods) METHODS=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --delay-us) DELAY_US=$2; shift 2 ;;
+    *) echo "validate-model: unknown option '$1'" >&2; usage ;;
+  esac
+done
+[[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 2)) || { echo "validate-model: --steps must be >= 2" >&2; exit 2; }
+[[ $DELAY_US =~ ^[0-9]+$ ]] || { echo "validate-model: --delay-us must be a number" >&2; exit 2; }
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$ROOT/build/sparsecomm
+CLUSTER=$ROOT/scripts/emulated-cluster.sh
+[[ -x $BIN ]] || { echo "validate-model: build first ($BIN is missing)" >&2; exit 1; }
+mkdir -p "$OUT"
+export SPARSECOMM_MESSAGE_DELAY_US=$DELAY_US
+trap '"$CLUSTER" down' EXIT
+
+# Sum of tx bytes over the hosts (one number).
+wire_tx() { "$CLUSTER" counters "$1" | awk '{s += $2} END {printf "%.0f\n", s}'; }
+
+# train on the cluster: HOSTS MODEL METHOD STEPS RUN_DIR
+train() {
+  local hosts=$1 model=$2 method=$3 steps=$4 dir=$5
+  local -a args=(--backend mpi --model "$model" --max-steps "$steps" --batch 64 -d 0.01
+                 --eval-every 1000000 --eval-deferred --out "$dir")
+  if [[ $method == ps ]]; then
+    local servers=$((hosts / 2))
+    args+=(-m dense --servers "$servers" -n $((hosts - servers)))
+  else
+    args+=(-m "$method")
+  fi
+  "$CLUSTER" run "$hosts" "$BIN" train "${args[@]}" > "$dir.log" 2>&1
+}
+
+for rate in $RATES; do
+  for hosts in $HOSTS; do
+    cell_dir=$OUT/$rate-h$hosts
+    ((DELAY_US > 0)) && cell_dir+=-delay$DELAY_US
+    mkdir -p "$cell_dir"
+    todo=0
+    for model in $MODELS; do
+      for method in $METHODS; do
+        [[ -f $cell_dir/$model-$method/result.json ]] || todo=1
+      done
+    done
+    ((todo)) || continue
+    "$CLUSTER" down
+    "$CLUSTER" up "$hosts" "$rate"
+    profile=$cell_dir/profile.json
+    if [[ ! -f $profile ]]; then
+      "$CLUSTER" run "$hosts" "$BIN" calibrate --backend mpi --iters 8 \
+        --name "emulated $hosts hosts at $rate" --out "$profile" > "$cell_dir/calibrate.log" 2>&1
+    fi
+    for model in $MODELS; do
+      for method in $METHODS; do
+        cell=$cell_dir/$model-$method
+        [[ -f $cell/result.json ]] && continue
+        rm -rf "$cell" && mkdir -p "$cell"
+        echo "validate-model: $rate, $hosts hosts, $model, $method"
+        before=$(wire_tx "$hosts")
+        train "$hosts" "$model" "$method" 3 "$cell/short"
+        middle=$(wire_tx "$hosts")
+        train "$hosts" "$model" "$method" $((3 + STEPS)) "$cell/long"
+        after=$(wire_tx "$hosts")
+        # The measurement; validate-model.py adds the prediction.
+        /usr/bin/python3 - "$cell" "$hosts" "$method" "$STEPS" "$before" "$middle" "$after" <<'EOF'
+import json, statistics, sys
+cell, hosts, method, steps, before, middle, after = sys.argv[1:]
+hosts, steps = int(hosts), int(steps)
+wire = ((int(after) - int(middle)) - (int(middle) - int(before))) / steps / hosts
+lines = [json.loads(l) for l in open(f"{cell}/long/metrics.jsonl")]
+rows = [l for l in lines if l.get("kind") == "step"]
+walls = [r["wall_s"] for r in rows]
+timed = [r for r in rows if r["step"] >= 3]
+step_s = [walls[i] - walls[i - 1] for i in range(1, len(walls)) if rows[i]["step"] >= 3]
+summary = json.load(open(f"{cell}/long/summary.json"))
+med = lambda key: statistics.median(r.get(key, 0.0) for r in timed)
+json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel": summary["numel"],
+           "workers": summary["workers"], "servers": summary.get("servers", 0),
+           "steps_timed": len(timed), "compute_s": med("compute_s"),
+           "selection_s": med("selection_s"),
+           # A parameter-server worker also waits for its grant (BSP): that
+           # wait is part of its exchange, as in the model.
+           "exchange_s": statistics.median(r.get("exchange_s", 0.0) + r.get("wait_s", 0.0)
+                                           for r in timed),
+           "update_s": med("update_s"), "step_s": statistics.median(step_s),
+           "bytes_sent_code": med("bytes_sent"), "wire_bytes_per_host": wire},
+          open(f"{cell}/result.json", "w"), indent=1)
+EOF
+      done
+    done
+  done
+done
+echo "validate-model: done; table: scripts/validate-model.py $OUT"

@@ -1,0 +1,114 @@
+#pragma once
+// Alpha-beta-gamma costs of the collectives and exchange patterns that
+// sparsecomm runs, as pure functions (docs/algorithms.md, "Performance
+// model"). Each returns what one rank on the critical path pays: the
+// latency-bound rounds it waits through, the bytes it sends and receives,
+// and the time. A round in which a rank sends s and receives r bytes costs
+// alpha + max(s, r) beta (full-duplex links); adding e received floats
+// costs e gamma. Byte counts follow the implementations in
+// src/sparsecomm/collectives (the same formulas as docs/algorithms.md,
+// "Collectives" and "Exchange patterns").
+
+#include <cstddef>
+#include <span>
+
+#include "sparsecomm/perf/cost_profile.h"
+
+namespace sparsecomm::perf {
+
+struct CommCost {
+  double seconds = 0.0;
+  double rounds = 0.0;          // latency-bound steps (each costs alpha)
+  double bytes_sent = 0.0;      // by this rank
+  double bytes_received = 0.0;  // by this rank
+
+  CommCost& operator+=(const CommCost& other);
+};
+CommCost operator+(CommCost a, const CommCost& b);
+
+// Bytes of one 32-bit value and of the header every pattern but `shared`
+// all-gathers first (count, payload bytes, d).
+inline constexpr double kFloatBytes = 4.0;
+inline constexpr double kExchangeHeaderBytes = 24.0;
+
+// --- dense collectives, `bytes` the whole buffer of floats on every rank ---
+
+// Segmented ring: 2(n-1) rounds, 2(n-1)/n bytes sent and received,
+// (n-1)/n of the buffer reduced.
+CommCost ring_allreduce(const CostProfile& p, int n, double bytes);
+
+// Recursive doubling: with P the largest power of two <= n, log2 P rounds of
+// the whole buffer (+2 fold-in/out rounds when n is not a power of two).
+CommCost recursive_doubling_allreduce(const CostProfile& p, int n, double bytes);
+
+// Skip-Reduce with `skip` = s (0 <= s <= n-1): the reduce-scatter runs
+// n-1-s of the ring's n-1 steps, the allgather all n-1.
+CommCost skip_reduce(const CostProfile& p, int n, int skip, double bytes);
+
+// Ring allgatherv: n-1 rounds; every round one block crosses each link, so
+// a round lasts as long as the largest block (`max_block` bytes); a rank
+// sends and receives n-1 blocks of `mean_block` bytes.
+CommCost ring_allgatherv(const CostProfile& p, int n, double mean_block, double max_block);
+
+// Pairwise alltoallv: n-1 rounds of `bytes_per_peer`.
+CommCost alltoallv(const CostProfile& p, int n, double bytes_per_peer);
+
+// Binomial-tree broadcast of `bytes`: ceil(log2 n) rounds of the whole buffer.
+CommCost binomial_broadcast(const CostProfile& p, int n, double bytes);
+
+// --- sparse exchange patterns ---
+
+// What the ranks send: the mean and largest per-rank selection, the union K
+// (all counts of entries), the bytes of one index on the wire and of one
+// value, and d.
+struct SparseSend {
+  double mean_count = 0.0;   // m_r averaged over ranks
+  double max_count = 0.0;    // max_r m_r
+  double union_count = 0.0;  // K
+  double index_bytes = 4.0;  // per index (raw 4, varints fewer)
+  double value_bytes = 4.0;  // 4 fp32, 2 fp16/bf16
+  double numel = 0.0;        // d
+};
+
+// union: header allgather, allgatherv of the index lists, value sum of K
+// floats (ring all-reduce; an allgatherv of the 16-bit values for n <= 3).
+CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s);
+
+// shared: the same m indices on every rank; a ring all-reduce of m floats.
+CommCost shared_allreduce(const CostProfile& p, int n, const SparseSend& s);
+
+// allgather: header allgather, allgatherv of [indices][values] blocks, then
+// every rank adds the n-1 received blocks.
+CommCost sparse_allgather(const CostProfile& p, int n, const SparseSend& s);
+
+// SparCML recursive doubling: log2 P rounds whose message is the partial
+// sum so far, sparse until it outgrows the dense form. `union_of_ranks[j]`
+// is the expected union of 2^j ranks' selections (entries), j = 0..log2 P.
+CommCost sparcml_recursive_doubling(const CostProfile& p, int n, const SparseSend& s,
+                                    std::span<const double> union_of_ranks);
+
+// SparCML split: alltoallv of counts and of each range's entries to its
+// owner, then allgathers of the reduced ranges (sparse or dense, the smaller).
+CommCost sparcml_split(const CostProfile& p, int n, const SparseSend& s);
+
+// --- parameter server (BSP), W workers and S servers on their own hosts ---
+
+// One worker's step: BEGIN/GRANT with the controller, a pull of the whole
+// model and a push of `push_bytes` (4d dense; 8 per entry sparse), split
+// over the S servers. A server's link carries W shards each way, so with
+// S < W the servers' links bound the step. Includes the servers' sum and
+// optimizer step over their shard.
+CommCost ps_bsp_step(const CostProfile& p, int workers, int servers, double numel,
+                     double push_bytes);
+
+// --- helpers ---
+
+// Largest power of two <= n (n >= 1).
+int largest_power_of_two(int n);
+
+// Expected bytes of one LEB128 varint index gap for a list of density c
+// (gaps geometric with mean 1/c): 1 byte plus one per 7-bit boundary the
+// gap crosses, averaged (docs/algorithms.md, "Wire encodings").
+double varint_index_bytes(double density);
+
+}  // namespace sparsecomm::perf

@@ -1,0 +1,140 @@
+#include "sparsecomm/perf/cost_profile.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sparsecomm/core/atomic_file.h"
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm::perf {
+namespace {
+
+// Host costs used when a profile only names a network: `sparsecomm
+// calibrate --host-only -n 1` (d = 4M floats, c = 1%) run twice on a quiet
+// 2-core AMD EPYC (Zen 4, AVX-512 path), 2026-11-25, rounded; gamma 0.26
+// and 0.42, update 0.50 and 0.70 ns in the two runs. A profile from
+// `calibrate` on the machines at hand replaces all of them.
+constexpr double kDefaultGamma = 0.35e-9;
+constexpr double kDefaultAccumulate = 0.28e-9;
+constexpr double kDefaultUpdate = 0.6e-9;
+const std::map<std::string, double, std::less<>>& default_select_costs() {
+  static const std::map<std::string, double, std::less<>> costs = {
+      {"default", 0.36e-9},   {"topk", 0.36e-9},    {"dgc", 0.31e-9},
+      {"gaussiank", 0.76e-9}, {"randomk", 0.39e-9}, {"cltk", 0.34e-9},
+      {"micro", 0.25e-9},     {"exdyna", 0.23e-9},  {"deft", 1.45e-9}};
+  return costs;
+}
+
+double checked_field(const nlohmann::json& json, std::string_view key, std::string_view origin,
+                     bool positive) {
+  const auto it = json.find(key);
+  if (it == json.end() || !it->is_number()) {
+    throw InvalidArgument(fmt::format("{}: '{}' is missing or not a number", origin, key));
+  }
+  const double value = it->get<double>();
+  if (!std::isfinite(value) || value < 0 || (positive && value == 0)) {
+    throw InvalidArgument(fmt::format("{}: '{}' must be a finite number {} 0, got {}", origin, key,
+                                      positive ? ">" : ">=", value));
+  }
+  return value;
+}
+
+}  // namespace
+
+double CostProfile::select_cost(std::string_view scheme) const {
+  if (const auto it = select_s_per_element.find(scheme); it != select_s_per_element.end()) {
+    return it->second;
+  }
+  const auto fallback = select_s_per_element.find("default");
+  return fallback == select_s_per_element.end() ? 0.0 : fallback->second;
+}
+
+CostProfile network_profile(double link_gbit_per_s, double latency_us) {
+  if (!std::isfinite(link_gbit_per_s) || link_gbit_per_s <= 0) {
+    throw InvalidArgument(fmt::format("the link rate must be a finite number of Gbit/s > 0, got {}",
+                                      link_gbit_per_s));
+  }
+  if (!std::isfinite(latency_us) || latency_us < 0) {
+    throw InvalidArgument(fmt::format(
+        "the latency must be a finite number of microseconds >= 0, got {}", latency_us));
+  }
+  CostProfile profile;
+  profile.name = fmt::format("{:g} Gbit/s, {:g} us", link_gbit_per_s, latency_us);
+  profile.source = "given link rate and latency; host costs: built-in defaults";
+  profile.alpha_s = latency_us * 1e-6;
+  profile.beta_s_per_byte = 8.0 / (link_gbit_per_s * 1e9);
+  profile.gamma_s_per_element = kDefaultGamma;
+  profile.accumulate_s_per_element = kDefaultAccumulate;
+  profile.update_s_per_element = kDefaultUpdate;
+  profile.select_s_per_element = default_select_costs();
+  return profile;
+}
+
+nlohmann::json to_json(const CostProfile& profile) {
+  nlohmann::json select = nlohmann::json::object();
+  for (const auto& [scheme, cost] : profile.select_s_per_element) select[scheme] = cost;
+  return {{"name", profile.name},
+          {"source", profile.source},
+          {"alpha_s", profile.alpha_s},
+          {"beta_s_per_byte", profile.beta_s_per_byte},
+          {"link_gbit_per_s", 8.0 / profile.beta_s_per_byte / 1e9},
+          {"gamma_s_per_element", profile.gamma_s_per_element},
+          {"accumulate_s_per_element", profile.accumulate_s_per_element},
+          {"update_s_per_element", profile.update_s_per_element},
+          {"select_s_per_element", select}};
+}
+
+CostProfile profile_from_json(const nlohmann::json& json, std::string_view origin) {
+  if (!json.is_object())
+    throw InvalidArgument(fmt::format("{}: a profile is a JSON object", origin));
+  CostProfile profile;
+  if (const auto it = json.find("name"); it != json.end() && it->is_string()) {
+    profile.name = it->get<std::string>();
+  }
+  if (const auto it = json.find("source"); it != json.end() && it->is_string()) {
+    profile.source = it->get<std::string>();
+  }
+  profile.alpha_s = checked_field(json, "alpha_s", origin, false);
+  profile.beta_s_per_byte = checked_field(json, "beta_s_per_byte", origin, true);
+  profile.gamma_s_per_element = checked_field(json, "gamma_s_per_element", origin, false);
+  profile.accumulate_s_per_element = checked_field(json, "accumulate_s_per_element", origin, false);
+  profile.update_s_per_element = checked_field(json, "update_s_per_element", origin, false);
+  const auto select = json.find("select_s_per_element");
+  if (select == json.end() || !select->is_object()) {
+    throw InvalidArgument(fmt::format(
+        "{}: 'select_s_per_element' is missing or not an object of scheme: seconds", origin));
+  }
+  for (const auto& [scheme, value] : select->items()) {
+    profile.select_s_per_element[scheme] =
+        checked_field(*select, scheme, fmt::format("{}: select_s_per_element", origin), false);
+  }
+  return profile;
+}
+
+CostProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw InvalidArgument(fmt::format(
+        "cannot read the cost profile '{}'; write one with `sparsecomm calibrate --out FILE`",
+        path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgument(fmt::format("the cost profile '{}' is not JSON: {}", path, e.what()));
+  }
+  return profile_from_json(json, path);
+}
+
+void save_profile(const CostProfile& profile, const std::string& path) {
+  atomic_write(path, to_json(profile).dump(2) + "\n");
+}
+
+}  // namespace sparsecomm::perf

@@ -1,0 +1,57 @@
+#pragma once
+// The machine constants of the performance model (docs/algorithms.md,
+// "Performance model"): the alpha-beta-gamma costs of the network and the
+// per-element costs of the host's passes over a gradient. A profile is
+// either given (a link rate and a latency) or measured by
+// `sparsecomm calibrate`, and is saved as JSON so that every prediction can
+// name the profile it used.
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace sparsecomm::perf {
+
+struct CostProfile {
+  std::string name = "default";  // shown with every prediction
+  std::string source;            // how the figures were obtained (command, machine, date)
+
+  // Network: one message costs alpha + bytes * beta on each rank's link,
+  // which carries beta in each direction at once (full duplex).
+  double alpha_s = 0.0;              // per message (latency and per-call overhead)
+  double beta_s_per_byte = 0.0;      // 1 / link rate in bytes per second
+  double gamma_s_per_element = 0.0;  // adding one received float into a buffer
+
+  // Host passes over float vectors, per element.
+  double accumulate_s_per_element = 0.0;  // error feedback: a = g + e
+  double update_s_per_element = 0.0;      // the optimizer step on one parameter
+  // Selection, per element a rank reads, by scheme name; a scheme that is
+  // not listed uses `default` (a missing `default` is 0).
+  std::map<std::string, double, std::less<>> select_s_per_element;
+
+  // The selection cost of `scheme` per element read.
+  double select_cost(std::string_view scheme) const;
+};
+
+// A profile for a network given by its link rate (Gbit/s, each direction)
+// and per-message latency (microseconds); host costs from the measured
+// defaults of docs/algorithms.md. Throws InvalidArgument unless the rate is
+// finite and > 0 and the latency finite and >= 0.
+CostProfile network_profile(double link_gbit_per_s, double latency_us);
+
+// JSON in both directions. from_json checks every field (present, finite,
+// >= 0; beta > 0) and throws InvalidArgument naming the field; `origin`
+// (e.g. a file name) is put in front of every message.
+nlohmann::json to_json(const CostProfile& profile);
+CostProfile profile_from_json(const nlohmann::json& json, std::string_view origin);
+
+// Reads a profile file written by `sparsecomm calibrate` (or by hand):
+// InvalidArgument naming the file when it is missing, not JSON or invalid.
+CostProfile load_profile(const std::string& path);
+
+// Writes it atomically (core/atomic_file.h).
+void save_profile(const CostProfile& profile, const std::string& path);
+
+}  // namespace sparsecomm::perf

@@ -1,0 +1,188 @@
+#include "sparsecomm/perf/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/perf/scheme_scaling.h"
+
+namespace sparsecomm::perf {
+namespace {
+
+// How a method synchronizes, which decides the terms of its step.
+enum class Kind {
+  kDense,            // ring all-reduce of d floats
+  kSkipReduce,       // Skip-Reduce, skip floor(n/2), d below 100,000 protected
+  kIndependent,      // each rank selects from the whole vector; sparse allgather
+  kPartitioned,      // each rank selects in its partition; union all-reduce
+  kShared,           // the same k indices everywhere; all-reduce of k values
+  kLeader,           // CLT-k: rank 0 selects, broadcasts k indices, shared all-reduce
+  kParameterServer,  // dense pushes and pulls under BSP
+};
+
+struct MethodShape {
+  std::string_view name;
+  Kind kind;
+  bool bucketable;    // runs per bucket when pipelined
+  double accumulate;  // passes over d of the memory (error feedback: 1)
+  std::string_view exchange;
+};
+
+constexpr MethodShape kMethods[] = {
+    {"dense", Kind::kDense, true, 0, "ring all-reduce"},
+    {"skipreduce", Kind::kSkipReduce, true, 0, "Skip-Reduce (skip n/2)"},
+    {"topk", Kind::kIndependent, true, 1, "sparse allgather"},
+    {"dgc", Kind::kIndependent, true, 2, "sparse allgather"},
+    {"gaussiank", Kind::kIndependent, true, 1, "sparse allgather"},
+    {"randomk", Kind::kShared, true, 1, "shared all-reduce"},
+    {"cltk", Kind::kLeader, true, 1, "broadcast + shared all-reduce"},
+    {"micro", Kind::kPartitioned, false, 1, "union all-reduce"},
+    {"exdyna", Kind::kPartitioned, false, 1, "union all-reduce"},
+    {"deft", Kind::kPartitioned, true, 1, "union all-reduce"},
+    {"ps", Kind::kParameterServer, false, 0, "parameter server, BSP"},
+};
+
+// Skip-Reduce's defaults (gradient_sync.cc): skip floor(n/2), and buffers
+// under 100,000 elements reduced in full.
+constexpr double kSkipReduceMinElements = 100000;
+// The same-step threshold's histogram message (step_threshold.h: 512 bins
+// and an "above" count).
+constexpr double kHistogramBytes = 4096;
+
+const MethodShape& shape_of(std::string_view method) {
+  for (const MethodShape& shape : kMethods) {
+    if (shape.name == method) return shape;
+  }
+  std::string known;
+  for (const MethodShape& shape : kMethods)
+    known += fmt::format("{}{}", known.empty() ? "" : ", ", shape.name);
+  throw InvalidArgument(
+      fmt::format("the performance model knows no method '{}' (known: {})", method, known));
+}
+
+// Selection and exchange of one call on `numel` elements with target k.
+struct CallCost {
+  double selection_s = 0.0;
+  CommCost comm;
+  double density_ratio = 1.0;
+  double imbalance = 0.0;
+};
+
+CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile& p, double numel) {
+  const int n = s.ranks;
+  const double k = std::max(1.0, std::round(s.density * numel));
+  CallCost call;
+  SparseSend send{.value_bytes = s.value_bytes, .numel = numel};
+  send.index_bytes = s.encode_indices ? varint_index_bytes(std::min(1.0, k / numel)) : 4.0;
+  switch (shape.kind) {
+    case Kind::kDense:
+      call.comm = ring_allreduce(p, n, kFloatBytes * numel);
+      return call;
+    case Kind::kSkipReduce:
+      call.comm =
+          skip_reduce(p, n, numel < kSkipReduceMinElements ? 0 : n / 2, kFloatBytes * numel);
+      return call;
+    case Kind::kParameterServer:
+      call.comm = ps_bsp_step(p, n, s.servers, numel, kFloatBytes * numel);
+      return call;
+    case Kind::kShared:
+    case Kind::kLeader: {
+      send.mean_count = send.max_count = send.union_count = k;
+      call.comm = shared_allreduce(p, n, send);
+      if (shape.kind == Kind::kLeader) call.comm += binomial_broadcast(p, n, kFloatBytes * k);
+      call.selection_s = numel * p.select_cost(shape.name);
+      return call;
+    }
+    case Kind::kIndependent:
+    case Kind::kPartitioned: {
+      const ScalingPoint stats = builtin_scaling(std::string(shape.name), s.density).at(n, k);
+      const double share = shape.kind == Kind::kIndependent ? k : k / n;
+      send.mean_count = stats.selected_ratio * share;
+      send.max_count = send.mean_count * (1.0 + stats.imbalance);
+      send.union_count = std::min(numel, stats.density_ratio * k);
+      call.density_ratio = send.union_count / k;
+      call.imbalance = stats.imbalance;
+      call.selection_s = std::min(numel, stats.read_share * numel / n) * p.select_cost(shape.name);
+      if (shape.kind == Kind::kIndependent) {
+        call.comm = sparse_allgather(p, n, send);
+      } else {
+        call.comm = union_allreduce(p, n, send);
+        for (int round = 0; round < std::lround(stats.rounds); ++round) {
+          call.comm += recursive_doubling_allreduce(p, n, kHistogramBytes);
+        }
+      }
+      return call;
+    }
+  }
+  return call;
+}
+
+}  // namespace
+
+void check_scenario(const Scenario& s) {
+  auto bad = [](std::string_view what) { throw InvalidArgument(std::string(what)); };
+  if (s.ranks < 1) bad(fmt::format("ranks must be >= 1, got {}", s.ranks));
+  if (!(s.numel >= 1) || !std::isfinite(s.numel)) {
+    bad(fmt::format("the model needs at least 1 parameter, got {}", s.numel));
+  }
+  if (!(s.density > 0 && s.density <= 1))
+    bad(fmt::format("density must be in (0, 1], got {}", s.density));
+  if (!(s.compute_s >= 0) || !std::isfinite(s.compute_s)) {
+    bad(fmt::format("compute time must be a finite number >= 0, got {}", s.compute_s));
+  }
+  if (!(s.backward_share >= 0 && s.backward_share <= 1)) {
+    bad(fmt::format("the backward share of compute must be in [0, 1], got {}", s.backward_share));
+  }
+  if (!(s.bucket_bytes >= 0) || !std::isfinite(s.bucket_bytes)) {
+    bad(fmt::format("bucket size must be >= 0 bytes, got {}", s.bucket_bytes));
+  }
+  if (s.servers < 1) bad(fmt::format("servers must be >= 1, got {}", s.servers));
+  if (s.value_bytes != 2 && s.value_bytes != 4) {
+    bad(fmt::format("values travel as 4 (fp32) or 2 (fp16/bf16) bytes, got {}", s.value_bytes));
+  }
+}
+
+const std::vector<std::string>& modeled_methods() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const MethodShape& shape : kMethods) out.emplace_back(shape.name);
+    return out;
+  }();
+  return names;
+}
+
+StepPrediction predict_step(std::string_view method, const Scenario& s, const CostProfile& p) {
+  check_scenario(s);
+  const MethodShape& shape = shape_of(method);
+  StepPrediction out;
+  out.method = std::string(shape.name);
+  out.exchange = std::string(shape.exchange);
+  out.compute_s = s.compute_s;
+  out.accumulate_s = shape.accumulate * s.numel * p.accumulate_s_per_element;
+  out.update_s = shape.kind == Kind::kParameterServer ? 0.0 : s.numel * p.update_s_per_element;
+
+  // Pipelined methods run once per bucket on its share of d (each bucket
+  // pays its own latency terms); the others once on the whole vector.
+  const bool pipelined = s.bucket_bytes > 0 && shape.bucketable;
+  const double buckets =
+      pipelined ? std::max(1.0, std::ceil(kFloatBytes * s.numel / s.bucket_bytes)) : 1.0;
+  const CallCost call = one_call(shape, s, p, s.numel / buckets);
+  out.selection_s = buckets * call.selection_s;
+  out.exchange_s = buckets * call.comm.seconds;
+  out.bytes_sent = buckets * call.comm.bytes_sent;
+  out.bytes_received = buckets * call.comm.bytes_received;
+  out.density_ratio = call.density_ratio;
+  out.imbalance = call.imbalance;
+  if (pipelined) {
+    // Buckets but the last can run while backward still computes.
+    out.overlap_s = std::min(s.backward_share * s.compute_s,
+                             (buckets - 1) / buckets * (out.selection_s + out.exchange_s));
+  }
+  out.step_s = out.compute_s + out.accumulate_s + out.selection_s + out.exchange_s - out.overlap_s +
+               out.update_s;
+  return out;
+}
+
+}  // namespace sparsecomm::perf

@@ -1,0 +1,64 @@
+#pragma once
+// The step time of each synchronization method (docs/algorithms.md,
+// "Performance model"):
+//
+//   step = compute + accumulate + selection + exchange - overlap + update
+//
+// with the exchange from collective_cost.h, the sparsification statistics
+// from scheme_scaling.h and the host costs from the profile. Pure
+// functions: no clock, no communicator.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sparsecomm/perf/collective_cost.h"
+#include "sparsecomm/perf/cost_profile.h"
+
+namespace sparsecomm::perf {
+
+// What is trained and on what: one prediction's input.
+struct Scenario {
+  int ranks = 4;                      // n (parameter server: workers; servers are extra hosts)
+  double numel = 0.0;                 // d, parameters
+  double density = 0.01;              // c, k = c d
+  double compute_s = 0.0;             // forward + backward per step on one rank
+  double backward_share = 2.0 / 3.0;  // of compute_s, the part communication can overlap
+  double bucket_bytes = 0.0;          // > 0: pipelined in buckets of this size (bucketable methods)
+  int servers = 1;                    // parameter server: S
+  bool encode_indices = true;         // varint indices (the schemes' default)
+  double value_bytes = 4.0;           // 4 fp32, 2 fp16/bf16
+};
+
+// Throws InvalidArgument naming the field when the scenario is not one the
+// model can predict (ranks < 1, d <= 0, c outside (0, 1], negative times,
+// servers < 1, value width not 2 or 4).
+void check_scenario(const Scenario& scenario);
+
+struct StepPrediction {
+  std::string method;
+  std::string exchange;  // the collective or pattern it runs
+  double compute_s = 0.0;
+  double accumulate_s = 0.0;  // error feedback: a = g + e
+  double selection_s = 0.0;   // the slowest rank's select(), less its collectives
+  double exchange_s = 0.0;    // the exchange plus select()'s own collectives
+  double overlap_s = 0.0;     // pipelined: hidden behind backward
+  double update_s = 0.0;      // the optimizer
+  double step_s = 0.0;
+  double bytes_sent = 0.0;  // per rank and step
+  double bytes_received = 0.0;
+  double density_ratio = 1.0;  // K/k (1 for dense and Skip-Reduce)
+  double imbalance = 0.0;
+};
+
+// The methods the model predicts, in the order `plan` lists them: dense,
+// skipreduce, every sparse scheme with its default pattern, and ps (dense
+// pushes under BSP).
+const std::vector<std::string>& modeled_methods();
+
+// The prediction for `method` (a name of modeled_methods()); throws
+// InvalidArgument for an unknown method or a bad scenario.
+StepPrediction predict_step(std::string_view method, const Scenario& scenario,
+                            const CostProfile& profile);
+
+}  // namespace sparsecomm::perf

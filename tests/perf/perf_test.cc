@@ -1,0 +1,304 @@
+// The performance model against closed forms: the collectives' byte counts
+// and times, the varint size law, the union law and its fit, the step
+// model's terms, and the profile's JSON (docs/algorithms.md, "Performance
+// model").
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "error_message.h"
+#include "scratch_dir.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/perf/collective_cost.h"
+#include "sparsecomm/perf/cost_profile.h"
+#include "sparsecomm/perf/scheme_scaling.h"
+#include "sparsecomm/perf/step_model.h"
+
+namespace sparsecomm::perf {
+namespace {
+
+using testing::error_message;
+using testing::ScratchDir;
+
+// Round numbers, so the closed forms below are easy to read.
+CostProfile unit_profile() {
+  CostProfile p;
+  p.alpha_s = 1e-5;
+  p.beta_s_per_byte = 1e-9;
+  p.gamma_s_per_element = 1e-10;
+  p.accumulate_s_per_element = 2e-10;
+  p.update_s_per_element = 3e-10;
+  p.select_s_per_element = {{"default", 5e-10}};
+  return p;
+}
+
+TEST(CollectiveCost, RingAllreduceMovesTwiceTheBufferTimesNMinusOneOverN) {
+  const CostProfile p = unit_profile();
+  const double bytes = 4e6;
+  for (int n : {2, 3, 4, 8, 64, 4096}) {
+    const CommCost c = ring_allreduce(p, n, bytes);
+    const double moved = 2.0 * (n - 1) / n * bytes;
+    EXPECT_NEAR(c.bytes_sent, moved, 1e-6 * moved) << n;
+    EXPECT_NEAR(c.bytes_received, moved, 1e-6 * moved) << n;
+    EXPECT_DOUBLE_EQ(c.rounds, 2.0 * (n - 1));
+    const double expected = 2.0 * (n - 1) * p.alpha_s + moved * p.beta_s_per_byte +
+                            (n - 1.0) / n * bytes / 4 * p.gamma_s_per_element;
+    EXPECT_NEAR(c.seconds, expected, 1e-9 * expected) << n;
+  }
+  EXPECT_EQ(ring_allreduce(p, 1, bytes).seconds, 0.0);
+}
+
+TEST(CollectiveCost, SkipReduceCarriesNMinusOneMinusSOfTheRingsReduceScatter) {
+  const CostProfile p = unit_profile();
+  const double bytes = 8e6;
+  for (int n : {2, 4, 7, 16}) {
+    const double allgather = (n - 1.0) / n * bytes;
+    for (int s = 0; s < n; ++s) {
+      const CommCost c = skip_reduce(p, n, s, bytes);
+      const double scatter = c.bytes_sent - allgather;
+      EXPECT_NEAR(scatter / allgather, double(n - 1 - s) / (n - 1), 1e-9) << n << " " << s;
+      EXPECT_DOUBLE_EQ(c.rounds, (n - 1.0 - s) + (n - 1.0));
+    }
+    EXPECT_DOUBLE_EQ(skip_reduce(p, n, 0, bytes).seconds, ring_allreduce(p, n, bytes).seconds);
+  }
+  EXPECT_EQ(error_message<InvalidArgument>([&] { skip_reduce(p, 4, 4, bytes); }),
+            "skip must be in [0, n-1] = [0, 3], got 4");
+}
+
+TEST(CollectiveCost, RecursiveDoublingTakesLog2PRoundsPlusTwoOffPowersOfTwo) {
+  const CostProfile p = unit_profile();
+  EXPECT_DOUBLE_EQ(recursive_doubling_allreduce(p, 1, 4096).rounds, 0.0);
+  EXPECT_DOUBLE_EQ(recursive_doubling_allreduce(p, 8, 4096).rounds, 3.0);
+  EXPECT_DOUBLE_EQ(recursive_doubling_allreduce(p, 6, 4096).rounds, 4.0);  // 2 + fold in/out
+  EXPECT_DOUBLE_EQ(recursive_doubling_allreduce(p, 8, 4096).bytes_sent, 3.0 * 4096);
+  EXPECT_EQ(largest_power_of_two(4095), 2048);
+}
+
+TEST(CollectiveCost, AnAllgathervRoundLastsAsLongAsItsLargestBlock) {
+  const CostProfile p = unit_profile();
+  const CommCost even = ring_allgatherv(p, 8, 1e5, 1e5);
+  const CommCost skewed = ring_allgatherv(p, 8, 1e5, 3e5);
+  EXPECT_DOUBLE_EQ(even.bytes_sent, skewed.bytes_sent);  // the same bytes in all
+  EXPECT_NEAR(even.seconds, 7 * (p.alpha_s + 1e5 * p.beta_s_per_byte), 1e-15);
+  EXPECT_NEAR(skewed.seconds, 7 * (p.alpha_s + 3e5 * p.beta_s_per_byte), 1e-15);
+}
+
+TEST(CollectiveCost, VarintIndicesFollowTheGeometricGapLaw) {
+  // 1 byte plus P(gap - 1 >= 128) = (1 - c)^128 for the second byte, ...
+  EXPECT_NEAR(varint_index_bytes(0.01), 1 + std::pow(0.99, 128) + std::pow(0.99, 16384), 1e-12);
+  EXPECT_NEAR(varint_index_bytes(0.001), 1.88, 0.01);  // "~2 bytes at 0.1%" (algorithms.md)
+  EXPECT_NEAR(varint_index_bytes(1.0), 1.0, 1e-9);
+  EXPECT_GT(varint_index_bytes(1e-6), 2.9);
+  EXPECT_THROW(varint_index_bytes(0.0), InvalidArgument);
+  EXPECT_THROW(varint_index_bytes(1.5), InvalidArgument);
+}
+
+TEST(CollectiveCost, SparseAllgatherGrowsWithNAndTheUnionPatternDoesNot) {
+  const CostProfile p = unit_profile();
+  const double d = 1e8, k = 1e6;
+  auto per_rank = [&](int n, bool partitioned) {
+    SparseSend s{.index_bytes = 1.3, .value_bytes = 4, .numel = d};
+    s.mean_count = s.max_count = partitioned ? k / n : k;
+    s.union_count = k;
+    return partitioned ? union_allreduce(p, n, s) : sparse_allgather(p, n, s);
+  };
+  // Allgather: each rank receives n - 1 blocks of k entries.
+  EXPECT_NEAR(per_rank(16, false).bytes_received, 15 * (24 + k * 5.3), 1.0);
+  // Union: the index blocks of k/n and a ring all-reduce of 4k bytes.
+  const double union_bytes = 15 * (24 + 1.3 * k / 16) + 2.0 * 15 / 16 * 4 * k;
+  EXPECT_NEAR(per_rank(16, true).bytes_sent, union_bytes, 1.0);
+  EXPECT_GT(per_rank(64, false).bytes_sent / per_rank(8, false).bytes_sent, 8.0);
+  EXPECT_LT(per_rank(64, true).bytes_sent / per_rank(8, true).bytes_sent, 1.2);
+}
+
+TEST(CollectiveCost, SparcmlSplitSendsRangesDenseOnceTheyAreFull) {
+  const CostProfile p = unit_profile();
+  SparseSend s{.mean_count = 1e5,
+               .max_count = 1e5,
+               .union_count = 1e6,
+               .index_bytes = 4,
+               .value_bytes = 4,
+               .numel = 1e6};
+  // K = d: every reduced range is sent dense (4 d / n bytes each).
+  const CommCost c = sparcml_split(p, 4, s);
+  const double expected = 3 * 24 + 3 * 8 + 3 * 8 * 1e5 / 4 + 3 * 32 + 3 * 4e6 / 4;
+  EXPECT_NEAR(c.bytes_sent, expected, 1.0);
+}
+
+TEST(CollectiveCost, TheParameterServersLinksBoundTheStepWhenServersAreFewer) {
+  const CostProfile p = unit_profile();
+  const double d = 1e7;
+  const CommCost one = ps_bsp_step(p, 8, 1, d, 4 * d);
+  const CommCost eight = ps_bsp_step(p, 8, 8, d, 4 * d);
+  // A worker moves the same bytes; one server's link carries 8 shards each way.
+  EXPECT_DOUBLE_EQ(one.bytes_received - 8, eight.bytes_received - 64);
+  const double transfer_one = 2 * 8 * 4 * d * p.beta_s_per_byte;
+  const double transfer_eight = 2 * 4 * d * p.beta_s_per_byte;
+  const double server_work =
+      (8 * d - d) * p.gamma_s_per_element + (d - d / 8) * p.update_s_per_element;
+  EXPECT_NEAR(one.seconds - eight.seconds, transfer_one - transfer_eight + server_work, 1e-6);
+  EXPECT_THROW(ps_bsp_step(p, 4, 0, d, 4 * d), InvalidArgument);
+}
+
+TEST(UnionLaw, OneRankIsOneSelectionAndTheUnionSaturates) {
+  const UnionLaw law{.shared = 0.3, .pool = 5.0};
+  EXPECT_DOUBLE_EQ(law.ratio(1), 1.0);
+  EXPECT_NEAR(law.ratio(2), 0.3 + 5.0 * (1 - std::pow(1 - 0.7 / 5, 2)), 1e-12);
+  EXPECT_NEAR(law.ratio(1e6), 5.3, 1e-9);
+  for (double n = 1; n < 100; n += 1) EXPECT_LE(law.ratio(n), n + 1e-12);
+  const UnionLaw identical{.shared = 1.0, .pool = 0.0};
+  EXPECT_DOUBLE_EQ(identical.ratio(64), 1.0);
+}
+
+TEST(UnionLaw, TheFitRecoversTheLawThatMadeThePoints) {
+  const UnionLaw truth{.shared = 0.4, .pool = 20.0};
+  std::vector<double> ranks{1, 2, 4, 8, 16, 32, 64};
+  std::vector<double> ratios;
+  for (double n : ranks) ratios.push_back(truth.ratio(n));
+  const UnionLaw fit = fit_union_law(ranks, ratios);
+  for (double n : {128.0, 1024.0, 4096.0}) {
+    EXPECT_NEAR(fit.ratio(n) / truth.ratio(n), 1.0, 0.02) << n;
+  }
+  const std::vector<double> too_big{1.0, 3.0};
+  EXPECT_THROW(fit_union_law(std::vector<double>{1, 2}, too_big), InvalidArgument);
+}
+
+TEST(SchemeScaling, InterpolatesInLogNAndExtendsWithTheLaws) {
+  const SchemeScaling partitioned(
+      "p", false, 1000,
+      {{.ranks = 2, .density_ratio = 1, .imbalance = 0.02, .read_share = 1.2},
+       {.ranks = 8, .density_ratio = 1, .imbalance = 0.04, .read_share = 1.2}});
+  EXPECT_NEAR(partitioned.at(4, 1000).imbalance, 0.03, 1e-12);  // halfway in log n
+  // Past the last point: the counting law's ratio at the same K.
+  const double expected = 0.04 * counting_imbalance(32, 1000) / counting_imbalance(8, 1000);
+  EXPECT_NEAR(partitioned.at(32, 1000).imbalance, expected, 1e-12);
+  EXPECT_NEAR(partitioned.at(4096, 1000).read_share, 1.2, 1e-12);  // a fixed share of d/n
+
+  const SchemeScaling whole("w", true, 1000,
+                            {{.ranks = 4, .density_ratio = 3.0, .read_share = 4},
+                             {.ranks = 8, .density_ratio = 5.0, .read_share = 8}});
+  EXPECT_NEAR(whole.at(64, 1000).read_share, 64, 1e-9);  // every rank reads d
+  EXPECT_GT(whole.at(64, 1000).density_ratio, 5.0);
+  EXPECT_LE(whole.at(64, 1000).density_ratio, 64.0);
+  EXPECT_THROW(SchemeScaling("bad", false, 1, {{.ranks = 4}, {.ranks = 2}}), InvalidArgument);
+}
+
+TEST(SchemeScaling, EveryBuiltInSchemeStaysWithinWhatAUnionCanBe) {
+  for (const char* scheme : {"topk", "dgc", "gaussiank", "micro", "exdyna", "deft"}) {
+    for (double density : {0.01, 0.001}) {
+      const SchemeScaling& s = builtin_scaling(scheme, density);
+      for (int n : {2, 4, 64, 512, 4096}) {
+        const ScalingPoint point = s.at(n, 1e6);
+        EXPECT_GT(point.density_ratio, 0.0) << scheme << " " << n;
+        EXPECT_LE(point.density_ratio, n * point.selected_ratio * (1 + 1e-9)) << scheme << " " << n;
+        EXPECT_GE(point.imbalance, 0.0);
+        EXPECT_GT(point.read_share, 0.0);
+      }
+    }
+  }
+  EXPECT_THROW(builtin_scaling("no-such", 0.01), InvalidArgument);
+}
+
+TEST(StepModel, DenseIsComputePlusTheRingPlusTheUpdate) {
+  const CostProfile p = unit_profile();
+  Scenario s{.ranks = 8, .numel = 1e7, .density = 0.01, .compute_s = 0.1};
+  const StepPrediction dense = predict_step("dense", s, p);
+  EXPECT_DOUBLE_EQ(dense.exchange_s, ring_allreduce(p, 8, 4e7).seconds);
+  EXPECT_DOUBLE_EQ(dense.step_s, 0.1 + dense.exchange_s + 1e7 * p.update_s_per_element);
+  EXPECT_DOUBLE_EQ(dense.bytes_sent, 2.0 * 7 / 8 * 4e7);
+  s.ranks = 1;
+  EXPECT_EQ(predict_step("dense", s, p).exchange_s, 0.0);
+}
+
+TEST(StepModel, EveryMethodsTermsAddUpToItsStep) {
+  const CostProfile p = network_profile(10, 5);
+  for (int n : {2, 16, 4096}) {
+    const Scenario s{
+        .ranks = n, .numel = 3.5e8, .density = 0.001, .compute_s = 0.3, .bucket_bytes = 25 << 20};
+    for (const std::string& method : modeled_methods()) {
+      const StepPrediction x = predict_step(method, s, p);
+      EXPECT_NEAR(
+          x.step_s,
+          x.compute_s + x.accumulate_s + x.selection_s + x.exchange_s - x.overlap_s + x.update_s,
+          1e-12)
+          << method;
+      EXPECT_GE(x.overlap_s, 0.0);
+      EXPECT_LE(x.overlap_s, s.backward_share * s.compute_s + 1e-12) << method;
+      EXPECT_GT(x.bytes_sent, 0.0) << method << " " << n;
+    }
+  }
+}
+
+TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {
+  const CostProfile p = network_profile(25, 5);
+  auto bytes = [&](const char* method, int n) {
+    return predict_step(method, Scenario{.ranks = n, .numel = 2.5e7, .density = 0.01}, p)
+        .bytes_sent;
+  };
+  EXPECT_GT(bytes("topk", 512) / bytes("topk", 8), 30.0);
+  EXPECT_LT(bytes("exdyna", 512) / bytes("exdyna", 8), 1.5);
+}
+
+TEST(StepModel, BadInputIsRefusedNamingWhatIsWrong) {
+  const CostProfile p = unit_profile();
+  EXPECT_EQ(error_message<InvalidArgument>([&] {
+              predict_step("nope", Scenario{.numel = 10}, p);
+            }).rfind("the performance model knows no method 'nope' (known: dense, skipreduce", 0),
+            0u);
+  EXPECT_EQ(error_message<InvalidArgument>(
+                [&] { predict_step("dense", Scenario{.numel = 10, .density = 0}, p); }),
+            "density must be in (0, 1], got 0");
+  EXPECT_EQ(error_message<InvalidArgument>(
+                [&] { predict_step("dense", Scenario{.ranks = 0, .numel = 10}, p); }),
+            "ranks must be >= 1, got 0");
+  EXPECT_THROW(predict_step("dense", Scenario{.numel = 0}, p), InvalidArgument);
+  EXPECT_THROW(predict_step("dense", Scenario{.numel = 10, .compute_s = -1}, p), InvalidArgument);
+  EXPECT_THROW(predict_step("dense", Scenario{.numel = 10, .value_bytes = 3}, p), InvalidArgument);
+}
+
+TEST(CostProfile, SurvivesAJsonRoundTripAndRefusesBadFields) {
+  CostProfile p = network_profile(25, 3);
+  p.select_s_per_element["exdyna"] = 1.5e-9;
+  const CostProfile back = profile_from_json(to_json(p), "test");
+  EXPECT_EQ(back.name, p.name);
+  EXPECT_DOUBLE_EQ(back.alpha_s, 3e-6);
+  EXPECT_DOUBLE_EQ(back.beta_s_per_byte, 8.0 / 25e9);
+  EXPECT_DOUBLE_EQ(back.select_cost("exdyna"), 1.5e-9);
+  EXPECT_DOUBLE_EQ(back.select_cost("topk"), p.select_cost("default"));
+
+  nlohmann::json missing = to_json(p);
+  missing.erase("beta_s_per_byte");
+  EXPECT_EQ(error_message<InvalidArgument>([&] { profile_from_json(missing, "f.json"); }),
+            "f.json: 'beta_s_per_byte' is missing or not a number");
+  nlohmann::json negative = to_json(p);
+  negative["alpha_s"] = -1;
+  EXPECT_EQ(error_message<InvalidArgument>([&] { profile_from_json(negative, "f.json"); }),
+            "f.json: 'alpha_s' must be a finite number >= 0, got -1");
+  EXPECT_THROW(network_profile(0, 1), InvalidArgument);
+  EXPECT_THROW(network_profile(10, -1), InvalidArgument);
+}
+
+TEST(CostProfile, FilesAreWrittenWholeAndBadFilesNamed) {
+  ScratchDir dir("perf");
+  const std::string path = (dir.path() / "profile.json").string();
+  save_profile(network_profile(1, 50), path);
+  EXPECT_DOUBLE_EQ(load_profile(path).alpha_s, 50e-6);
+  std::ofstream(dir.path() / "bad.json") << "{ not json";
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              load_profile((dir.path() / "bad.json").string());
+            }).find("is not JSON"),
+            std::string::npos);
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              load_profile((dir.path() / "none.json").string());
+            }).find("sparsecomm calibrate"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace sparsecomm::perf

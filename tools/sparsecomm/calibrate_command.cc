@@ -1,0 +1,311 @@
+#include "calibrate_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "cli_util.h"
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/comm/backend.h"
+#include "sparsecomm/comm/thread/thread_world.h"
+#include "sparsecomm/comm/typed.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/perf/collective_cost.h"
+#include "sparsecomm/perf/cost_profile.h"
+#include "sparsecomm/report/statistics.h"
+#include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/traces/gradient_stream.h"
+
+namespace sparsecomm::cli {
+namespace {
+
+struct CalibrateOptions {
+  std::string backend = "auto";
+  int workers = 2;
+  std::string out;
+  std::string name;
+  std::string numel = "4M";
+  double density = 0.01;
+  std::string schemes = "topk,dgc,gaussiank,randomk,cltk,micro,exdyna,deft";
+  std::string sizes = "64K,1M,4M,16M";  // ring all-reduce buffers
+  int iters = 10;
+  int steps = 12;
+  bool host_only = false;
+  std::string format = "table";
+};
+
+// One all-reduce buffer size: the measured time of our ring all-reduce
+// (slowest rank, median over iterations) and the model's prediction from
+// the fitted profile (perf::ring_allreduce).
+struct SizeRow {
+  std::size_t bytes = 0;
+  double measured_s = 0.0;
+  double fitted_s = 0.0;
+};
+
+// Every rank sends `bytes` to rank r+1 while receiving as many from r-1:
+// one round of the model (full duplex, every link busy). The slowest rank's
+// time per iteration, median over iterations.
+double ring_round_seconds(Communicator& comm, std::size_t bytes, int iters) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
+  std::vector<double> mine;
+  for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
+    comm.barrier();
+    Stopwatch clock;
+    Request recv = comm.irecv(in, (r + n - 1) % n, 7001);
+    Request send = comm.isend(out, (r + 1) % n, 7001);
+    recv.wait();
+    send.wait();
+    if (it > 0) mine.push_back(clock.seconds());
+  }
+  return median_of_rank_max(comm, mine);
+}
+
+// Our ring all-reduce of `bytes` of floats (the collective the dense and
+// union methods run, with its 1 MiB segments): slowest rank, median.
+double ring_allreduce_seconds(Communicator& comm, std::size_t bytes, int iters) {
+  std::vector<float> data(bytes / sizeof(float), 1.0f);
+  std::vector<double> mine;
+  for (int it = 0; it <= iters; ++it) {
+    comm.barrier();
+    Stopwatch clock;
+    allreduce(comm, std::span<float>(data), AllreduceOptions{});
+    if (it > 0) mine.push_back(clock.seconds());
+  }
+  return median_of_rank_max(comm, mine);
+}
+
+// Keeps the timed additions from being optimized away.
+volatile float sink_ = 0.0f;
+
+// Host costs per element on this rank, each measured while every rank
+// measures the same (so ranks sharing a machine share it as in training).
+struct HostCosts {
+  double gamma = 0.0, accumulate = 0.0, update = 0.0;
+  std::vector<double> select;  // per scheme, in the order asked
+};
+
+HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
+                       const std::vector<std::string>& schemes) {
+  HostCosts costs;
+  // gamma: adding a received buffer into another, as the ring's reduction does.
+  {
+    std::vector<float> a(d, 1.0f), b(d, 2.0f);
+    std::vector<double> seconds;
+    for (int it = 0; it <= o.iters; ++it) {
+      Stopwatch clock;
+      for (std::size_t i = 0; i < d; ++i) a[i] += b[i];
+      if (it > 0) seconds.push_back(clock.seconds());
+    }
+    sink_ = a[d / 2];
+    costs.gamma = report::median(seconds) / static_cast<double>(d);
+  }
+  // update: the optimizer (momentum 0.9, Nesterov) over d parameters.
+  {
+    FlatSgd sgd(SgdOptions{.momentum = 0.9, .nesterov = true, .weight_decay = 0.0});
+    std::vector<float> p(d, 0.5f), g(d, 0.01f);
+    std::vector<double> seconds;
+    for (int it = 0; it <= o.iters; ++it) {
+      Stopwatch clock;
+      sgd.step(p, g, 0.1);
+      if (it > 0) seconds.push_back(clock.seconds());
+    }
+    costs.update = report::median(seconds) / static_cast<double>(d);
+  }
+  // Selection and the memory's accumulate, per scheme, from the step's own
+  // metrics on a world of one rank (every scheme then reads all of d).
+  const auto stream = make_synthetic_stream(SyntheticStreamOptions{.numel = d});
+  std::vector<double> accumulate;
+  run_thread_world(1, [&](Communicator& self) {
+    for (const std::string& scheme : schemes) {
+      SparsifyExchangeStep step(
+          make_scheme(scheme, SchemeOptions({{"density", fmt::format("{}", o.density)}})));
+      UninitVector<float> gradient(d);
+      std::vector<double> select;
+      for (int t = 0; t < o.steps; ++t) {
+        stream->fill(0, t, gradient);
+        StepContext ctx;
+        ctx.step = t;
+        ctx.layers = stream->layers();
+        const StepMetrics m = step.synchronize(gradient, ctx, self);
+        if (t < 2) continue;  // warm-up: first allocations, the controllers' first steps
+        select.push_back(m.selection_s / static_cast<double>(d));
+        accumulate.push_back(m.accumulate_s / static_cast<double>(d));
+      }
+      costs.select.push_back(report::median(select));
+    }
+  });
+  costs.accumulate = report::median(accumulate);
+  return costs;
+}
+
+void run_calibrate(const CalibrateOptions& o) {
+  check_iterations(o.iters, 0);
+  check_format(o.format);
+  if (o.steps < 3) throw InvalidArgument(fmt::format("--steps must be >= 3, got {}", o.steps));
+  if (!(o.density > 0 && o.density <= 1)) {
+    throw InvalidArgument(fmt::format("--density must be in (0, 1], got {}", o.density));
+  }
+  const std::size_t d = parse_bytes(o.numel, "--numel");
+  if (d < 1000) throw InvalidArgument(fmt::format("--numel must be >= 1000, got {}", d));
+  const std::vector<std::string> schemes = split_list(o.schemes, "--schemes");
+  std::vector<std::size_t> sizes;
+  for (const std::string& s : split_list(o.sizes, "--sizes"))
+    sizes.push_back(parse_bytes(s, "--sizes"));
+  std::sort(sizes.begin(), sizes.end());
+  if (!o.host_only && (sizes.size() < 2 || sizes.front() == sizes.back())) {
+    throw InvalidArgument("--sizes needs at least two different buffer sizes (beta is a slope)");
+  }
+  if (o.host_only && !o.out.empty()) {
+    throw InvalidArgument(
+        "--host-only measures no network, and a profile needs one: drop --out or --host-only");
+  }
+  if (!o.out.empty()) {
+    // Fail before measuring: the directory must exist.
+    const auto parent = std::filesystem::path(o.out).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+      throw InvalidArgument(
+          fmt::format("--out '{}': directory '{}' does not exist", o.out, parent.string()));
+    }
+  }
+
+  WorldOptions world;
+  world.backend = parse_backend(o.backend);
+  world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : o.workers;
+  run_world(world, [&](Communicator& comm) {
+    if (comm.size() < 2 && !o.host_only) {
+      throw InvalidArgument(
+          "calibrating the network needs at least 2 ranks (--workers, or mpirun -np N); "
+          "--host-only measures the host costs alone");
+    }
+    std::vector<SizeRow> rows;
+    perf::CostProfile profile;
+    comm.barrier();
+    const HostCosts mine = measure_host(o, d, schemes);
+    // The slowest rank of each cost: a step waits for it.
+    auto slowest = [&](double value) {
+      const std::vector<double> all = allgather_value(comm, value);
+      return *std::max_element(all.begin(), all.end());
+    };
+    profile.gamma_s_per_element = slowest(mine.gamma);
+    profile.accumulate_s_per_element = slowest(mine.accumulate);
+    profile.update_s_per_element = slowest(mine.update);
+    double select_default = 0.0;
+    for (std::size_t i = 0; i < schemes.size(); ++i) {
+      profile.select_s_per_element[schemes[i]] = slowest(mine.select[i]);
+      select_default = std::max(select_default, profile.select_s_per_element[schemes[i]]);
+    }
+    profile.select_s_per_element["default"] = select_default;
+    if (!o.host_only) {
+      // alpha: one ring round of 8 bytes. beta: the slope of our ring
+      // all-reduce between the two largest buffers, less its reduction:
+      // t(N) = 2(n-1) alpha + N (2(n-1)/n beta + (n-1)/n gamma/4).
+      profile.alpha_s = ring_round_seconds(comm, 8, o.iters);
+      for (const std::size_t bytes : sizes) {
+        rows.push_back(
+            {.bytes = bytes, .measured_s = ring_allreduce_seconds(comm, bytes, o.iters)});
+      }
+      const double n = comm.size();
+      const SizeRow& big = rows.back();
+      const SizeRow& before = rows[rows.size() - 2];
+      const double slope =
+          (big.measured_s - before.measured_s) / static_cast<double>(big.bytes - before.bytes);
+      profile.beta_s_per_byte = std::max(
+          1e-15, (slope - (n - 1) / n * profile.gamma_s_per_element / 4) / (2 * (n - 1) / n));
+      for (SizeRow& row : rows) {
+        row.fitted_s =
+            perf::ring_allreduce(profile, comm.size(), static_cast<double>(row.bytes)).seconds;
+      }
+    }
+    if (comm.rank() != 0) return;
+
+    const Machine machine = describe_machine();
+    profile.name =
+        o.name.empty() ? fmt::format("{} backend, {} ranks", comm.backend(), comm.size()) : o.name;
+    profile.source = fmt::format(
+        "sparsecomm calibrate on {} ({} cores), {} backend, {} ranks, d = {}, c = {}, {}{}",
+        machine.cpu, machine.cores, comm.backend(), comm.size(), d, o.density, machine.date,
+        o.host_only ? "; host costs only" : "");
+    if (!o.out.empty()) perf::save_profile(profile, o.out);
+    if (o.format == "json") {
+      nlohmann::json j = perf::to_json(profile);
+      for (const SizeRow& row : rows) {
+        j["rounds"].push_back(
+            {{"bytes", row.bytes}, {"measured_s", row.measured_s}, {"fitted_s", row.fitted_s}});
+      }
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    fmt::print("calibration: {}\n", profile.source);
+    if (!rows.empty()) {
+      fmt::print(
+          "\nour ring all-reduce (1 MiB segments), slowest rank, median of {}, against the "
+          "model with the fitted profile:\n{:>12} {:>12} {:>12} {:>8}\n",
+          o.iters, "buffer", "measured us", "model us", "error");
+      for (const SizeRow& row : rows) {
+        fmt::print("{:>12} {:>12.1f} {:>12.1f} {:>7.1f}%\n", format_bytes(double(row.bytes)),
+                   row.measured_s * 1e6, row.fitted_s * 1e6,
+                   100.0 * (row.fitted_s / row.measured_s - 1.0));
+      }
+      fmt::print(
+          "alpha {:.2f} us (one ring round of 8 bytes), beta {:.4g} ns/byte ({:.3g} Gbit/s "
+          "per direction; the all-reduce's slope between the two largest buffers)\n",
+          profile.alpha_s * 1e6, profile.beta_s_per_byte * 1e9,
+          8.0 / profile.beta_s_per_byte / 1e9);
+    }
+    fmt::print(
+        "\nhost, per element (slowest rank; all ranks measuring at once):\n"
+        "  gamma (add)        {:.3f} ns\n  accumulate (g+e)   {:.3f} ns\n"
+        "  update (SGD)       {:.3f} ns\n",
+        profile.gamma_s_per_element * 1e9, profile.accumulate_s_per_element * 1e9,
+        profile.update_s_per_element * 1e9);
+    for (const std::string& scheme : schemes) {
+      fmt::print("  select {:<11} {:.3f} ns\n", scheme, profile.select_s_per_element[scheme] * 1e9);
+    }
+    if (!o.out.empty()) fmt::print("\nwrote {}\n", o.out);
+  });
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto options = std::make_shared<CalibrateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure the performance model's constants here (alpha, beta, per-element host costs) "
+      "and write them as a JSON cost profile for `sparsecomm plan --profile`");
+  cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
+      ->capture_default_str();
+  cmd->add_option("-n,--workers", options->workers, "ranks for the thread backend")
+      ->capture_default_str();
+  cmd->add_option("-o,--out", options->out, "write the profile (JSON) here");
+  cmd->add_option("--name", options->name, "the profile's name (default: backend and ranks)");
+  cmd->add_option("-d,--numel", options->numel, "elements of the host measurements")
+      ->capture_default_str();
+  cmd->add_option("-c,--density", options->density, "density of the selection measurements")
+      ->capture_default_str();
+  cmd->add_option("--schemes", options->schemes, "schemes whose selection cost is measured")
+      ->capture_default_str();
+  cmd->add_option("--sizes", options->sizes, "all-reduce buffer sizes (beta: the two largest)")
+      ->capture_default_str();
+  cmd->add_option("--iters", options->iters, "timed iterations per message size and host cost")
+      ->capture_default_str();
+  cmd->add_option("--steps", options->steps, "sparsification steps per scheme (2 warm up)")
+      ->capture_default_str();
+  cmd->add_flag("--host-only", options->host_only, "skip the network; host costs only");
+  cmd->add_option("--format", options->format, "table | json")->capture_default_str();
+  cmd->callback([options] { run_calibrate(*options); });
+}
+
+}  // namespace sparsecomm::cli

@@ -1,0 +1,13 @@
+#pragma once
+// `sparsecomm calibrate`: measures the performance model's constants on the
+// machine or cluster at hand (one ring round at several message sizes for
+// alpha and beta; the host's per-element costs) and writes them as a JSON
+// cost profile (src/sparsecomm/perf/cost_profile.h).
+
+#include <CLI/CLI.hpp>
+
+namespace sparsecomm::cli {
+
+void add_calibrate_command(CLI::App& app);
+
+}  // namespace sparsecomm::cli
