@@ -53,22 +53,37 @@ def main():
           "| wire bytes/host meas / pred | err |")
     print("|---|---|---|---|---|---|---|---|---|")
     errors = {"exchange": [], "step": [], "bytes": []}
+    by_method = {}
     for cluster, r, p in rows:
         e_x = error(p["exchange_s"], r["exchange_s"])
         e_s = error(p["step_s"], r["step_s"])
-        e_b = error(p["bytes_sent_per_rank"], r["wire_bytes_per_host"])
+        wire = r.get("wire_bytes_per_host")  # None on threads: no wire
+        e_b = error(p["bytes_sent_per_rank"], wire) if wire else float("nan")
         errors["exchange"].append(abs(e_x))
         errors["step"].append(abs(e_s))
         errors["bytes"].append(abs(e_b))
+        by_method.setdefault(r["method"], []).append((abs(e_x), abs(e_s), abs(e_b)))
         print(f"| {cluster} | {r['model']} | {r['method']} "
               f"| {r['exchange_s'] * 1e3:.1f} / {p['exchange_s'] * 1e3:.1f} | {e_x:+.0%} "
               f"| {r['step_s'] * 1e3:.1f} / {p['step_s'] * 1e3:.1f} | {e_s:+.0%} "
-              f"| {r['wire_bytes_per_host']:.4g} / {p['bytes_sent_per_rank']:.4g} | {e_b:+.0%} |")
+              + (f"| {wire:.4g} / {p['bytes_sent_per_rank']:.4g} | {e_b:+.0%} |" if wire
+                 else f"| - / {p['bytes_sent_per_rank']:.4g} | |"))
     print()
     for name, values in errors.items():
         values = [v for v in values if v == v]
+        if not values:
+            continue
         print(f"{name}: {len(values)} cells, median |error| {statistics.median(values):.1%}, "
               f"worst {max(values):.1%}")
+    print()
+    print("| method | cells | exchange: median / worst abs error | step | wire bytes |")
+    print("|---|---|---|---|---|")
+    for method, errs in by_method.items():
+        cols = []
+        for i in range(3):
+            values = [e[i] for e in errs if e[i] == e[i]]
+            cols.append(f"{statistics.median(values):.0%} / {max(values):.0%}" if values else "-")
+        print(f"| {method} | {len(errs)} | " + " | ".join(cols) + " |")
 
 
 if __name__ == "__main__":

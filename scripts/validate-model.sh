@@ -13,6 +13,8 @@
 #     --steps 6                 measured steps per cell (after 3 untimed ones)
 #     --delay-us 0              also delay every message this long
 #                               (SPARSECOMM_MESSAGE_DELAY_US: the latency terms)
+#     --threads                 ranks as threads of one process instead (no
+#                               cluster, no root; rates ignored, no wire bytes)
 #
 # Resumable: a cell (OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>) whose
 # result.json exists is skipped, and so is a profile already calibrated.
@@ -22,7 +24,7 @@
 # 1 and 1 on 2 hosts). The table: scripts/validate-model.py OUT.
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -32,6 +34,7 @@ MODELS="wide-mlp cnn"
 METHODS="dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
 STEPS=6
 DELAY_US=0
+THREADS=0
 while (($# > 0)); do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
@@ -40,6 +43,7 @@ while (($# > 0)); do
     --methods) METHODS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --delay-us) DELAY_US=$2; shift 2 ;;
+    --threads) THREADS=1; RATES=threads; shift ;;
     *) echo "validate-model: unknown option '$1'" >&2; usage ;;
   esac
 done
@@ -52,23 +56,37 @@ CLUSTER=$ROOT/scripts/emulated-cluster.sh
 [[ -x $BIN ]] || { echo "validate-model: build first ($BIN is missing)" >&2; exit 1; }
 mkdir -p "$OUT"
 export SPARSECOMM_MESSAGE_DELAY_US=$DELAY_US
-trap '"$CLUSTER" down' EXIT
+((THREADS)) || trap '"$CLUSTER" down' EXIT
 
-# Sum of tx bytes over the hosts (one number).
-wire_tx() { "$CLUSTER" counters "$1" | awk '{s += $2} END {printf "%.0f\n", s}'; }
+# Sum of tx bytes over the hosts (one number; 0 on threads: no wire).
+wire_tx() {
+  if ((THREADS)); then echo 0; return; fi
+  "$CLUSTER" counters "$1" | awk '{s += $2} END {printf "%.0f\n", s}'
+}
+
+# The sparsecomm command on HOSTS ranks: a job across the cluster, or threads.
+on_ranks() {
+  local hosts=$1
+  shift
+  if ((THREADS)); then
+    "$BIN" "$@" --backend thread
+  else
+    "$CLUSTER" run "$hosts" "$BIN" "$@" --backend mpi
+  fi
+}
 
 # train on the cluster: HOSTS MODEL METHOD STEPS RUN_DIR
 train() {
   local hosts=$1 model=$2 method=$3 steps=$4 dir=$5
-  local -a args=(--backend mpi --model "$model" --max-steps "$steps" --batch 64 -d 0.01
+  local -a args=(--model "$model" --max-steps "$steps" --batch 64 -d 0.01
                  --eval-every 1000000 --eval-deferred --out "$dir")
   if [[ $method == ps ]]; then
     local servers=$((hosts / 2))
     args+=(-m dense --servers "$servers" -n $((hosts - servers)))
   else
-    args+=(-m "$method")
+    args+=(-m "$method" -n "$hosts")
   fi
-  "$CLUSTER" run "$hosts" "$BIN" train "${args[@]}" > "$dir.log" 2>&1
+  on_ranks "$hosts" train "${args[@]}" > "$dir.log" 2>&1
 }
 
 for rate in $RATES; do
@@ -83,12 +101,14 @@ for rate in $RATES; do
       done
     done
     ((todo)) || continue
-    "$CLUSTER" down
-    "$CLUSTER" up "$hosts" "$rate"
+    if ((!THREADS)); then
+      "$CLUSTER" down
+      "$CLUSTER" up "$hosts" "$rate"
+    fi
     profile=$cell_dir/profile.json
     if [[ ! -f $profile ]]; then
-      "$CLUSTER" run "$hosts" "$BIN" calibrate --backend mpi --iters 8 \
-        --name "emulated $hosts hosts at $rate" --out "$profile" > "$cell_dir/calibrate.log" 2>&1
+      on_ranks "$hosts" calibrate -n "$hosts" --iters 8 --name "$rate, $hosts ranks" \
+        --out "$profile" > "$cell_dir/calibrate.log" 2>&1
     fi
     for model in $MODELS; do
       for method in $METHODS; do
@@ -107,6 +127,7 @@ import json, statistics, sys
 cell, hosts, method, steps, before, middle, after = sys.argv[1:]
 hosts, steps = int(hosts), int(steps)
 wire = ((int(after) - int(middle)) - (int(middle) - int(before))) / steps / hosts
+wire = wire if wire > 0 else None  # threads: no wire
 lines = [json.loads(l) for l in open(f"{cell}/long/metrics.jsonl")]
 rows = [l for l in lines if l.get("kind") == "step"]
 walls = [r["wall_s"] for r in rows]

@@ -123,7 +123,10 @@ CommCost alltoallv(const CostProfile& p, int n, double bytes_per_peer) {
 CommCost binomial_broadcast(const CostProfile& p, int n, double bytes) {
   check_world(n);
   const double levels = std::ceil(std::log2(static_cast<double>(n)));
-  return times(round_of(p, bytes, bytes), levels);
+  CommCost cost = times(round_of(p, bytes, bytes), levels);
+  // Every rank but the root receives the buffer once, and someone sent it.
+  cost.bytes_sent = cost.bytes_received = (n - 1.0) / n * bytes;
+  return cost;
 }
 
 CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s) {

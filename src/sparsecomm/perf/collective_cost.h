@@ -1,10 +1,10 @@
 #pragma once
 // Alpha-beta-gamma costs of the collectives and exchange patterns that
 // sparsecomm runs, as pure functions (docs/algorithms.md, "Performance
-// model"). Each returns what one rank on the critical path pays: the
-// latency-bound rounds it waits through, the bytes it sends and receives,
-// and the time. A round in which a rank sends s and receives r bytes costs
-// alpha + max(s, r) beta (full-duplex links); adding e received floats
+// model"). Each returns the latency-bound rounds and the time of the
+// critical path, and the bytes a rank sends and receives (the mean over
+// ranks where they differ, as a NIC counter summed over hosts shows). A round in which a rank sends
+// s and receives r bytes costs alpha + max(s, r) beta (full-duplex links); adding e received floats
 // costs e gamma. Byte counts follow the implementations in
 // src/sparsecomm/collectives (the same formulas as docs/algorithms.md,
 // "Collectives" and "Exchange patterns").
@@ -53,7 +53,8 @@ CommCost ring_allgatherv(const CostProfile& p, int n, double mean_block, double 
 // Pairwise alltoallv: n-1 rounds of `bytes_per_peer`.
 CommCost alltoallv(const CostProfile& p, int n, double bytes_per_peer);
 
-// Binomial-tree broadcast of `bytes`: ceil(log2 n) rounds of the whole buffer.
+// Binomial-tree broadcast of `bytes`: ceil(log2 n) rounds of the whole
+// buffer; (n-1)/n of it sent and received per rank on average.
 CommCost binomial_broadcast(const CostProfile& p, int n, double bytes);
 
 // --- sparse exchange patterns ---
