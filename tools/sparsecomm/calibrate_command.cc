@@ -164,7 +164,9 @@ void run_calibrate(const CalibrateOptions& o) {
   for (const std::string& s : split_list(o.sizes, "--sizes"))
     sizes.push_back(parse_bytes(s, "--sizes"));
   std::sort(sizes.begin(), sizes.end());
-  if (!o.host_only && (sizes.size() < 2 || sizes.front() == sizes.back())) {
+  sizes.erase(std::unique(sizes.begin(), sizes.end()),
+              sizes.end());  // the slope needs distinct sizes
+  if (!o.host_only && sizes.size() < 2) {
     throw InvalidArgument("--sizes needs at least two different buffer sizes (beta is a slope)");
   }
   if (o.host_only && !o.out.empty()) {
