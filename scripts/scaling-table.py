@@ -9,8 +9,10 @@ Per scheme and density it prints one SchemeScaling initializer: for each n
 the mean K/k, the mean per-rank selection over its share of k, the mean
 imbalance, the median rank's read share of d/n and the selection's own
 collectives per step. The per-rank selection of the allgather schemes is
-recovered from their bytes: each rank sends n-1 blocks of
-m (index bytes + 4) plus n-1 headers of 24 bytes.
+their selected_mean, or for runs from before that field, recovered from
+their bytes: each rank sends n-1 blocks of m (index bytes + 4) plus n-1
+headers of 24 bytes. `sparsecomm plan --stats FILES` reads the same files
+directly.
 """
 import glob
 import json
@@ -42,7 +44,9 @@ def main():
             n = row["workers"]
             k = row["density"] * row["numel"]
             ratio = row["density_ratio_mean"]
-            if scheme in INDEPENDENT:
+            if scheme in INDEPENDENT and row.get("selected_mean") is not None:
+                selected = row["selected_mean"] / k
+            elif scheme in INDEPENDENT:  # runs from before selected_mean: from the bytes
                 index_bytes = 4 * (1 - (row["index_bytes_saved"] or 0))
                 selected = (row["bytes_per_rank"] / (n - 1) - 24) / (index_bytes + 4) / k
             else:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The table of scripts/validate-model.sh: measured against predicted.
 
-    scripts/validate-model.py OUT [--markdown]
+    scripts/validate-model.py OUT [--measured-stats]
 
 For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>/result.json
 it asks `sparsecomm plan` (with the cluster's calibrated profile, the
@@ -9,6 +9,11 @@ model's parameter count and the cell's measured compute time) for the
 method's exchange time, step time and bytes per rank, and prints them beside
 the measured ones with the relative errors, then the median and worst error
 of each quantity over all cells.
+
+--measured-stats gives `plan` each cell's own sparsification statistics (its
+K/k, mean per-rank selection, imbalance: `plan --stats`) instead of the
+built-in ones of the synthetic stream, so the errors are those of the cost
+model alone; without it they also hold the statistics' error.
 """
 import glob
 import json
@@ -16,12 +21,29 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "sparsecomm")
 
 
-def predict(profile, result):
+STATISTICS_SCHEMES = {"topk", "dgc", "gaussiank", "micro", "exdyna", "deft"}
+
+
+def stats_file(result, directory):
+    """The cell's statistics as one `bench sparsifiers --format json` row."""
+    path = os.path.join(directory, "stats.json")
+    with open(path, "w") as f:
+        json.dump([{"scheme": result["method"], "numel": result["numel"], "density": 0.01,
+                    "workers": result["workers"],
+                    "density_ratio_mean": result["density_ratio"],
+                    "selected_mean": result["selected"], "imbalance_mean": result["imbalance"],
+                    "read_share": None,
+                    "selection_collectives_mean": result["selection_collectives"]}], f)
+    return path
+
+
+def predict(profile, result, measured_stats):
     method = result["method"]
     ranks = result["workers"]
     args = [BIN, "plan", "--profile", profile, "--params", str(result["numel"]),
@@ -29,6 +51,13 @@ def predict(profile, result):
             "--methods", method, "--format", "json"]
     if method == "ps":
         args += ["--servers", str(result["servers"])]
+    if measured_stats and method in STATISTICS_SCHEMES:
+        if "density_ratio" not in result:
+            sys.exit(f"the {method} cell has no statistics; rerun validate-model.sh")
+        with tempfile.TemporaryDirectory() as directory:
+            out = subprocess.run(args + ["--stats", stats_file(result, directory)], check=True,
+                                 capture_output=True, text=True).stdout
+        return json.loads(out)["predictions"][0]["methods"][0]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return json.loads(out)["predictions"][0]["methods"][0]
 
@@ -38,17 +67,21 @@ def error(predicted, measured):
 
 
 def main():
-    if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
-        sys.exit("usage: validate-model.py OUT [--markdown]")
+    args = sys.argv[1:]
+    measured_stats = "--measured-stats" in args
+    args = [a for a in args if a != "--measured-stats"]
+    if len(args) != 1 or not os.path.isdir(args[0]):
+        sys.exit("usage: validate-model.py OUT [--measured-stats]")
+    out_dir = args[0]
     rows = []
-    for path in sorted(glob.glob(os.path.join(sys.argv[1], "*", "*", "result.json"))):
+    for path in sorted(glob.glob(os.path.join(out_dir, "*", "*", "result.json"))):
         cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
         profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
         result = json.load(open(path))
-        p = predict(profile, result)
+        p = predict(profile, result, measured_stats)
         rows.append((cluster, result, p))
     if not rows:
-        sys.exit(f"no cells with result.json under {sys.argv[1]}")
+        sys.exit(f"no cells with result.json under {out_dir}")
     print("| cluster | model | method | exchange ms meas / pred | err | step ms meas / pred | err "
           "| wire bytes/host meas / pred | err |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -135,6 +135,15 @@ timed = [r for r in rows if r["step"] >= 3]
 step_s = [walls[i] - walls[i - 1] for i in range(1, len(walls)) if rows[i]["step"] >= 3]
 summary = json.load(open(f"{cell}/long/summary.json"))
 med = lambda key: statistics.median(r.get(key, 0.0) for r in timed)
+def selected_mean(r):
+    # Every rank's mean selection, from rank 0's view of the allgather: it
+    # receives every block but its own, so the blocks sum to what it
+    # received plus its own block (encoded indices and 4-byte values).
+    n, own = summary["workers"], r.get("selected", 0)
+    if method not in ("topk", "dgc", "gaussiank") or own <= 0 or n < 2:
+        return own
+    own_block = r.get("index_bytes_encoded", 4 * own) + 4 * own
+    return own * (r.get("bytes_received", 0) + own_block) / n / own_block
 json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel": summary["numel"],
            "workers": summary["workers"], "servers": summary.get("servers", 0),
            "steps_timed": len(timed), "compute_s": med("compute_s"),
@@ -144,7 +153,14 @@ json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel":
            "exchange_s": statistics.median(r.get("exchange_s", 0.0) + r.get("wait_s", 0.0)
                                            for r in timed),
            "update_s": med("update_s"), "step_s": statistics.median(step_s),
-           "bytes_sent_code": med("bytes_sent"), "wire_bytes_per_host": wire},
+           "bytes_sent_code": med("bytes_sent"), "wire_bytes_per_host": wire,
+           # The cell's own sparsification statistics (rank 0's view; means
+           # over the timed steps): validate-model.py --measured-stats.
+           "density_ratio": statistics.mean(r.get("density_ratio", 1.0) for r in timed),
+           "selected": statistics.mean(selected_mean(r) for r in timed),
+           "imbalance": statistics.mean(r.get("imbalance", 0.0) for r in timed),
+           "selection_collectives": statistics.mean(r.get("selection_collectives", 0)
+                                                    for r in timed)},
           open(f"{cell}/result.json", "w"), indent=1)
 EOF
       done

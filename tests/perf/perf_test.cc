@@ -17,6 +17,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/collective_cost.h"
 #include "sparsecomm/perf/cost_profile.h"
+#include "sparsecomm/perf/measured_scaling.h"
 #include "sparsecomm/perf/scheme_scaling.h"
 #include "sparsecomm/perf/step_model.h"
 
@@ -235,6 +236,20 @@ TEST(StepModel, EveryMethodsTermsAddUpToItsStep) {
   }
 }
 
+TEST(StepModel, SparseStepsPayTheNonFiniteAgreementDenseDoesNot) {
+  const CostProfile p = unit_profile();
+  // One byte from each rank around the ring: n-1 latency-bound rounds.
+  EXPECT_DOUBLE_EQ(nonfinite_agreement(p, 8).seconds, 7 * (p.alpha_s + p.beta_s_per_byte));
+  EXPECT_DOUBLE_EQ(nonfinite_agreement(p, 8).bytes_sent, 7.0);
+  const Scenario s{.ranks = 8, .numel = 1e6, .density = 0.01};
+  const double k = 1e4;
+  const StepPrediction randomk = predict_step("randomk", s, p);
+  const SparseSend shared{.mean_count = k, .max_count = k, .union_count = k, .numel = 1e6};
+  EXPECT_DOUBLE_EQ(randomk.exchange_s,
+                   nonfinite_agreement(p, 8).seconds + shared_allreduce(p, 8, shared).seconds);
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).exchange_s, ring_allreduce(p, 8, 4e6).seconds);
+}
+
 TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {
   const CostProfile p = network_profile(25, 5);
   auto bytes = [&](const char* method, int n) {
@@ -243,6 +258,84 @@ TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {
   };
   EXPECT_GT(bytes("topk", 512) / bytes("topk", 8), 30.0);
   EXPECT_LT(bytes("exdyna", 512) / bytes("exdyna", 8), 1.5);
+}
+
+// A `bench sparsifiers --format json` row with the fields the model reads.
+nlohmann::json bench_row(const std::string& scheme, int n, double ratio, double selected,
+                         double imbalance) {
+  return {{"scheme", scheme},
+          {"numel", 100000},
+          {"density", 0.01},
+          {"workers", n},
+          {"density_ratio_mean", ratio},
+          {"selected_mean", selected},
+          {"imbalance_mean", imbalance},
+          {"read_share", nullptr},
+          {"selection_collectives_mean", 0.0}};
+}
+
+TEST(MeasuredScaling, BenchRowsReplaceTheBuiltInStatisticsOfTheirSchemes) {
+  // Top-k on a trace: each rank selects 1.2 k, the union 2 k at n = 4.
+  const std::vector<BenchRows> inputs = {
+      {"a.json", nlohmann::json::array({bench_row("topk", 2, 1.8, 1200, 0.0),
+                                        bench_row("randomk", 2, 1.0, 1000, 0.0)})},
+      {"b.json", nlohmann::json::array({bench_row("topk", 4, 2.4, 1200, 0.0),
+                                        bench_row("exdyna", 4, 1.0, 250, 0.3)})}};
+  const MeasuredScaling measured = scaling_from_bench_rows(inputs);
+  EXPECT_EQ(measured.table.schemes(), (std::vector<std::string>{"exdyna", "topk"}));
+  EXPECT_EQ(measured.unused, (std::vector<std::string>{"randomk"}));
+  const SchemeScaling* topk = measured.table.find("topk", 0.01);
+  ASSERT_NE(topk, nullptr);
+  EXPECT_TRUE(topk->independent());
+  EXPECT_NEAR(topk->at(4, 1000).density_ratio, 2.4, 1e-12);
+  EXPECT_NEAR(topk->at(4, 1000).selected_ratio, 1.2, 1e-12);
+  EXPECT_NEAR(measured.table.find("exdyna", 0.02)->at(4, 1000).imbalance, 0.3, 1e-12);
+
+  // The model uses them: Top-k's bytes follow the measured 1.2 k per rank.
+  const CostProfile p = unit_profile();
+  Scenario s{.ranks = 4, .numel = 1e5, .density = 0.01};
+  const StepPrediction builtin = predict_step("topk", s, p);
+  s.statistics = &measured.table;
+  const StepPrediction traced = predict_step("topk", s, p);
+  EXPECT_EQ(builtin.statistics, "built-in");
+  EXPECT_EQ(traced.statistics, "measured");
+  EXPECT_NEAR(traced.density_ratio, 2.4, 1e-12);
+  const SparseSend send{.mean_count = 1200,
+                        .max_count = 1200,
+                        .union_count = 2400,
+                        .index_bytes = varint_index_bytes(0.01),
+                        .numel = 1e5};
+  EXPECT_NEAR(traced.bytes_sent,
+              nonfinite_agreement(p, 4).bytes_sent + sparse_allgather(p, 4, send).bytes_sent, 1e-6);
+  EXPECT_EQ(predict_step("micro", s, p).statistics, "built-in");  // not in the table
+  EXPECT_EQ(predict_step("dense", s, p).statistics, "");
+}
+
+TEST(MeasuredScaling, RowsThatAreNotBenchRowsAreRefusedNamingTheFileAndField) {
+  auto load = [](nlohmann::json rows) {
+    const std::vector<BenchRows> inputs = {{"stats.json", std::move(rows)}};
+    return error_message([&] { scaling_from_bench_rows(inputs); });
+  };
+  EXPECT_NE(load(nlohmann::json::object()).find("stats.json: expected the JSON array"),
+            std::string::npos);
+  nlohmann::json old = bench_row("topk", 4, 2.0, 1000, 0);
+  old.erase("selected_mean");
+  EXPECT_NE(load(nlohmann::json::array({old})).find("stats.json, row 0: 'selected_mean'"),
+            std::string::npos);
+  EXPECT_NE(load(nlohmann::json::array(
+                     {bench_row("topk", 4, 2, 1000, 0), bench_row("topk", 4, 2, 1000, 0)}))
+                .find("appears twice"),
+            std::string::npos);
+  nlohmann::json other_d = bench_row("topk", 8, 3, 1000, 0);
+  other_d["numel"] = 200000;
+  EXPECT_NE(load(nlohmann::json::array({bench_row("topk", 4, 2, 1000, 0), other_d}))
+                .find("one scheme's statistics come from one trace"),
+            std::string::npos);
+  EXPECT_NE(load(nlohmann::json::array({bench_row("topk", 4, 0, 0, 0)})).find("selected nothing"),
+            std::string::npos);
+  const std::vector<std::string> missing = {"/nonexistent/stats.json"};
+  EXPECT_NE(error_message([&] { load_bench_statistics(missing); }).find("cannot read"),
+            std::string::npos);
 }
 
 TEST(StepModel, BadInputIsRefusedNamingWhatIsWrong) {

@@ -331,6 +331,22 @@ TEST_F(ReportTest, TableShowsWhenEachRunReachesTheFirstRunsAccuracy) {
   EXPECT_EQ(column(asp, "epochs to"), "-");
   EXPECT_EQ(run_labels(runs), (std::vector<std::string>{"dense@bsp", "dense@ssp:2", "dense@asp"}));
 
+  // With a margin of 3.5 points the target is 86.5%: SSP reaches it at its
+  // first evaluation, BSP and ASP at their second.
+  const std::string margin = format_comparison_table(runs, 3.5);
+  std::istringstream margin_lines(margin);
+  std::getline(margin_lines, header);
+  std::getline(margin_lines, rule);
+  std::getline(margin_lines, bsp);
+  std::getline(margin_lines, ssp);
+  std::getline(margin_lines, asp);
+  EXPECT_NE(header.find("s to 86.50%"), std::string::npos) << margin;
+  EXPECT_EQ(column(bsp, "s to 86.50%"), "8.0");
+  EXPECT_EQ(column(ssp, "s to 86.50%"), "3.0");
+  EXPECT_EQ(column(asp, "s to 86.50%"), "4.0");
+  EXPECT_THROW(format_comparison_table(runs, -1.0), InvalidArgument);
+  EXPECT_THROW(format_comparison_table(runs, NAN), InvalidArgument);
+
   // Without summary.json the sync model comes from config.json.
   const RunSummary derived = derive_summary(
       json{{"method", "topk"}, {"servers", 1}, {"sync", "ssp"}, {"staleness", 3}}, {}, {});

@@ -39,7 +39,14 @@ struct Options {
   long long timeout_ms = 0;  // 0: the default timeout
 };
 
-enum class Algorithm { kRing, kNative, kSkipReduce };
+// The all-reduces, and two allgathers of the same total size (each rank
+// contributes 1/n of the buffer): the Communicator's own ring and the
+// backend's (OpenMPI's MPI_Iallgatherv; the same ring on threads).
+enum class Algorithm { kRing, kNative, kSkipReduce, kAllgatherRing, kAllgatherNative };
+
+bool is_allgather(Algorithm algorithm) {
+  return algorithm == Algorithm::kAllgatherRing || algorithm == Algorithm::kAllgatherNative;
+}
 
 struct Case {
   Algorithm algorithm;
@@ -68,6 +75,10 @@ std::string_view algorithm_name(Algorithm algorithm) {
       return "native";
     case Algorithm::kSkipReduce:
       return "skipreduce";
+    case Algorithm::kAllgatherRing:
+      return "allgather-ring";
+    case Algorithm::kAllgatherNative:
+      return "allgather-native";
   }
   return "?";
 }
@@ -76,6 +87,16 @@ std::string_view algorithm_name(Algorithm algorithm) {
 // schedule can produce is exact in float.
 float input_value(int rank, std::size_t i) {
   return static_cast<float>((rank + 1) * static_cast<int>(i % 13 + 1));
+}
+
+// Rank q's part of a buffer of `numel` elements in the allgather cases.
+struct Block {
+  std::size_t begin, end;
+  std::size_t size() const { return end - begin; }
+};
+Block allgather_block(std::size_t numel, int n, int q) {
+  return {numel * static_cast<std::size_t>(q) / static_cast<std::size_t>(n),
+          numel * static_cast<std::size_t>(q + 1) / static_cast<std::size_t>(n)};
 }
 
 std::vector<int> parse_skips(const Options& options, int world) {
@@ -122,9 +143,22 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
       }
     } else if (name == "skipreduce") {
       for (int s : parse_skips(options, comm.size())) cases.push_back({Algorithm::kSkipReduce, s});
+    } else if (name == "allgather-ring") {
+      cases.push_back({Algorithm::kAllgatherRing});
+    } else if (name == "allgather-native") {
+      if (comm.backend() == "mpi") {
+        cases.push_back({Algorithm::kAllgatherNative});
+      } else if (announce) {
+        logger().info(
+            "the {} backend's allgather is the ring; 'allgather-native' is measured "
+            "only with --backend mpi under mpirun",
+            comm.backend());
+      }
     } else {
-      throw InvalidArgument(fmt::format(
-          "--algorithms: unknown algorithm '{}': valid are ring, native, skipreduce", name));
+      throw InvalidArgument(
+          fmt::format("--algorithms: unknown algorithm '{}': valid are ring, native, skipreduce, "
+                      "allgather-ring, allgather-native",
+                      name));
     }
   }
   return cases;
@@ -134,6 +168,24 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
 bool run_case(Communicator& comm, const Case& c, const Options& options, std::size_t segment_bytes,
               std::int64_t step, std::span<float> data, AllreduceReport& phases,
               SkipSchedule* schedule) {
+  if (is_allgather(c.algorithm)) {
+    // Rank r's block is [r * d / n, (r + 1) * d / n) of `data`.
+    const int n = comm.size();
+    std::vector<std::size_t> counts(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) counts[q] = allgather_block(data.size(), n, q).size() * 4;
+    const std::vector<float> mine = [&] {
+      const auto block = allgather_block(data.size(), n, comm.rank());
+      return std::vector<float>(data.begin() + block.begin, data.begin() + block.end);
+    }();
+    const auto all = std::as_writable_bytes(data);
+    if (c.algorithm == Algorithm::kAllgatherRing) {
+      comm.Communicator::allgatherv(std::as_bytes(std::span(mine)), all, counts);
+    } else {
+      comm.allgatherv(std::as_bytes(std::span(mine)), all, counts);
+    }
+    phases = {};
+    return false;
+  }
   if (c.algorithm == Algorithm::kSkipReduce) {
     SkipReduceOptions skip_options;
     skip_options.skip = c.skip;
@@ -167,7 +219,14 @@ void verify(Communicator& comm, const Case& c, std::span<const float> data,
       if (static_cast<double>(data[i]) != expected) ++wrong;
     }
   };
-  if (skipped) {
+  if (is_allgather(c.algorithm)) {
+    for (int q = 0; q < n; ++q) {  // element i of rank q's block: rank q's input
+      const Block block = allgather_block(data.size(), n, q);
+      for (std::size_t i = block.begin; i < block.end; ++i) {
+        if (data[i] != input_value(q, i)) ++wrong;
+      }
+    }
+  } else if (skipped) {
     for (const SkipChunk& chunk : schedule.chunks) {
       double weights = 0;
       for (int k = 0; k < chunk.contributors; ++k) weights += (chunk.first_contributor + k) % n + 1;
@@ -237,12 +296,14 @@ std::vector<Row> measure(Communicator& comm, const Options& options) {
       row.time_ms = median_of_rank_max(comm, total_ms);
       const double rs = median_of_rank_max(comm, rs_ms);
       const double ag = median_of_rank_max(comm, ag_ms);
-      if (c.algorithm != Algorithm::kNative) {
+      if (c.algorithm != Algorithm::kNative && !is_allgather(c.algorithm)) {
         row.rs_time_ms = rs;
         row.ag_time_ms = ag;
       }
       row.algbw_gbps = row.time_ms > 0 ? static_cast<double>(bytes) / (row.time_ms * 1e6) : 0.0;
-      row.busbw_gbps = row.algbw_gbps * 2.0 * (n - 1) / n;
+      // What crosses each link: 2(n-1)/n of the buffer for an all-reduce,
+      // (n-1)/n for an allgather.
+      row.busbw_gbps = row.algbw_gbps * (is_allgather(c.algorithm) ? 1.0 : 2.0) * (n - 1) / n;
       rows.push_back(row);
     }
   }
@@ -269,9 +330,11 @@ nlohmann::json to_json(const Row& row, std::string_view backend, int world,
 
 void print_table(const std::vector<Row>& rows, std::string_view backend, int world,
                  const Options& options) {
-  fmt::print("all-reduce on the {} backend, {} ranks, median of {} runs (max over ranks)\n",
-             backend, world, options.iters);
-  fmt::print("{:<11} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}\n", "algorithm", "skip",
+  fmt::print(
+      "all-reduce (allgather: the same total size) on the {} backend, {} ranks, median of {} "
+      "runs (max over ranks)\n",
+      backend, world, options.iters);
+  fmt::print("{:<16} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}\n", "algorithm", "skip",
              "size", "time ms", "rs ms", "ag ms", "algbw GB/s", "busbw GB/s");
   const auto optional_ms = [](const std::optional<double>& v) {
     return v ? fmt::format("{:.3f}", *v) : std::string("-");
@@ -280,7 +343,7 @@ void print_table(const std::vector<Row>& rows, std::string_view backend, int wor
     const std::string skip = row.algorithm != "skipreduce"
                                  ? "-"
                                  : fmt::format("{}{}", row.skip, row.skip_applied ? "" : "*");
-    fmt::print("{:<11} {:>4} {:>10} {:>10.3f} {:>10} {:>10} {:>11.3f} {:>11.3f}\n", row.algorithm,
+    fmt::print("{:<16} {:>4} {:>10} {:>10.3f} {:>10} {:>10} {:>11.3f} {:>11.3f}\n", row.algorithm,
                skip, format_bytes(static_cast<double>(row.bytes)), row.time_ms,
                optional_ms(row.rs_time_ms), optional_ms(row.ag_time_ms), row.algbw_gbps,
                row.busbw_gbps);
@@ -326,7 +389,9 @@ void run(const Options& options) {
 void add_bench_collectives_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
-      "collectives", "All-reduce time and bandwidth: our ring, the native one (MPI), Skip-Reduce");
+      "collectives",
+      "All-reduce time and bandwidth: our ring, the native one (MPI), Skip-Reduce; and "
+      "allgather: our ring against the backend's (MPI)");
   cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
       ->capture_default_str();
   cmd->add_option("--workers,-n", options->workers, "ranks for the thread backend")
@@ -334,7 +399,8 @@ void add_bench_collectives_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--sizes", options->sizes, "buffer sizes in bytes (K/M/G suffixes)")
       ->capture_default_str();
-  cmd->add_option("--algorithms", options->algorithms, "ring, native, skipreduce")
+  cmd->add_option("--algorithms", options->algorithms,
+                  "ring, native, skipreduce, allgather-ring, allgather-native")
       ->capture_default_str();
   cmd->add_option("--skips", options->skips, "Skip-Reduce skips s (default: 0, n/4, n/2)");
   cmd->add_option("--iters", options->iters, "timed runs per measurement (median reported)")

@@ -28,7 +28,8 @@ SchemeRow summarize(const SchemeRun& run, const Baselines& baselines,
   row.skipped = run.skipped;
   if (!row.skipped.empty()) return row;
   std::vector<double> slowest, ratio, error, imbalance, floors, floor_ratios, fractions;
-  double bytes = 0.0, raw = 0.0, encoded = 0.0, union_sum = 0.0, rounds = 0.0, rescans = 0.0;
+  double bytes = 0.0, selected = 0.0, raw = 0.0, encoded = 0.0, union_sum = 0.0, rounds = 0.0,
+         rescans = 0.0;
   std::size_t steady = 0;
   for (std::size_t t = 0; t < static_cast<std::size_t>(run.steps); ++t) {
     if (timed_step(options, static_cast<std::int64_t>(t))) {
@@ -62,6 +63,7 @@ SchemeRow summarize(const SchemeRun& run, const Baselines& baselines,
     for (std::size_t r = 0; r < n; ++r) {
       const StepMetrics& mr = run.metrics[t * n + r];
       bytes += static_cast<double>(mr.bytes_sent);
+      selected += static_cast<double>(mr.selected);
       raw += static_cast<double>(mr.index_bytes_raw);
       encoded += static_cast<double>(mr.index_bytes_encoded);
     }
@@ -82,6 +84,7 @@ SchemeRow summarize(const SchemeRun& run, const Baselines& baselines,
   row.rounds_mean = rounds / static_cast<double>(std::max<std::size_t>(steady, 1));
   row.rescans = rescans / static_cast<double>(std::max<std::size_t>(steady, 1));
   row.bytes_per_rank = bytes / static_cast<double>(n * steady);
+  row.selected_mean = selected / static_cast<double>(n * steady);
   if (raw > 0.0) row.index_bytes_saved = 1.0 - encoded / raw;
   return row;
 }
@@ -112,6 +115,7 @@ nlohmann::ordered_json to_json(const SchemeRow& row, const SparsifierBenchOption
   j["selection_collectives_mean"] = row.rounds_mean;
   j["rescan_share"] = row.rescans;
   j["bytes_per_rank"] = row.bytes_per_rank;
+  j["selected_mean"] = row.selected_mean;
   j["index_bytes_saved"] = optional(row.index_bytes_saved);
   j["source"] = options.source;
   if (!row.skipped.empty()) {  // not measured: every measurement is null

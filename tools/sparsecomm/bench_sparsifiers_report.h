@@ -35,6 +35,7 @@ struct SchemeRow {
   double rounds_mean = 0.0;      // select()'s own collectives per step
   double rescans = 0.0;          // share of steps with a second candidate pass
   double bytes_per_rank = 0.0;
+  double selected_mean = 0.0;               // |I_r| over ranks and steady steps
   std::optional<double> index_bytes_saved;  // none when no index was sent
 };
 

@@ -17,6 +17,7 @@
 #include "cli_util.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/cost_profile.h"
+#include "sparsecomm/perf/measured_scaling.h"
 #include "sparsecomm/perf/step_model.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/train/model_probe.h"
@@ -42,6 +43,7 @@ struct PlanOptions {
   std::string values = "fp32";
   std::string format = "table";
   std::string plot_dir;
+  std::vector<std::string> stats;  // bench sparsifiers JSON (measured statistics)
 };
 
 // Compression must beat dense by this much to be called worth it.
@@ -234,6 +236,7 @@ nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row) {
   j["bytes_received_per_rank"] = p.bytes_received;
   j["density_ratio"] = p.density_ratio;
   j["imbalance"] = p.imbalance;
+  j["statistics"] = p.statistics;
   const double s = speedup(row, p);
   j["speedup_vs_dense"] = std::isfinite(s) ? nlohmann::ordered_json(s) : nlohmann::ordered_json();
   return j;
@@ -384,6 +387,14 @@ void run_plan(const PlanOptions& o) {
     profile.name += ", no host costs";
   }
   const Workload work = workload_of(o);
+  const perf::MeasuredScaling measured =
+      o.stats.empty() ? perf::MeasuredScaling{} : perf::load_bench_statistics(o.stats);
+  const std::vector<std::string> measured_schemes = measured.table.schemes();
+  if (!o.stats.empty() && measured_schemes.empty()) {
+    throw InvalidArgument(
+        "--stats: the files hold no statistics the model uses (it scales topk, dgc, gaussiank, "
+        "micro, exdyna and deft)");
+  }
 
   std::vector<Row> rows;
   for (const int n : ranks) {
@@ -395,7 +406,8 @@ void run_plan(const PlanOptions& o) {
                                   .compute_s = work.compute_s,
                                   .bucket_bytes = o.bucket_mb * 1024 * 1024,
                                   .servers = std::max(1, o.servers),
-                                  .value_bytes = o.values == "fp32" ? 4.0 : 2.0};
+                                  .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
+                                  .statistics = o.stats.empty() ? nullptr : &measured.table};
     for (const std::string& method : methods) {
       row.methods.push_back(perf::predict_step(method, scenario, profile));
     }
@@ -419,6 +431,7 @@ void run_plan(const PlanOptions& o) {
     j["bucket_mb"] = o.bucket_mb;
     j["values"] = o.values;
     j["profile"] = perf::to_json(profile);
+    j["statistics_files"] = o.stats;
     for (const Row& row : rows) {
       nlohmann::ordered_json r;
       r["ranks"] = row.ranks;
@@ -435,10 +448,19 @@ void run_plan(const PlanOptions& o) {
     fmt::print("network: {} (alpha {:.3g} us, {:.3g} Gbit/s per direction; {})\n", profile.name,
                profile.alpha_s * 1e6, 8.0 / profile.beta_s_per_byte / 1e9,
                profile.source.empty() ? "no source given" : profile.source);
-    fmt::print("{}statistics of the sparse schemes: built-in (synthetic stream)\n\n",
+    const std::string statistics =
+        measured_schemes.empty()
+            ? std::string("built-in (synthetic stream)")
+            : fmt::format("measured for {} ({}), built-in (synthetic stream) for the others{}",
+                          fmt::join(measured_schemes, ", "), fmt::join(o.stats, ", "),
+                          measured.unused.empty() ? std::string()
+                                                  : fmt::format("; not used by the model: {}",
+                                                                fmt::join(measured.unused, ", ")));
+    fmt::print("{}statistics of the sparse schemes: {}\n\n",
                o.servers == 0
                    ? std::string()
-                   : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers));
+                   : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers),
+               statistics);
     if (rows.size() == 1) {
       print_one(rows.front());
     } else {
@@ -491,6 +513,10 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--values", options->values, "value encoding on the wire: fp32, fp16, bf16")
       ->capture_default_str();
+  cmd->add_option("--stats", options->stats,
+                  "measured statistics instead of the built-in ones: `bench sparsifiers --trace "
+                  "TRACE -n N --format json` outputs, one per world size N (K/k, per-rank "
+                  "selection, imbalance; extended past the largest N by the model's laws)");
   cmd->add_option("--format", options->format, "table | json")->capture_default_str();
   cmd->add_option("--plot", options->plot_dir,
                   "write PNGs here: speedup and bytes versus ranks, the breakdown");

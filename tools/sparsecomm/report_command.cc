@@ -22,6 +22,7 @@ struct Options {
   std::vector<std::string> dirs;
   std::string out;
   bool no_plots = false;
+  double target_drop = 0.0;  // points below the first run's final accuracy
 };
 
 // Where plots go without --out: the run's own directory for one run, else
@@ -42,7 +43,7 @@ void run(const Options& options) {
     }
   }
   if (runs.size() == 1) fmt::print("{}\n", report::format_run_summary(runs[0]));
-  fmt::print("{}", report::format_comparison_table(runs));
+  fmt::print("{}", report::format_comparison_table(runs, options.target_drop));
   if (options.no_plots) return;
   const fs::path out = options.out.empty() ? default_out(options.dirs) : fs::path(options.out);
   const std::vector<fs::path> pngs = report::write_plots(runs, out);
@@ -68,6 +69,10 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("--out,-o", options->out,
                   "directory for the plots, their .dat files and plots.gp (default: the run's "
                   "own directory for one run, <parent of the first run>/compare for several)");
+  cmd->add_option("--target-drop", options->target_drop,
+                  "the \"s to X%\" column's target: the first run's final test accuracy less "
+                  "this many percentage points (e.g. 0.5: one baseline run is a noisy target)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-plots", options->no_plots, "print the table only (no gnuplot needed)");
   cmd->callback([options] { run(*options); });
 }

@@ -14,13 +14,8 @@
 // rounds} (scheme_scaling.h). Measured 2026-11-25 on a 2-core AMD EPYC
 // (Zen 4, AVX-512 path); the statistics do not depend on the machine.
 
-#include <cmath>
-#include <deque>
-#include <mutex>
+#include <vector>
 
-#include <fmt/format.h>
-
-#include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/scheme_scaling.h"
 
 namespace sparsecomm::perf {
@@ -128,27 +123,15 @@ const std::vector<Measured>& measured() {
 
 }  // namespace
 
-const SchemeScaling& builtin_scaling(const std::string& scheme, double density) {
-  static const std::deque<SchemeScaling> scalings = [] {
-    std::deque<SchemeScaling> out;
-    for (const Measured& m : measured()) out.emplace_back(m.scheme, m.independent, m.k, m.points);
+const ScalingTable& builtin_scaling_table() {
+  static const ScalingTable table = [] {
+    ScalingTable out;
+    for (const Measured& m : measured()) {
+      out.add(m.density, SchemeScaling(m.scheme, m.independent, m.k, m.points));
+    }
     return out;
   }();
-  const SchemeScaling* best = nullptr;
-  double best_distance = 0.0;
-  for (std::size_t i = 0; i < scalings.size(); ++i) {
-    if (scalings[i].scheme() != scheme) continue;
-    const double distance = std::abs(std::log(measured()[i].density / density));
-    if (best == nullptr || distance < best_distance) {
-      best = &scalings[i];
-      best_distance = distance;
-    }
-  }
-  if (best == nullptr) {
-    throw InvalidArgument(
-        fmt::format("the performance model has no measured statistics for '{}'", scheme));
-  }
-  return *best;
+  return table;
 }
 
 }  // namespace sparsecomm::perf

@@ -129,6 +129,8 @@ CommCost binomial_broadcast(const CostProfile& p, int n, double bytes) {
   return cost;
 }
 
+CommCost nonfinite_agreement(const CostProfile& p, int n) { return ring_allgatherv(p, n, 1, 1); }
+
 CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s) {
   CommCost cost = header_allgather(p, n) +
                   ring_allgatherv(p, n, s.index_bytes * s.mean_count, s.index_bytes * s.max_count);

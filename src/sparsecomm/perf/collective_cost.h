@@ -59,6 +59,10 @@ CommCost binomial_broadcast(const CostProfile& p, int n, double bytes);
 
 // --- sparse exchange patterns ---
 
+// The sparse step's non-finite agreement before it selects: an allgather of
+// one byte per rank (docs/algorithms.md, "One step").
+CommCost nonfinite_agreement(const CostProfile& p, int n);
+
 // What the ranks send: the mean and largest per-rank selection, the union K
 // (all counts of entries), the bytes of one index on the wire and of one
 // value, and d.

@@ -145,4 +145,43 @@ ScalingPoint SchemeScaling::at(int n, double k) const {
   return result;
 }
 
+void ScalingTable::add(double density, SchemeScaling scaling) {
+  if (!(density > 0 && density <= 1)) {
+    throw InvalidArgument(
+        fmt::format("{}: statistics need a density in (0, 1], got {}", scaling.scheme(), density));
+  }
+  entries_.emplace_back(density, std::move(scaling));
+}
+
+const SchemeScaling* ScalingTable::find(std::string_view scheme, double density) const {
+  const SchemeScaling* best = nullptr;
+  double best_distance = 0.0;
+  for (const auto& [measured_at, scaling] : entries_) {
+    if (scaling.scheme() != scheme) continue;
+    const double distance = std::abs(std::log(measured_at / density));
+    if (best == nullptr || distance < best_distance) {
+      best = &scaling;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> ScalingTable::schemes() const {
+  std::vector<std::string> out;
+  for (const auto& entry : entries_) out.push_back(entry.second.scheme());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+const SchemeScaling& builtin_scaling(const std::string& scheme, double density) {
+  const SchemeScaling* found = builtin_scaling_table().find(scheme, density);
+  if (found == nullptr) {
+    throw InvalidArgument(
+        fmt::format("the performance model has no measured statistics for '{}'", scheme));
+  }
+  return *found;
+}
+
 }  // namespace sparsecomm::perf

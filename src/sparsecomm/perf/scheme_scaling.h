@@ -17,8 +17,11 @@
 //   at the last point is scaled by that law's ratio.
 // - Read share and rounds: held at the last measured value.
 
+#include <deque>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sparsecomm::perf {
@@ -73,10 +76,27 @@ class SchemeScaling {
   UnionLaw union_law_;
 };
 
-// The built-in statistics of a sparse scheme at the measured density
-// nearest to `density` (in log), measured on the synthetic stream
-// (builtin_scaling.cc gives the commands); throws InvalidArgument for a
-// scheme without statistics.
+// Statistics of several schemes, each measured at one or more densities.
+class ScalingTable {
+ public:
+  // Adds `scaling`, measured at target density `density` (in (0, 1]).
+  void add(double density, SchemeScaling scaling);
+  // The scheme's statistics at the density nearest to `density` (in log);
+  // nullptr when the table has none for the scheme.
+  const SchemeScaling* find(std::string_view scheme, double density) const;
+  // The schemes it holds, sorted, each once.
+  std::vector<std::string> schemes() const;
+
+ private:
+  std::deque<std::pair<double, SchemeScaling>> entries_;  // stable addresses
+};
+
+// The built-in statistics (builtin_scaling.cc gives the commands): the
+// synthetic stream.
+const ScalingTable& builtin_scaling_table();
+
+// builtin_scaling_table().find, or InvalidArgument for a scheme without
+// statistics.
 const SchemeScaling& builtin_scaling(const std::string& scheme, double density);
 
 }  // namespace sparsecomm::perf

@@ -28,6 +28,7 @@ struct MethodShape {
   bool bucketable;    // runs per bucket when pipelined
   double accumulate;  // passes over d of the memory (error feedback: 1)
   std::string_view exchange;
+  bool capped = false;  // same-step threshold with a per-rank cap (ExDyna's default)
 };
 
 constexpr MethodShape kMethods[] = {
@@ -39,7 +40,7 @@ constexpr MethodShape kMethods[] = {
     {"randomk", Kind::kShared, true, 1, "shared all-reduce"},
     {"cltk", Kind::kLeader, true, 1, "broadcast + shared all-reduce"},
     {"micro", Kind::kPartitioned, false, 1, "union all-reduce"},
-    {"exdyna", Kind::kPartitioned, false, 1, "union all-reduce"},
+    {"exdyna", Kind::kPartitioned, false, 1, "union all-reduce", true},
     {"deft", Kind::kPartitioned, true, 1, "union all-reduce"},
     {"ps", Kind::kParameterServer, false, 0, "parameter server, BSP"},
 };
@@ -47,9 +48,10 @@ constexpr MethodShape kMethods[] = {
 // Skip-Reduce's defaults (gradient_sync.cc): skip floor(n/2), and buffers
 // under 100,000 elements reduced in full.
 constexpr double kSkipReduceMinElements = 100000;
-// The same-step threshold's histogram message (step_threshold.h: 512 bins
-// and an "above" count).
-constexpr double kHistogramBytes = 4096;
+// The same-step threshold's histogram message (step_threshold.cc: 512 bins
+// and an "above" count, 64-bit each); with a cap, the first round also
+// carries the uncapped counts.
+constexpr double kHistogramBytes = 8 * 513;
 
 const MethodShape& shape_of(std::string_view method) {
   for (const MethodShape& shape : kMethods) {
@@ -68,6 +70,7 @@ struct CallCost {
   CommCost comm;
   double density_ratio = 1.0;
   double imbalance = 0.0;
+  std::string statistics;
 };
 
 CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile& p, double numel) {
@@ -90,14 +93,19 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
     case Kind::kShared:
     case Kind::kLeader: {
       send.mean_count = send.max_count = send.union_count = k;
-      call.comm = shared_allreduce(p, n, send);
+      call.comm = nonfinite_agreement(p, n) + shared_allreduce(p, n, send);
       if (shape.kind == Kind::kLeader) call.comm += binomial_broadcast(p, n, kFloatBytes * k);
       call.selection_s = numel * p.select_cost(shape.name);
       return call;
     }
     case Kind::kIndependent:
     case Kind::kPartitioned: {
-      const ScalingPoint stats = builtin_scaling(std::string(shape.name), s.density).at(n, k);
+      const SchemeScaling* measured =
+          s.statistics != nullptr ? s.statistics->find(shape.name, s.density) : nullptr;
+      const SchemeScaling& scaling =
+          measured != nullptr ? *measured : builtin_scaling(std::string(shape.name), s.density);
+      call.statistics = measured != nullptr ? "measured" : "built-in";
+      const ScalingPoint stats = scaling.at(n, k);
       const double share = shape.kind == Kind::kIndependent ? k : k / n;
       send.mean_count = stats.selected_ratio * share;
       send.max_count = send.mean_count * (1.0 + stats.imbalance);
@@ -105,12 +113,14 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       call.density_ratio = send.union_count / k;
       call.imbalance = stats.imbalance;
       call.selection_s = std::min(numel, stats.read_share * numel / n) * p.select_cost(shape.name);
+      call.comm = nonfinite_agreement(p, n);
       if (shape.kind == Kind::kIndependent) {
-        call.comm = sparse_allgather(p, n, send);
+        call.comm += sparse_allgather(p, n, send);
       } else {
-        call.comm = union_allreduce(p, n, send);
+        call.comm += union_allreduce(p, n, send);
         for (int round = 0; round < std::lround(stats.rounds); ++round) {
-          call.comm += recursive_doubling_allreduce(p, n, kHistogramBytes);
+          const double copies = round == 0 && shape.capped ? 2 : 1;
+          call.comm += recursive_doubling_allreduce(p, n, copies * kHistogramBytes);
         }
       }
       return call;
@@ -144,6 +154,22 @@ void check_scenario(const Scenario& s) {
   }
 }
 
+bool has_scheme_statistics(std::string_view method) {
+  for (const MethodShape& shape : kMethods) {
+    if (shape.name == method) {
+      return shape.kind == Kind::kIndependent || shape.kind == Kind::kPartitioned;
+    }
+  }
+  return false;
+}
+
+bool selects_independently(std::string_view method) {
+  for (const MethodShape& shape : kMethods) {
+    if (shape.name == method) return shape.kind == Kind::kIndependent;
+  }
+  return false;
+}
+
 const std::vector<std::string>& modeled_methods() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
@@ -175,6 +201,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   out.bytes_received = buckets * call.comm.bytes_received;
   out.density_ratio = call.density_ratio;
   out.imbalance = call.imbalance;
+  out.statistics = call.statistics;
   if (pipelined) {
     // Buckets but the last can run while backward still computes.
     out.overlap_s = std::min(s.backward_share * s.compute_s,

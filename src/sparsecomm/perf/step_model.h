@@ -14,6 +14,7 @@
 
 #include "sparsecomm/perf/collective_cost.h"
 #include "sparsecomm/perf/cost_profile.h"
+#include "sparsecomm/perf/scheme_scaling.h"
 
 namespace sparsecomm::perf {
 
@@ -28,6 +29,9 @@ struct Scenario {
   int servers = 1;                    // parameter server: S
   bool encode_indices = true;         // varint indices (the schemes' default)
   double value_bytes = 4.0;           // 4 fp32, 2 fp16/bf16
+  // Measured statistics (measured_scaling.h) that replace the built-in ones
+  // for the schemes they hold; nullptr: the built-in ones. Borrowed.
+  const ScalingTable* statistics = nullptr;
 };
 
 // Throws InvalidArgument naming the field when the scenario is not one the
@@ -49,12 +53,21 @@ struct StepPrediction {
   double bytes_received = 0.0;
   double density_ratio = 1.0;  // K/k (1 for dense and Skip-Reduce)
   double imbalance = 0.0;
+  // Where K/k and the imbalance came from: "measured" (Scenario::statistics),
+  // "built-in" (the synthetic stream) or "" (the method needs none).
+  std::string statistics;
 };
 
 // The methods the model predicts, in the order `plan` lists them: dense,
 // skipreduce, every sparse scheme with its default pattern, and ps (dense
 // pushes under BSP).
 const std::vector<std::string>& modeled_methods();
+
+// Whether the model scales `method`'s statistics with n (the schemes whose
+// ranks select independently, and the partition schemes), and whether its
+// ranks select independently (their union builds up with n).
+bool has_scheme_statistics(std::string_view method);
+bool selects_independently(std::string_view method);
 
 // The prediction for `method` (a name of modeled_methods()); throws
 // InvalidArgument for an unknown method or a bad scenario.

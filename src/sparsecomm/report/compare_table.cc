@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/core/errors.h"
+
 namespace sparsecomm::report {
 namespace {
 
@@ -64,11 +66,17 @@ std::string human_bytes(double bytes) {
   return fmt::format("{:.1f} {}", bytes, kUnits[unit]);
 }
 
-std::string format_comparison_table(std::span<const RunData> runs) {
+std::string format_comparison_table(std::span<const RunData> runs, double target_drop_points) {
+  if (!std::isfinite(target_drop_points) || target_drop_points < 0) {
+    throw InvalidArgument(fmt::format(
+        "the target's margin must be a finite number of points >= 0, got {}", target_drop_points));
+  }
   const auto dense = std::find_if(runs.begin(), runs.end(), is_dense_run);
   const double dense_bytes = dense == runs.end() ? NAN : dense->summary.bytes_per_rank_per_step;
-  // Time to the first run's final accuracy: which run gets there sooner.
-  const double target = runs.empty() ? NAN : runs.front().summary.test_accuracy;
+  // Time to the first run's final accuracy (less the margin): which run gets
+  // there sooner.
+  const double target =
+      runs.empty() ? NAN : runs.front().summary.test_accuracy - target_drop_points / 100.0;
   const std::vector<std::string> header = {"method",
                                            "model",
                                            "workers",

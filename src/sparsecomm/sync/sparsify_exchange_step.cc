@@ -53,11 +53,14 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.target = parts_.sparsifier->target(gradient.size(), ctx);
 
   // Every rank learns which ranks had a non-finite gradient, so all take the
-  // same branch below (one all-gather of one byte per rank).
+  // same branch below (one all-gather of one byte per rank). It is
+  // communication: its time joins the exchange's.
   const std::uint8_t finite = all_finite(gradient) ? 1 : 0;
   finite_flags_.resize(static_cast<std::size_t>(comm.size()));
+  Stopwatch agreement;
   comm.allgather(std::as_bytes(std::span<const std::uint8_t>(&finite, 1)),
                  std::as_writable_bytes(std::span<std::uint8_t>(finite_flags_)));
+  const double agreement_s = agreement.seconds();
   if (std::find(finite_flags_.begin(), finite_flags_.end(), std::uint8_t{0}) !=
       finite_flags_.end()) {
     if (policy_ == NonFinitePolicy::kStop) {
@@ -83,7 +86,7 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   // The gradient is in the memory now: the average goes straight into it.
   watch.restart();
   exchanger_->exchange(comm, selection_, accumulated, gradient, result_);
-  metrics.exchange_s = watch.seconds();
+  metrics.exchange_s = watch.seconds() + agreement_s;
   // The sparsifier's own small collectives (histogram rounds) are
   // communication: counted with the exchange.
   const SelectionStats& own = parts_.sparsifier->last_stats();
