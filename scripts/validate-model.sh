@@ -153,6 +153,9 @@ json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel":
            "exchange_s": statistics.median(r.get("exchange_s", 0.0) + r.get("wait_s", 0.0)
                                            for r in timed),
            "update_s": med("update_s"), "step_s": statistics.median(step_s),
+           # The step's first collective: its latency and the wait for the
+           # slowest rank to arrive from its compute (sparse methods).
+           "agreement_s": med("agreement_s"),
            "bytes_sent_code": med("bytes_sent"), "wire_bytes_per_host": wire,
            # The cell's own sparsification statistics (rank 0's view; means
            # over the timed steps): validate-model.py --measured-stats.

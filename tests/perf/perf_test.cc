@@ -247,6 +247,7 @@ TEST(StepModel, SparseStepsPayTheNonFiniteAgreementDenseDoesNot) {
   const SparseSend shared{.mean_count = k, .max_count = k, .union_count = k, .numel = 1e6};
   EXPECT_DOUBLE_EQ(randomk.exchange_s,
                    nonfinite_agreement(p, 8).seconds + shared_allreduce(p, 8, shared).seconds);
+  EXPECT_DOUBLE_EQ(randomk.agreement_s, nonfinite_agreement(p, 8).seconds);
   EXPECT_DOUBLE_EQ(predict_step("dense", s, p).exchange_s, ring_allreduce(p, 8, 4e6).seconds);
 }
 

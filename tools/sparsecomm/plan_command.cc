@@ -230,6 +230,7 @@ nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row) {
   j["accumulate_s"] = p.accumulate_s;
   j["selection_s"] = p.selection_s;
   j["exchange_s"] = p.exchange_s;
+  j["agreement_s"] = p.agreement_s;
   j["overlap_s"] = p.overlap_s;
   j["update_s"] = p.update_s;
   j["bytes_sent_per_rank"] = p.bytes_sent;

@@ -68,6 +68,7 @@ const MethodShape& shape_of(std::string_view method) {
 struct CallCost {
   double selection_s = 0.0;
   CommCost comm;
+  double agreement_s = 0.0;  // in comm
   double density_ratio = 1.0;
   double imbalance = 0.0;
   std::string statistics;
@@ -94,6 +95,7 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
     case Kind::kLeader: {
       send.mean_count = send.max_count = send.union_count = k;
       call.comm = nonfinite_agreement(p, n) + shared_allreduce(p, n, send);
+      call.agreement_s = nonfinite_agreement(p, n).seconds;
       if (shape.kind == Kind::kLeader) call.comm += binomial_broadcast(p, n, kFloatBytes * k);
       call.selection_s = numel * p.select_cost(shape.name);
       return call;
@@ -114,6 +116,7 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       call.imbalance = stats.imbalance;
       call.selection_s = std::min(numel, stats.read_share * numel / n) * p.select_cost(shape.name);
       call.comm = nonfinite_agreement(p, n);
+      call.agreement_s = call.comm.seconds;
       if (shape.kind == Kind::kIndependent) {
         call.comm += sparse_allgather(p, n, send);
       } else {
@@ -197,6 +200,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   const CallCost call = one_call(shape, s, p, s.numel / buckets);
   out.selection_s = buckets * call.selection_s;
   out.exchange_s = buckets * call.comm.seconds;
+  out.agreement_s = buckets * call.agreement_s;
   out.bytes_sent = buckets * call.comm.bytes_sent;
   out.bytes_received = buckets * call.comm.bytes_received;
   out.density_ratio = call.density_ratio;

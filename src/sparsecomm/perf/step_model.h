@@ -46,6 +46,7 @@ struct StepPrediction {
   double accumulate_s = 0.0;  // error feedback: a = g + e
   double selection_s = 0.0;   // the slowest rank's select(), less its collectives
   double exchange_s = 0.0;    // the exchange plus select()'s own collectives
+  double agreement_s = 0.0;   // sparse steps: the non-finite agreement (in exchange_s)
   double overlap_s = 0.0;     // pipelined: hidden behind backward
   double update_s = 0.0;      // the optimizer
   double step_s = 0.0;

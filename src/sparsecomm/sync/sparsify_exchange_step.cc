@@ -86,6 +86,7 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   // The gradient is in the memory now: the average goes straight into it.
   watch.restart();
   exchanger_->exchange(comm, selection_, accumulated, gradient, result_);
+  metrics.agreement_s = agreement_s;
   metrics.exchange_s = watch.seconds() + agreement_s;
   // The sparsifier's own small collectives (histogram rounds) are
   // communication: counted with the exchange.

@@ -20,6 +20,9 @@ struct StepMetrics {
   double accumulate_s = 0.0;   // forming a = g + e (reported apart from selection)
   double selection_s = 0.0;    // the sparsifier's select(), less its own collectives
   double exchange_s = 0.0;     // the exchange, select()'s own collectives, the finite agreement
+  // The non-finite agreement (in exchange_s): the step's first collective,
+  // so it also holds the wait for the slowest rank to arrive.
+  double agreement_s = 0.0;
   double selection_collective_s = 0.0;  // select()'s own collectives (in exchange_s)
   int selection_collectives = 0;        // how many it ran (the partition schemes' rounds)
   int candidate_passes = 0;             // its read passes (same-step threshold; 1 normally)

@@ -41,6 +41,7 @@ void accumulate(StepMetrics& total, const StepMetrics& m) {
   total.accumulate_s += m.accumulate_s;
   total.selection_s += m.selection_s;
   total.exchange_s += m.exchange_s;
+  total.agreement_s += m.agreement_s;
   total.selection_collective_s += m.selection_collective_s;
   total.selection_collectives += m.selection_collectives;
   total.candidate_passes += m.candidate_passes;

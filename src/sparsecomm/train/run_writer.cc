@@ -37,6 +37,7 @@ nlohmann::json step_json(const TrainStep& s) {
           {"compute_s", number(s.compute_s)},
           {"selection_s", number(s.selection_s)},
           {"exchange_s", number(s.exchange_s)},
+          {"agreement_s", number(m.agreement_s)},
           {"selection_collective_s", number(m.selection_collective_s)},
           {"selection_collectives", m.selection_collectives},
           {"candidate_passes", m.candidate_passes},

@@ -1,7 +1,8 @@
 // The OpenMPI backend (see mpi_communicator.h).
 //
 // Every operation is started non-blocking (MPI_Isend, MPI_Irecv, MPI_Ibarrier,
-// MPI_Ibcast, MPI_Iallgather(v), MPI_Ialltoallv, MPI_Iallreduce) and completed
+// MPI_Ibcast, MPI_Iallgather, MPI_Ialltoallv, MPI_Iallreduce; allgatherv is
+// Communicator's ring on MPI_Isend/MPI_Irecv) and completed
 // by polling MPI_Test against a deadline, so that a stalled peer becomes a
 // TimeoutError instead of a hang. The polling backs off (spin, then
 // sched_yield, then short sleeps) so that more ranks than cores still make
@@ -410,13 +411,16 @@ class MpiCommunicator final : public Communicator {
           fmt::format("allgatherv: got {} bytes to send and {} to receive, counts say {} and {}",
                       mine.size(), all.size(), counts[rank_], total));
     }
-    const OpInfo op{OpKind::kCollective, "allgatherv", "MPI_Iallgatherv", -1, -1, mine.size()};
+    // Every rank checks every block against MPI's int counts before anything
+    // is sent, so a bad call fails everywhere and leaves no message behind.
+    const OpInfo op{OpKind::kCollective, "allgatherv", "ring allgatherv", -1, -1, mine.size()};
     to_counts_and_displacements(counts, counts_, displs_, op);
-    MPI_Request request = MPI_REQUEST_NULL;
-    start(MPI_Iallgatherv(mine.data(), counts_[rank_], MPI_BYTE, all.data(), counts_.data(),
-                          displs_.data(), MPI_BYTE, comm_, &request),
-          op);
-    complete(request, op);
+    // Our ring on MPI point-to-point, not MPI_Iallgatherv: Open MPI 4.1's
+    // non-blocking allgatherv (libnbc) sends to every peer at once, and on
+    // 4 hosts at 200 Mbit/s it took 2.4x the ring's time for 4 MiB
+    // (docs/benchmarks.md, "Revision of 2026-11-26"); the ring is also what
+    // the performance model prices.
+    Communicator::allgatherv(mine, all, counts);
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
