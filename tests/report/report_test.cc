@@ -306,14 +306,15 @@ TEST_F(ReportTest, TableShowsWhenEachRunReachesTheFirstRunsAccuracy) {
       run_with("bsp", "bsp", {{10, 1.0, 4.0, 0.85, 0, 0}, {20, 2.0, 8.0, 0.9, 0, 0}}),
       run_with("ssp", "ssp:2", {{10, 1.0, 3.0, 0.87, 0, 0}, {20, 2.0, 6.5, 0.91, 0, 0}}),
       run_with("asp", "asp", {{10, 1.0, 2.0, 0.80, 0, 0}, {20, 2.0, 4.0, 0.89, 0, 0}})};
+  std::string header, bsp, ssp, asp;
+  // The header and the three rows of a table (the rule skipped).
+  const auto read_rows = [&](const std::string& table) {
+    std::istringstream lines(table);
+    std::string rule;
+    for (std::string* line : {&header, &rule, &bsp, &ssp, &asp}) std::getline(lines, *line);
+  };
   const std::string table = format_comparison_table(runs);
-  std::istringstream lines(table);
-  std::string header, rule, bsp, ssp, asp;
-  std::getline(lines, header);
-  std::getline(lines, rule);
-  std::getline(lines, bsp);
-  std::getline(lines, ssp);
-  std::getline(lines, asp);
+  read_rows(table);
   EXPECT_NE(header.find("s to 90.00%"), std::string::npos) << table;
   EXPECT_NE(header.find("epochs to"), std::string::npos) << table;
   const auto column = [&](const std::string& row, const std::string& title) {
@@ -334,12 +335,7 @@ TEST_F(ReportTest, TableShowsWhenEachRunReachesTheFirstRunsAccuracy) {
   // With a margin of 3.5 points the target is 86.5%: SSP reaches it at its
   // first evaluation, BSP and ASP at their second.
   const std::string margin = format_comparison_table(runs, 3.5);
-  std::istringstream margin_lines(margin);
-  std::getline(margin_lines, header);
-  std::getline(margin_lines, rule);
-  std::getline(margin_lines, bsp);
-  std::getline(margin_lines, ssp);
-  std::getline(margin_lines, asp);
+  read_rows(margin);
   EXPECT_NE(header.find("s to 86.50%"), std::string::npos) << margin;
   EXPECT_EQ(column(bsp, "s to 86.50%"), "8.0");
   EXPECT_EQ(column(ssp, "s to 86.50%"), "3.0");
