@@ -99,6 +99,23 @@ Block allgather_block(std::size_t numel, int n, int q) {
           numel * static_cast<std::size_t>(q + 1) / static_cast<std::size_t>(n)};
 }
 
+// What an allgather case sends, made once per size (outside the timing):
+// every rank's block size in bytes and a copy of this rank's block (MPI
+// forbids a send buffer inside the receive buffer).
+struct AllgatherInput {
+  std::vector<std::size_t> counts;
+  std::vector<float> mine;
+};
+AllgatherInput allgather_input(std::span<const float> pristine, int n, int rank) {
+  AllgatherInput input;
+  for (int q = 0; q < n; ++q) {
+    input.counts.push_back(allgather_block(pristine.size(), n, q).size() * sizeof(float));
+  }
+  const Block block = allgather_block(pristine.size(), n, rank);
+  input.mine.assign(pristine.begin() + block.begin, pristine.begin() + block.end);
+  return input;
+}
+
 std::vector<int> parse_skips(const Options& options, int world) {
   std::vector<int> skips;
   if (options.skips.empty()) {
@@ -166,22 +183,16 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
 
 // Runs one all-reduce of `data`; returns whether skipping was applied.
 bool run_case(Communicator& comm, const Case& c, const Options& options, std::size_t segment_bytes,
-              std::int64_t step, std::span<float> data, AllreduceReport& phases,
-              SkipSchedule* schedule) {
+              std::int64_t step, std::span<float> data, const AllgatherInput& gather,
+              AllreduceReport& phases, SkipSchedule* schedule) {
   if (is_allgather(c.algorithm)) {
-    // Rank r's block is [r * d / n, (r + 1) * d / n) of `data`.
-    const int n = comm.size();
-    std::vector<std::size_t> counts(static_cast<std::size_t>(n));
-    for (int q = 0; q < n; ++q) counts[q] = allgather_block(data.size(), n, q).size() * 4;
-    const std::vector<float> mine = [&] {
-      const auto block = allgather_block(data.size(), n, comm.rank());
-      return std::vector<float>(data.begin() + block.begin, data.begin() + block.end);
-    }();
+    // Rank r's block lands at [r * d / n, (r + 1) * d / n) of `data`.
+    const auto mine = std::as_bytes(std::span(gather.mine));
     const auto all = std::as_writable_bytes(data);
     if (c.algorithm == Algorithm::kAllgatherRing) {
-      comm.Communicator::allgatherv(std::as_bytes(std::span(mine)), all, counts);
+      comm.Communicator::allgatherv(mine, all, gather.counts);
     } else {
-      comm.allgatherv(std::as_bytes(std::span(mine)), all, counts);
+      comm.allgatherv(mine, all, gather.counts);
     }
     phases = {};
     return false;
@@ -267,23 +278,24 @@ std::vector<Row> measure(Communicator& comm, const Options& options) {
     std::vector<float> pristine(numel);
     for (std::size_t i = 0; i < numel; ++i) pristine[i] = input_value(comm.rank(), i);
     std::vector<float> work(numel);
+    const AllgatherInput gather = allgather_input(pristine, comm.size(), comm.rank());
     for (const Case& c : cases) {
       AllreduceReport phases;
       SkipSchedule schedule;
       std::int64_t step = 0;
       work = pristine;
       const bool skipped =
-          run_case(comm, c, options, segment_bytes, step++, work, phases, &schedule);
+          run_case(comm, c, options, segment_bytes, step++, work, gather, phases, &schedule);
       verify(comm, c, work, schedule, skipped);
       for (int i = 0; i < options.warmup; ++i) {
-        run_case(comm, c, options, segment_bytes, step++, work, phases, nullptr);
+        run_case(comm, c, options, segment_bytes, step++, work, gather, phases, nullptr);
       }
       std::vector<double> total_ms, rs_ms, ag_ms;
       for (int i = 0; i < options.iters; ++i) {
         std::copy(pristine.begin(), pristine.end(), work.begin());
         comm.barrier();
         Stopwatch clock;
-        run_case(comm, c, options, segment_bytes, step++, work, phases, nullptr);
+        run_case(comm, c, options, segment_bytes, step++, work, gather, phases, nullptr);
         total_ms.push_back(clock.seconds() * 1e3);
         rs_ms.push_back(phases.reduce_scatter_s * 1e3);
         ag_ms.push_back(phases.allgather_s * 1e3);

@@ -53,10 +53,16 @@ constexpr double kSkipReduceMinElements = 100000;
 // carries the uncapped counts.
 constexpr double kHistogramBytes = 8 * 513;
 
-const MethodShape& shape_of(std::string_view method) {
+// The method's shape; nullptr for an unknown method.
+const MethodShape* find_shape(std::string_view method) {
   for (const MethodShape& shape : kMethods) {
-    if (shape.name == method) return shape;
+    if (shape.name == method) return &shape;
   }
+  return nullptr;
+}
+
+const MethodShape& shape_of(std::string_view method) {
+  if (const MethodShape* shape = find_shape(method)) return *shape;
   std::string known;
   for (const MethodShape& shape : kMethods)
     known += fmt::format("{}{}", known.empty() ? "" : ", ", shape.name);
@@ -80,6 +86,8 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
   CallCost call;
   SparseSend send{.value_bytes = s.value_bytes, .numel = numel};
   send.index_bytes = s.encode_indices ? varint_index_bytes(std::min(1.0, k / numel)) : 4.0;
+  // Every sparse step starts with the non-finite agreement.
+  const CommCost agreement = nonfinite_agreement(p, n);
   switch (shape.kind) {
     case Kind::kDense:
       call.comm = ring_allreduce(p, n, kFloatBytes * numel);
@@ -94,8 +102,8 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
     case Kind::kShared:
     case Kind::kLeader: {
       send.mean_count = send.max_count = send.union_count = k;
-      call.comm = nonfinite_agreement(p, n) + shared_allreduce(p, n, send);
-      call.agreement_s = nonfinite_agreement(p, n).seconds;
+      call.comm = agreement + shared_allreduce(p, n, send);
+      call.agreement_s = agreement.seconds;
       if (shape.kind == Kind::kLeader) call.comm += binomial_broadcast(p, n, kFloatBytes * k);
       call.selection_s = numel * p.select_cost(shape.name);
       return call;
@@ -115,8 +123,8 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       call.density_ratio = send.union_count / k;
       call.imbalance = stats.imbalance;
       call.selection_s = std::min(numel, stats.read_share * numel / n) * p.select_cost(shape.name);
-      call.comm = nonfinite_agreement(p, n);
-      call.agreement_s = call.comm.seconds;
+      call.comm = agreement;
+      call.agreement_s = agreement.seconds;
       if (shape.kind == Kind::kIndependent) {
         call.comm += sparse_allgather(p, n, send);
       } else {
@@ -158,19 +166,14 @@ void check_scenario(const Scenario& s) {
 }
 
 bool has_scheme_statistics(std::string_view method) {
-  for (const MethodShape& shape : kMethods) {
-    if (shape.name == method) {
-      return shape.kind == Kind::kIndependent || shape.kind == Kind::kPartitioned;
-    }
-  }
-  return false;
+  const MethodShape* shape = find_shape(method);
+  return shape != nullptr &&
+         (shape->kind == Kind::kIndependent || shape->kind == Kind::kPartitioned);
 }
 
 bool selects_independently(std::string_view method) {
-  for (const MethodShape& shape : kMethods) {
-    if (shape.name == method) return shape.kind == Kind::kIndependent;
-  }
-  return false;
+  const MethodShape* shape = find_shape(method);
+  return shape != nullptr && shape->kind == Kind::kIndependent;
 }
 
 const std::vector<std::string>& modeled_methods() {
