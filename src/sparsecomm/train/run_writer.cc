@@ -76,9 +76,10 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
     if (fs::exists(metrics_path_)) {
       const std::string what_to_do =
           fs::exists(dir_ / "failure.json")
-              ? fmt::format("that run failed (see its failure.json): choose another --out or "
-                            "delete {}",
-                            dir_.string())
+              ? fmt::format(
+                    "that run failed (see its failure.json): choose another --out or "
+                    "delete {}",
+                    dir_.string())
           : config.servers > 0
               ? "choose another --out (parameter-server runs cannot be resumed yet)"
               : fmt::format("pass --resume {} to continue it, or choose another --out",
