@@ -303,7 +303,8 @@ inline void check_allgather(Communicator& comm) {
 
 // allgatherv with count patterns that include zeros, all zeros, one large
 // block and one non-empty rank.
-inline void check_allgatherv(Communicator& comm) {
+// `native`: the backend's native_allgatherv instead of allgatherv.
+inline void check_allgatherv_of(Communicator& comm, bool native) {
   const int n = comm.size();
   const int r = comm.rank();
   const std::vector<std::function<std::size_t(int)>> count_patterns = {
@@ -318,7 +319,11 @@ inline void check_allgatherv(Communicator& comm) {
     const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     const std::vector<std::byte> mine = pattern(r, 99, counts[r]);
     std::vector<std::byte> all = garbage(total);
-    comm.allgatherv(mine, all, counts);
+    if (native) {
+      comm.native_allgatherv(mine, all, counts);
+    } else {
+      comm.allgatherv(mine, all, counts);
+    }
     std::size_t offset = 0;
     for (int q = 0; q < n; ++q) {
       EXPECT_TRUE(same_bytes(std::span(all).subspan(offset, counts[q]), pattern(q, 99, counts[q])))
@@ -327,6 +332,9 @@ inline void check_allgatherv(Communicator& comm) {
     }
   }
 }
+
+inline void check_allgatherv(Communicator& comm) { check_allgatherv_of(comm, false); }
+inline void check_native_allgatherv(Communicator& comm) { check_allgatherv_of(comm, true); }
 
 // alltoallv with varied counts, zeros included (also to and from itself).
 inline void check_alltoallv(Communicator& comm) {

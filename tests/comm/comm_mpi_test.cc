@@ -44,6 +44,12 @@ TEST(CommMpi, Barrier) { run_on_mpi_world(checks::check_barrier); }
 TEST(CommMpi, Broadcast) { run_on_mpi_world(checks::check_broadcast); }
 TEST(CommMpi, Allgather) { run_on_mpi_world(checks::check_allgather); }
 TEST(CommMpi, Allgatherv) { run_on_mpi_world(checks::check_allgatherv); }
+TEST(CommMpi, NativeAllgatherv) {
+  run_on_mpi_world([](Communicator& comm) {
+    ASSERT_TRUE(comm.has_native_allgatherv());
+    checks::check_native_allgatherv(comm);
+  });
+}
 TEST(CommMpi, Alltoallv) { run_on_mpi_world(checks::check_alltoallv); }
 TEST(CommMpi, InvalidArguments) { run_on_mpi_world(checks::check_invalid_arguments); }
 TEST(CommMpi, NativeAllreduce) { run_on_mpi_world(checks::check_native_allreduce); }

@@ -158,5 +158,9 @@ void Communicator::native_allreduce(std::span<float>) {
 void Communicator::native_allreduce(std::span<std::int64_t>) {
   throw NotSupported(where() + "this backend has no native all-reduce (use --backend mpi)");
 }
+void Communicator::native_allgatherv(std::span<const std::byte>, std::span<std::byte>,
+                                     std::span<const std::size_t>) {
+  throw NotSupported(where() + "this backend has no native allgatherv (use --backend mpi)");
+}
 
 }  // namespace sparsecomm

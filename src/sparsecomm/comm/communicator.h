@@ -136,6 +136,11 @@ class Communicator {
   virtual bool has_native_allreduce() const { return false; }
   virtual void native_allreduce(std::span<float> data);
   virtual void native_allreduce(std::span<std::int64_t> data);
+  // --- optional native allgatherv (MPI's), for comparison with the ring ---
+  // Same contract as allgatherv. Decorators (recording, delay) do not offer it.
+  virtual bool has_native_allgatherv() const { return false; }
+  virtual void native_allgatherv(std::span<const std::byte> mine, std::span<std::byte> all,
+                                 std::span<const std::size_t> counts);
 
   // Prefix for error messages: "[<backend>] rank <r>: ".
   std::string where() const;

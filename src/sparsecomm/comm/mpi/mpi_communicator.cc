@@ -400,6 +400,31 @@ class MpiCommunicator final : public Communicator {
 
   void allgatherv(std::span<const std::byte> mine, std::span<std::byte> all,
                   std::span<const std::size_t> counts) override {
+    check_allgatherv(mine, all, counts, "ring allgatherv");
+    // Our ring on MPI point-to-point, not MPI_Iallgatherv: Open MPI 4.1's
+    // non-blocking allgatherv (libnbc) sends to every peer at once, and on
+    // 4 hosts at 200 Mbit/s it took 2.4x the ring's time for 4 MiB
+    // (docs/benchmarks.md, "Revision of 2026-11-26"); the ring is also what
+    // the performance model prices.
+    Communicator::allgatherv(mine, all, counts);
+  }
+
+  bool has_native_allgatherv() const override { return true; }
+  void native_allgatherv(std::span<const std::byte> mine, std::span<std::byte> all,
+                         std::span<const std::size_t> counts) override {
+    const OpInfo op = check_allgatherv(mine, all, counts, "MPI_Iallgatherv");
+    MPI_Request request = MPI_REQUEST_NULL;
+    start(MPI_Iallgatherv(mine.data(), counts_[rank_], MPI_BYTE, all.data(), counts_.data(),
+                          displs_.data(), MPI_BYTE, comm_, &request),
+          op);
+    complete(request, op);
+  }
+
+  // Checks an allgatherv's sizes on every rank, every block against MPI's
+  // int counts included, before anything is sent (so a bad call fails
+  // everywhere and leaves no message behind); fills counts_ and displs_.
+  OpInfo check_allgatherv(std::span<const std::byte> mine, std::span<std::byte> all,
+                          std::span<const std::size_t> counts, const char* how) {
     if (counts.size() != static_cast<std::size_t>(size_)) {
       throw InvalidArgument(where() + fmt::format("allgatherv: {} counts for a world of {} ranks",
                                                   counts.size(), size_));
@@ -411,16 +436,9 @@ class MpiCommunicator final : public Communicator {
           fmt::format("allgatherv: got {} bytes to send and {} to receive, counts say {} and {}",
                       mine.size(), all.size(), counts[rank_], total));
     }
-    // Every rank checks every block against MPI's int counts before anything
-    // is sent, so a bad call fails everywhere and leaves no message behind.
-    const OpInfo op{OpKind::kCollective, "allgatherv", "ring allgatherv", -1, -1, mine.size()};
+    const OpInfo op{OpKind::kCollective, "allgatherv", how, -1, -1, mine.size()};
     to_counts_and_displacements(counts, counts_, displs_, op);
-    // Our ring on MPI point-to-point, not MPI_Iallgatherv: Open MPI 4.1's
-    // non-blocking allgatherv (libnbc) sends to every peer at once, and on
-    // 4 hosts at 200 Mbit/s it took 2.4x the ring's time for 4 MiB
-    // (docs/benchmarks.md, "Revision of 2026-11-26"); the ring is also what
-    // the performance model prices.
-    Communicator::allgatherv(mine, all, counts);
+    return op;
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
