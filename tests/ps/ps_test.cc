@@ -12,8 +12,11 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -332,13 +335,22 @@ void expect_no_push_lost(const PsRun& run, int workers, int steps, const std::st
 }
 
 // A rank's view of the world in which its messages to one peer travel a
-// slow link: each arrives `delay` late, in order. isend copies the message
-// and completes at once; a lane thread sends it when due. Everything else
-// goes straight to the world. The destructor delivers what is still queued.
+// slow link: each arrives `delay` late, in order, and not before `gate` is
+// ready (when given). isend copies the message and completes at once; a
+// lane thread sends it when due. With `only_tag`, only messages of that tag
+// take the slow link. Everything else goes straight to the world. The
+// destructor delivers what is still queued; after a send fails (an aborted
+// world) the lane drops the rest.
 class SlowLink final : public Communicator {
  public:
-  SlowLink(Communicator& world, int slow_peer, std::chrono::milliseconds delay)
-      : world_(world), slow_peer_(slow_peer), delay_(delay), lane_([this] { deliver(); }) {
+  SlowLink(Communicator& world, int slow_peer, std::chrono::milliseconds delay,
+           std::optional<int> only_tag = std::nullopt, std::shared_future<void> gate = {})
+      : world_(world),
+        slow_peer_(slow_peer),
+        delay_(delay),
+        only_tag_(only_tag),
+        gate_(std::move(gate)),
+        lane_([this] { deliver(); }) {
     set_timeout(world.timeout());
   }
   ~SlowLink() override {
@@ -353,7 +365,7 @@ class SlowLink final : public Communicator {
   int size() const override { return world_.size(); }
   std::string_view backend() const override { return world_.backend(); }
   Request isend(std::span<const std::byte> data, int dst, int tag) override {
-    if (dst != slow_peer_) return world_.isend(data, dst, tag);
+    if (dst != slow_peer_ || (only_tag_ && tag != *only_tag_)) return world_.isend(data, dst, tag);
     {
       std::lock_guard lock(mutex_);
       queue_.push_back({{data.begin(), data.end()}, tag, Clock::now() + delay_});
@@ -380,13 +392,20 @@ class SlowLink final : public Communicator {
       queue_.pop_front();
       lock.unlock();
       std::this_thread::sleep_until(m.due);
-      world_.send(m.bytes, slow_peer_, m.tag);
+      if (gate_.valid()) gate_.wait();
+      try {
+        world_.send(m.bytes, slow_peer_, m.tag);
+      } catch (const std::exception&) {
+        return;  // the world was aborted: the run fails on its ranks' own errors
+      }
       lock.lock();
     }
   }
   Communicator& world_;
   int slow_peer_;
   std::chrono::milliseconds delay_;
+  std::optional<int> only_tag_;
+  std::shared_future<void> gate_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Message> queue_;
@@ -430,6 +449,47 @@ TEST(ParameterServer, APullWaitsForPushesStillOnTheirWayToItsServer) {
     }
   }
   expect_no_push_lost(run, workers, steps, "slow link");
+}
+
+// A server receives one worker's push payload while it serves the others,
+// so W workers share its link instead of queueing for it. Here worker 0's
+// payloads are held back until worker 1 has run all its steps (ASP never
+// blocks worker 1): a server that waited for worker 0's payload before
+// serving anyone else would never let worker 1 finish, and the run would
+// time out.
+TEST(ParameterServer, AServerServesOtherWorkersWhileAPushPayloadArrives) {
+  const int workers = 2;
+  const std::size_t d = 1000;
+  const int steps = 4;
+  PsOptions options;
+  options.model = SyncModel::asp();
+  PsRun run = sized_run(workers, 1);
+  std::promise<void> worker1_done;
+  const std::shared_future<void> gate = worker1_done.get_future().share();
+  run_thread_world(
+      workers + 1,
+      [&](Communicator& comm) {
+        const ServerLayout layout(d, workers, 1);
+        if (comm.rank() == 0) {
+          SlowLink held(comm, layout.server_rank(0), 0ms, tags::kPsPushPayload, gate);
+          run_ps_rank(held, layout, options, steps, no_delay, run);
+        } else if (comm.rank() == 1) {
+          // Opens the gate however worker 1 ends, so a failing run ends too.
+          const std::unique_ptr<std::promise<void>, void (*)(std::promise<void>*)> open(
+              &worker1_done, [](std::promise<void>* done) { done->set_value(); });
+          run_ps_rank(comm, layout, options, steps, no_delay, run);
+        } else {
+          run_ps_rank(comm, layout, options, steps, no_delay, run);
+        }
+      },
+      10s);
+  const std::vector<AppliedPush>& applied = run.servers[0].applied;
+  ASSERT_EQ(applied.size(), static_cast<std::size_t>(workers * steps));
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_EQ(applied[static_cast<std::size_t>(i)].worker, 1)
+        << "push " << i << " applied: worker 1's pushes should all come first";
+  }
+  expect_no_push_lost(run, workers, steps, "held payloads");
 }
 
 TEST(ParameterServer, NoPushLostOrAppliedTwiceUnderEveryModel) {

@@ -72,6 +72,12 @@ class Server {
       bool progress = false;
       for (int p = 0; p < workers(); ++p) {
         Slot& slot = slot_of(p);
+        if (slot.receiving && slot.payload.test()) {
+          slot.receiving = false;
+          progress = true;
+          finish_push(p);
+          if (!slot.done) post(p);
+        }
         if (!slot.posted || !slot.request.test()) continue;
         slot.posted = false;
         progress = true;
@@ -96,6 +102,7 @@ class Server {
                                           "of steps",
                                           version_, staged_, workers()));
     }
+    complete_pulls();
     log_.version = version_;
     log_.parameters = std::move(params_);
     log_.seconds = now_s();
@@ -103,11 +110,20 @@ class Server {
   }
 
  private:
+  // One worker's requests, served in its order: the next header is received
+  // only once the current request is served (a push: its payload arrived).
+  // Payloads and pull replies of different workers travel at the same time,
+  // so W workers share the server's link instead of queueing for it.
   struct Slot {
     RequestHeader header;
     Request request;
     bool posted = false;
     bool held = false;
+    bool receiving = false;  // a push's payload is arriving into dense/sparse
+    Request payload;
+    // The last pull's reply in flight; params_ changes only once it is sent.
+    std::int64_t pull_version = 0;
+    Request pull_sends[2];
     bool done = false;
     std::int64_t pushes = 0;  // pushes received from this worker
     Clock::time_point held_since;
@@ -117,7 +133,7 @@ class Server {
     // BSP: the push staged for the current step.
     bool staged = false;
     RequestHeader staged_header;
-    std::vector<float> dense;
+    std::vector<float> dense;           // the push payload (BSP: the staged one)
     std::vector<std::uint32_t> sparse;  // indices, then value bits
     std::uint64_t staged_fingerprint = 0;
     double staged_sum = 0.0;
@@ -167,7 +183,7 @@ class Server {
     slot.grant_evaluated = false;
     slot.dssp_r = -1;
     if (serve(p)) {
-      if (!slot.done) post(p);
+      if (!slot.done && !slot.receiving) post(p);
     } else {
       slot.held = true;
       slot.held_since = Clock::now();
@@ -182,13 +198,14 @@ class Server {
         Slot& slot = slot_of(p);
         if (!slot.held || !serve(p)) continue;
         slot.held = false;
-        if (!slot.done) post(p);
+        if (!slot.done && !slot.receiving) post(p);
         changed = true;
       }
     }
   }
 
-  // False: the request must wait (held).
+  // False: the request must wait (held). A push is served once its payload
+  // receive is posted (slot.receiving); finish_push() completes it.
   bool serve(int p) {
     Slot& slot = slot_of(p);
     switch (static_cast<RequestKind>(slot.header.kind)) {
@@ -229,22 +246,34 @@ class Server {
       throw CommError(who() + fmt::format("{} pushed {} sparse values into a shard of {}",
                                           worker_name(p), h.count, n));
     }
-    // Receive the payload (sent right after the header).
-    std::span<const std::byte> payload;
-    std::vector<float>& dense = bsp() ? slot.dense : dense_payload_;
-    std::vector<std::uint32_t>& words = bsp() ? slot.sparse : sparse_payload_;
+    // Post the payload's receive (sent right after the header); the run
+    // loop calls finish_push() when it has arrived.
     const auto count = static_cast<std::size_t>(h.count);
     if (h.sparse == 0) {
-      dense.resize(n);
-      comm_.recv(std::as_writable_bytes(std::span<float>(dense)), layout_.worker_rank(p),
-                 ps::kTagPushPayload);
+      slot.dense.resize(n);
+      slot.payload = comm_.irecv(std::as_writable_bytes(std::span<float>(slot.dense)),
+                                 layout_.worker_rank(p), ps::kTagPushPayload);
+    } else {
+      slot.sparse.resize(2 * count);
+      slot.payload = count > 0 ? comm_.irecv(std::as_writable_bytes(std::span(slot.sparse)),
+                                             layout_.worker_rank(p), ps::kTagPushPayload)
+                               : Request();
+    }
+    slot.receiving = true;
+    return true;
+  }
+
+  // Worker p's push payload has arrived: stage it (BSP) or apply it.
+  void finish_push(int p) {
+    Slot& slot = slot_of(p);
+    const RequestHeader h = slot.header;
+    const std::vector<float>& dense = slot.dense;
+    const std::vector<std::uint32_t>& words = slot.sparse;
+    const auto count = static_cast<std::size_t>(h.count);
+    std::span<const std::byte> payload;
+    if (h.sparse == 0) {
       payload = std::as_bytes(std::span<const float>(dense));
     } else {
-      words.resize(2 * count);
-      if (count > 0) {
-        comm_.recv(std::as_writable_bytes(std::span<std::uint32_t>(words)), layout_.worker_rank(p),
-                   ps::kTagPushPayload);
-      }
       check_indices(p, words, count);
       payload = std::as_bytes(std::span<const std::uint32_t>(words));
     }
@@ -264,13 +293,14 @@ class Server {
       slot.staged_fingerprint = fingerprint;
       slot.staged_sum = sum;
       if (++staged_ == workers()) apply_bsp_step();
-      return true;
+      return;
     }
     // ASP/SSP/DSSP: apply on arrival as 1/W of a step (gradient and weight
     // decay alike), so that W pushes weigh one synchronous step, with the
     // pushing worker's own momentum buffer (see optimizers_).
     const double share = 1.0 / static_cast<double>(workers());
     FlatSgd& optimizer = optimizers_[static_cast<std::size_t>(p)];
+    complete_pulls();
     if (h.sparse == 0) {
       optimizer.step(params_, dense, h.learning_rate, share);
     } else {
@@ -282,7 +312,6 @@ class Server {
     }
     record_applied(p, h, fingerprint, sum, sizeof(RequestHeader) + payload.size());
     ++version_;
-    return true;
   }
 
   static double payload_sum(const RequestHeader& h, const std::vector<float>& dense,
@@ -348,6 +377,7 @@ class Server {
     }
     const float w = static_cast<float>(workers());
     for (float& g : gradient_) g /= w;
+    complete_pulls();
     optimizers_.front().step(params_, gradient_, lr);
     std::fill(gradient_.begin(), gradient_.end(), 0.0f);
     for (int p = 0; p < workers(); ++p) {
@@ -374,12 +404,23 @@ class Server {
     for (const Slot& slot : slots_) {
       if (!slot.done && slot.pushes < floor) return false;
     }
-    comm_.send(ps::object_bytes(version_), layout_.worker_rank(p), ps::kTagPullVersion);
-    comm_.send(std::as_bytes(std::span<const float>(params_)), layout_.worker_rank(p),
-               ps::kTagPullPayload);
+    Slot& slot = slot_of(p);
+    for (Request& sent : slot.pull_sends) sent.wait();
+    slot.pull_version = version_;
+    slot.pull_sends[0] = comm_.isend(ps::object_bytes(slot.pull_version), layout_.worker_rank(p),
+                                     ps::kTagPullVersion);
+    slot.pull_sends[1] = comm_.isend(std::as_bytes(std::span<const float>(params_)),
+                                     layout_.worker_rank(p), ps::kTagPullPayload);
     ++log_.pulls;
     log_.bytes_sent += sizeof(version_) + params_.size() * sizeof(float);
     return true;
+  }
+
+  // Waits for every pull reply in flight: before params_ changes or leaves.
+  void complete_pulls() {
+    for (Slot& slot : slots_) {
+      for (Request& sent : slot.pull_sends) sent.wait();
+    }
   }
 
   // Min clock over the workers still running.
@@ -495,9 +536,10 @@ class Server {
         held += fmt::format("{}{} {} at clock {}", held.empty() ? "" : ", ", worker_name(p),
                             kind_name(slot.header.kind), slot.header.clock);
       }
-      if (slot.posted) {
+      if (slot.posted || slot.receiving) {
         any_posted = true;
-        waiting += fmt::format("{}{}", waiting.empty() ? "" : ", ", worker_name(p));
+        waiting += fmt::format("{}{}{}", waiting.empty() ? "" : ", ", worker_name(p),
+                               slot.receiving ? " (a push payload)" : "");
       }
     }
     if (any_held && !any_posted) {
@@ -531,8 +573,6 @@ class Server {
   std::vector<FlatSgd> optimizers_;
   std::vector<float> params_;
   std::vector<float> gradient_;  // dense scratch, all zero between pushes
-  std::vector<float> dense_payload_;
-  std::vector<std::uint32_t> sparse_payload_;
   std::vector<Slot> slots_;
   std::vector<WorkerClock> clocks_;  // controller only
   std::int64_t version_ = 0;
