@@ -274,17 +274,25 @@ inline void check_barrier(Communicator& comm) {
 }
 
 // Broadcast from every root at sizes from 0 bytes to just above 64 KiB.
-inline void check_broadcast(Communicator& comm) {
+// `native`: the backend's native_broadcast instead of broadcast.
+inline void check_broadcast_of(Communicator& comm, bool native) {
   const int r = comm.rank();
   for (int root = 0; root < comm.size(); ++root) {
     for (const std::size_t bytes : {0u, 1u, 7u, 4096u, 65537u}) {
       std::vector<std::byte> data = r == root ? pattern(root, 77, bytes) : garbage(bytes);
-      comm.broadcast(data, root);
+      if (native) {
+        comm.native_broadcast(data, root);
+      } else {
+        comm.broadcast(data, root);
+      }
       EXPECT_TRUE(same_bytes(data, pattern(root, 77, bytes)))
           << "rank " << r << ", root " << root << ", " << bytes << " bytes";
     }
   }
 }
+
+inline void check_broadcast(Communicator& comm) { check_broadcast_of(comm, false); }
+inline void check_native_broadcast(Communicator& comm) { check_broadcast_of(comm, true); }
 
 inline void check_allgather(Communicator& comm) {
   const int n = comm.size();

@@ -42,6 +42,12 @@ TEST(CommMpi, ZeroByteMessages) { run_on_mpi_world(checks::check_zero_byte_messa
 TEST(CommMpi, SizeMismatchIsAnError) { run_on_mpi_world(checks::check_size_mismatch_is_an_error); }
 TEST(CommMpi, Barrier) { run_on_mpi_world(checks::check_barrier); }
 TEST(CommMpi, Broadcast) { run_on_mpi_world(checks::check_broadcast); }
+TEST(CommMpi, NativeBroadcast) {
+  run_on_mpi_world([](Communicator& comm) {
+    ASSERT_TRUE(comm.has_native_broadcast());
+    checks::check_native_broadcast(comm);
+  });
+}
 TEST(CommMpi, Allgather) { run_on_mpi_world(checks::check_allgather); }
 TEST(CommMpi, Allgatherv) { run_on_mpi_world(checks::check_allgatherv); }
 TEST(CommMpi, NativeAllgatherv) {

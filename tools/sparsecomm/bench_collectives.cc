@@ -39,15 +39,35 @@ struct Options {
   long long timeout_ms = 0;  // 0: the default timeout
 };
 
-// The all-reduces, and two allgathers of the same total size (each rank
+// The all-reduces; two allgathers of the same total size (each rank
 // contributes 1/n of the buffer): the Communicator's own ring and the
 // backend's native one (MPI_Iallgatherv; the MPI backend's allgatherv is
-// the ring).
-enum class Algorithm { kRing, kNative, kSkipReduce, kAllgatherRing, kAllgatherNative };
+// the ring); and two broadcasts of the whole buffer from rank 0: the
+// Communicator's binomial tree and the native one (MPI_Ibcast; the MPI
+// backend's broadcast is the tree).
+enum class Algorithm {
+  kRing,
+  kNative,
+  kSkipReduce,
+  kAllgatherRing,
+  kAllgatherNative,
+  kBroadcastTree,
+  kBroadcastNative
+};
 
 bool is_allgather(Algorithm algorithm) {
   return algorithm == Algorithm::kAllgatherRing || algorithm == Algorithm::kAllgatherNative;
 }
+bool is_broadcast(Algorithm algorithm) {
+  return algorithm == Algorithm::kBroadcastTree || algorithm == Algorithm::kBroadcastNative;
+}
+bool is_allreduce(Algorithm algorithm) {
+  return !is_allgather(algorithm) && !is_broadcast(algorithm);
+}
+
+constexpr std::string_view kAlgorithmNames =
+    "ring, native, skipreduce, allgather-ring, allgather-native, broadcast-tree, "
+    "broadcast-native";
 
 struct Case {
   Algorithm algorithm;
@@ -80,6 +100,10 @@ std::string_view algorithm_name(Algorithm algorithm) {
       return "allgather-ring";
     case Algorithm::kAllgatherNative:
       return "allgather-native";
+    case Algorithm::kBroadcastTree:
+      return "broadcast-tree";
+    case Algorithm::kBroadcastNative:
+      return "broadcast-native";
   }
   return "?";
 }
@@ -172,11 +196,20 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
             "--backend mpi under mpirun",
             comm.backend());
       }
+    } else if (name == "broadcast-tree") {
+      cases.push_back({Algorithm::kBroadcastTree});
+    } else if (name == "broadcast-native") {
+      if (comm.has_native_broadcast()) {
+        cases.push_back({Algorithm::kBroadcastNative});
+      } else if (announce) {
+        logger().info(
+            "the {} backend has no native broadcast; 'broadcast-native' is measured only with "
+            "--backend mpi under mpirun",
+            comm.backend());
+      }
     } else {
       throw InvalidArgument(
-          fmt::format("--algorithms: unknown algorithm '{}': valid are ring, native, skipreduce, "
-                      "allgather-ring, allgather-native",
-                      name));
+          fmt::format("--algorithms: unknown algorithm '{}': valid are {}", name, kAlgorithmNames));
     }
   }
   return cases;
@@ -186,6 +219,17 @@ std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool a
 bool run_case(Communicator& comm, const Case& c, const Options& options, std::size_t segment_bytes,
               std::int64_t step, std::span<float> data, const AllgatherInput& gather,
               AllreduceReport& phases, SkipSchedule* schedule) {
+  if (is_broadcast(c.algorithm)) {
+    // Rank 0's buffer ends up everywhere.
+    const auto all = std::as_writable_bytes(data);
+    if (c.algorithm == Algorithm::kBroadcastTree) {
+      comm.broadcast(all, 0);
+    } else {
+      comm.native_broadcast(all, 0);
+    }
+    phases = {};
+    return false;
+  }
   if (is_allgather(c.algorithm)) {
     // Rank r's block lands at [r * d / n, (r + 1) * d / n) of `data`.
     const auto mine = std::as_bytes(std::span(gather.mine));
@@ -231,7 +275,11 @@ void verify(Communicator& comm, const Case& c, std::span<const float> data,
       if (static_cast<double>(data[i]) != expected) ++wrong;
     }
   };
-  if (is_allgather(c.algorithm)) {
+  if (is_broadcast(c.algorithm)) {
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      if (data[i] != input_value(0, i)) ++wrong;
+    }
+  } else if (is_allgather(c.algorithm)) {
     for (int q = 0; q < n; ++q) {  // element i of rank q's block: rank q's input
       const Block block = allgather_block(data.size(), n, q);
       for (std::size_t i = block.begin; i < block.end; ++i) {
@@ -309,14 +357,16 @@ std::vector<Row> measure(Communicator& comm, const Options& options) {
       row.time_ms = median_of_rank_max(comm, total_ms);
       const double rs = median_of_rank_max(comm, rs_ms);
       const double ag = median_of_rank_max(comm, ag_ms);
-      if (c.algorithm != Algorithm::kNative && !is_allgather(c.algorithm)) {
+      if (c.algorithm != Algorithm::kNative && is_allreduce(c.algorithm)) {
         row.rs_time_ms = rs;
         row.ag_time_ms = ag;
       }
       row.algbw_gbps = row.time_ms > 0 ? static_cast<double>(bytes) / (row.time_ms * 1e6) : 0.0;
       // What crosses each link: 2(n-1)/n of the buffer for an all-reduce,
-      // (n-1)/n for an allgather.
-      row.busbw_gbps = row.algbw_gbps * (is_allgather(c.algorithm) ? 1.0 : 2.0) * (n - 1) / n;
+      // (n-1)/n for an allgather, the buffer for a broadcast.
+      row.busbw_gbps = is_broadcast(c.algorithm)
+                           ? row.algbw_gbps
+                           : row.algbw_gbps * (is_allgather(c.algorithm) ? 1.0 : 2.0) * (n - 1) / n;
       rows.push_back(row);
     }
   }
@@ -344,8 +394,8 @@ nlohmann::json to_json(const Row& row, std::string_view backend, int world,
 void print_table(const std::vector<Row>& rows, std::string_view backend, int world,
                  const Options& options) {
   fmt::print(
-      "all-reduce (allgather: the same total size) on the {} backend, {} ranks, median of {} "
-      "runs (max over ranks)\n",
+      "all-reduce (allgather, broadcast: the same total size) on the {} backend, {} ranks, median "
+      "of {} runs (max over ranks)\n",
       backend, world, options.iters);
   fmt::print("{:<16} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}\n", "algorithm", "skip",
              "size", "time ms", "rs ms", "ag ms", "algbw GB/s", "busbw GB/s");
@@ -403,8 +453,8 @@ void add_bench_collectives_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
       "collectives",
-      "All-reduce time and bandwidth: our ring, the native one (MPI), Skip-Reduce; and "
-      "allgather: our ring against the backend's (MPI)");
+      "All-reduce time and bandwidth: our ring, the native one (MPI), Skip-Reduce; allgather: "
+      "our ring against the backend's (MPI); broadcast: our tree against the backend's (MPI)");
   cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
       ->capture_default_str();
   cmd->add_option("--workers,-n", options->workers, "ranks for the thread backend")
@@ -412,8 +462,7 @@ void add_bench_collectives_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--sizes", options->sizes, "buffer sizes in bytes (K/M/G suffixes)")
       ->capture_default_str();
-  cmd->add_option("--algorithms", options->algorithms,
-                  "ring, native, skipreduce, allgather-ring, allgather-native")
+  cmd->add_option("--algorithms", options->algorithms, std::string(kAlgorithmNames))
       ->capture_default_str();
   cmd->add_option("--skips", options->skips, "Skip-Reduce skips s (default: 0, n/4, n/2)");
   cmd->add_option("--iters", options->iters, "timed runs per measurement (median reported)")

@@ -163,4 +163,8 @@ void Communicator::native_allgatherv(std::span<const std::byte>, std::span<std::
   throw NotSupported(where() + "this backend has no native allgatherv (use --backend mpi)");
 }
 
+void Communicator::native_broadcast(std::span<std::byte>, int) {
+  throw NotSupported(where() + "this backend has no native broadcast (use --backend mpi)");
+}
+
 }  // namespace sparsecomm

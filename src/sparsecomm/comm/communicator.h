@@ -141,6 +141,10 @@ class Communicator {
   virtual bool has_native_allgatherv() const { return false; }
   virtual void native_allgatherv(std::span<const std::byte> mine, std::span<std::byte> all,
                                  std::span<const std::size_t> counts);
+  // --- optional native broadcast (MPI's), for comparison with the tree ---
+  // Same contract as broadcast. Decorators (recording, delay) do not offer it.
+  virtual bool has_native_broadcast() const { return false; }
+  virtual void native_broadcast(std::span<std::byte> data, int root);
 
   // Prefix for error messages: "[<backend>] rank <r>: ".
   std::string where() const;
