@@ -4,8 +4,11 @@
 # own NIC, rate-limited in each direction (tc tbf on both ends of its veth:
 # full duplex, like a real link), all joined by one bridge. Needs root.
 #
-#   scripts/emulated-cluster.sh up [HOSTS] [RATE]   create sc0..sc<HOSTS-1>
-#                                                   (default 4 hosts, 1gbit)
+#   scripts/emulated-cluster.sh up [HOSTS] [RATE] [QUEUE_MS]
+#                                                   create sc0..sc<HOSTS-1>
+#                                                   (default 4 hosts, 1gbit;
+#                                                   each link's queue holds
+#                                                   QUEUE_MS of traffic, 5)
 #   scripts/emulated-cluster.sh run HOSTS CMD...    mpirun CMD, one rank per
 #                                                   host, over TCP only
 #   scripts/emulated-cluster.sh counters HOSTS      "host tx_bytes rx_bytes" of
@@ -22,7 +25,7 @@ set -euo pipefail
 
 BRIDGE=scbr0
 SUBNET=10.77.0
-usage() { sed -n '2,19p' "$0" >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" >&2; exit 2; }
 
 need_root() {
   [[ $(id -u) -eq 0 ]] || { echo "emulated-cluster: needs root (network namespaces, tc)" >&2; exit 1; }
@@ -37,9 +40,16 @@ hosts_arg() {
 
 up() {
   need_root
-  local hosts rate
+  local hosts rate queue
   hosts=$(hosts_arg "${1:-4}")
   rate=${2:-1gbit}
+  # The token bucket's queue, in ms of traffic at the link rate: 5 ms is a
+  # shallow switch buffer (125 KB at 200 Mbit/s), where TCP can lose the
+  # tail of a ~1 MiB burst and stall for its 200 ms retransmission timeout
+  # (docs/benchmarks.md, "Broadcast"); 50 ms is a deep one.
+  queue=${3:-5}
+  [[ $queue =~ ^[0-9]+$ ]] && ((queue >= 1 && queue <= 1000)) ||
+    { echo "emulated-cluster: QUEUE_MS must be 1..1000, got '$queue'" >&2; exit 2; }
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     echo "emulated-cluster: $BRIDGE exists already; run '$0 down' first" >&2
     exit 1
@@ -57,14 +67,14 @@ up() {
     ip -n "sc$i" link set "scv$i" up
     ip -n "sc$i" link set lo up
     # Upload: the namespace's end; download: the bridge's end of the veth.
-    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst 256kb latency 5ms ||
-       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst 256kb latency 5ms; then
+    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst 256kb latency "${queue}ms" ||
+       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst 256kb latency "${queue}ms"; then
       echo "emulated-cluster: tc rejected rate '$rate' (examples: 100mbit, 1gbit)" >&2
       down
       exit 1
     fi
   done
-  echo "emulated-cluster: $hosts hosts at $rate each on $BRIDGE ($SUBNET.1..$SUBNET.$hosts)"
+  echo "emulated-cluster: $hosts hosts at $rate each (queue $queue ms) on $BRIDGE ($SUBNET.1..$SUBNET.$hosts)"
 }
 
 run() {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The table of scripts/validate-model.sh: measured against predicted.
 
-    scripts/validate-model.py OUT [--measured-stats]
+    scripts/validate-model.py OUT [--measured-stats] [--no-spread]
 
 For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>/result.json
 it asks `sparsecomm plan` (with the cluster's calibrated profile, the
@@ -14,6 +14,11 @@ of each quantity over all cells.
 K/k, mean per-rank selection, imbalance: `plan --stats`) instead of the
 built-in ones of the synthetic stream, so the errors are those of the cost
 model alone; without it they also hold the statistics' error.
+
+The prediction includes the arrival wait (`plan --compute-spread-ms`) with
+the cell's own spread: the standard deviation of rank 0's compute time over
+its timed steps, standing in for the spread across ranks. --no-spread
+leaves the wait out (the model before 2026-11-26's revision).
 
 Cells from before agreement_s existed timed the exchange without the
 agreement, so their prediction leaves it out too. Cells that recorded agreement_s (the sparse step's first collective, which
@@ -49,11 +54,26 @@ def stats_file(result, directory):
     return path
 
 
-def predict(profile, result, measured_stats):
+def compute_spread(result, cell):
+    """The standard deviation of rank 0's compute time over the timed steps:
+    result.json's, or from the cell's metrics for cells measured before
+    validate-model.sh recorded it (0 when neither is there)."""
+    if "compute_spread_s" in result:
+        return result["compute_spread_s"]
+    path = os.path.join(cell, "long", "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0.0
+    rows = [json.loads(line) for line in open(path)]
+    times = [r["compute_s"] for r in rows if r.get("kind") == "step" and r["step"] >= 3]
+    return statistics.stdev(times) if len(times) >= 2 else 0.0
+
+
+def predict(profile, result, measured_stats, spread_s):
     method = result["method"]
     ranks = result["workers"]
     args = [BIN, "plan", "--profile", profile, "--params", str(result["numel"]),
-            "--compute-ms", repr(result["compute_s"] * 1e3), "-n", str(ranks), "-c", "0.01",
+            "--compute-ms", repr(result["compute_s"] * 1e3),
+            "--compute-spread-ms", repr(spread_s * 1e3), "-n", str(ranks), "-c", "0.01",
             "--methods", method, "--format", "json"]
     if method == "ps":
         args += ["--servers", str(result["servers"])]
@@ -75,16 +95,18 @@ def error(predicted, measured):
 def main():
     args = sys.argv[1:]
     measured_stats = "--measured-stats" in args
-    args = [a for a in args if a != "--measured-stats"]
+    no_spread = "--no-spread" in args
+    args = [a for a in args if a not in ("--measured-stats", "--no-spread")]
     if len(args) != 1 or not os.path.isdir(args[0]):
-        sys.exit("usage: validate-model.py OUT [--measured-stats]")
+        sys.exit("usage: validate-model.py OUT [--measured-stats] [--no-spread]")
     out_dir = args[0]
     rows = []
     for path in sorted(glob.glob(os.path.join(out_dir, "*", "*", "result.json"))):
         cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
         profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
         result = json.load(open(path))
-        p = predict(profile, result, measured_stats)
+        spread = 0.0 if no_spread else compute_spread(result, os.path.dirname(path))
+        p = predict(profile, result, measured_stats, spread)
         rows.append((cluster, result, p))
     if not rows:
         sys.exit(f"no cells with result.json under {out_dir}")
@@ -107,7 +129,8 @@ def main():
         errors["bytes"].append(abs(e_b))
         e_w = float("nan")
         if r.get("agreement_s") is not None and p.get("agreement_s", 0) > 0:
-            e_w = error(p["exchange_s"], r["exchange_s"] - r["agreement_s"] + p["agreement_s"])
+            e_w = error(p["exchange_s"] - p.get("arrival_wait_s", 0.0),
+                        r["exchange_s"] - r["agreement_s"] + p["agreement_s"])
         errors["exchange less the wait"].append(abs(e_w))
         by_method.setdefault(r["method"], []).append((abs(e_x), abs(e_s), abs(e_b), abs(e_w)))
         print(f"| {cluster} | {r['model']} | {r['method']} "

@@ -11,12 +11,13 @@
 #     --models "wide-mlp cnn"
 #     --methods "dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
 #     --steps 6                 measured steps per cell (after 3 untimed ones)
+#     --queue-ms 5              each emulated link's queue, in ms of traffic
 #     --delay-us 0              also delay every message this long
 #                               (SPARSECOMM_MESSAGE_DELAY_US: the latency terms)
 #     --threads                 ranks as threads of one process instead (no
 #                               cluster, no root; rates ignored, no wire bytes)
 #
-# Resumable: a cell (OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>) whose
+# Resumable: a cell (OUT/<rate>-h<hosts>[-q<ms>][-delay<us>]/<model>-<method>) whose
 # result.json exists is skipped, and so is a profile already calibrated.
 # Wire bytes are the hosts' NIC counters: a run of 3 steps and a run of
 # 3 + N steps, the difference over N steps (so start-up traffic cancels).
@@ -24,7 +25,7 @@
 # 1 and 1 on 2 hosts). The table: scripts/validate-model.py OUT.
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -34,6 +35,7 @@ MODELS="wide-mlp cnn"
 METHODS="dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
 STEPS=6
 DELAY_US=0
+QUEUE_MS=5
 THREADS=0
 while (($# > 0)); do
   case $1 in
@@ -43,12 +45,14 @@ while (($# > 0)); do
     --methods) METHODS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --delay-us) DELAY_US=$2; shift 2 ;;
+    --queue-ms) QUEUE_MS=$2; shift 2 ;;
     --threads) THREADS=1; RATES=threads; shift ;;
     *) echo "validate-model: unknown option '$1'" >&2; usage ;;
   esac
 done
 [[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 2)) || { echo "validate-model: --steps must be >= 2" >&2; exit 2; }
 [[ $DELAY_US =~ ^[0-9]+$ ]] || { echo "validate-model: --delay-us must be a number" >&2; exit 2; }
+[[ $QUEUE_MS =~ ^[0-9]+$ ]] || { echo "validate-model: --queue-ms must be a number" >&2; exit 2; }
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/build/sparsecomm
@@ -92,6 +96,7 @@ train() {
 for rate in $RATES; do
   for hosts in $HOSTS; do
     cell_dir=$OUT/$rate-h$hosts
+    ((QUEUE_MS != 5 && !THREADS)) && cell_dir+=-q$QUEUE_MS
     ((DELAY_US > 0)) && cell_dir+=-delay$DELAY_US
     mkdir -p "$cell_dir"
     todo=0
@@ -103,7 +108,7 @@ for rate in $RATES; do
     ((todo)) || continue
     if ((!THREADS)); then
       "$CLUSTER" down
-      "$CLUSTER" up "$hosts" "$rate"
+      "$CLUSTER" up "$hosts" "$rate" "$QUEUE_MS"
     fi
     profile=$cell_dir/profile.json
     if [[ ! -f $profile ]]; then
@@ -147,6 +152,9 @@ def selected_mean(r):
 json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel": summary["numel"],
            "workers": summary["workers"], "servers": summary.get("servers", 0),
            "steps_timed": len(timed), "compute_s": med("compute_s"),
+           # The arrival wait's input (plan --compute-spread-ms): rank 0's
+           # spread over the steps, standing in for the spread across ranks.
+           "compute_spread_s": statistics.stdev(r["compute_s"] for r in timed),
            "selection_s": med("selection_s"),
            # A parameter-server worker also waits for its grant (BSP): that
            # wait is part of its exchange, as in the model.

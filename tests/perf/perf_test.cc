@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -249,6 +250,51 @@ TEST(StepModel, SparseStepsPayTheNonFiniteAgreementDenseDoesNot) {
                    nonfinite_agreement(p, 8).seconds + shared_allreduce(p, 8, shared).seconds);
   EXPECT_DOUBLE_EQ(randomk.agreement_s, nonfinite_agreement(p, 8).seconds);
   EXPECT_DOUBLE_EQ(predict_step("dense", s, p).exchange_s, ring_allreduce(p, 8, 4e6).seconds);
+}
+
+TEST(StepModel, TheExpectedMaximumOfNormalsMatchesItsClosedForms) {
+  EXPECT_EQ(expected_max_of_normals(1), 0.0);
+  const double root_pi = std::sqrt(std::numbers::pi);
+  EXPECT_NEAR(expected_max_of_normals(2), 1.0 / root_pi, 1e-9);
+  EXPECT_NEAR(expected_max_of_normals(3), 1.5 / root_pi, 1e-9);
+  // n = 4 and 5: (3/sqrt(pi)) (1/2 + asin(1/3)/pi) and (5/(4 sqrt(pi)))
+  // (1 + 6 asin(1/3)/pi).
+  const double asin_third = std::asin(1.0 / 3.0);
+  EXPECT_NEAR(expected_max_of_normals(4), 3.0 / root_pi * (0.5 + asin_third / std::numbers::pi),
+              1e-9);
+  EXPECT_NEAR(expected_max_of_normals(5),
+              1.25 / root_pi * (1.0 + 6.0 * asin_third / std::numbers::pi), 1e-9);
+  // It grows like sqrt(2 ln n), from below.
+  double previous = 0.0;
+  for (int n : {8, 64, 512, 4096, 1 << 20}) {
+    const double e = expected_max_of_normals(n);
+    EXPECT_GT(e, previous) << n;
+    EXPECT_LT(e, std::sqrt(2.0 * std::log(n))) << n;
+    EXPECT_GT(e, 0.6 * std::sqrt(2.0 * std::log(n))) << n;
+    previous = e;
+  }
+  EXPECT_THROW(expected_max_of_normals(0), InvalidArgument);
+}
+
+TEST(StepModel, EveryMethodWaitsForTheSlowestRanksCompute) {
+  const CostProfile p = network_profile(10, 5);
+  for (int n : {1, 4, 4096}) {
+    Scenario s{.ranks = n, .numel = 2.5e7, .density = 0.01, .compute_s = 0.2, .servers = 4};
+    for (const std::string& method : modeled_methods()) {
+      const StepPrediction still = predict_step(method, s, p);
+      s.compute_spread_s = 0.01;
+      const StepPrediction spread = predict_step(method, s, p);
+      s.compute_spread_s = 0.0;
+      const double wait = 0.01 * expected_max_of_normals(n);
+      EXPECT_EQ(still.arrival_wait_s, 0.0) << method;
+      EXPECT_DOUBLE_EQ(spread.arrival_wait_s, wait) << method << " " << n;
+      EXPECT_NEAR(spread.exchange_s - still.exchange_s, wait, 1e-12) << method << " " << n;
+      EXPECT_NEAR(spread.step_s - still.step_s, wait, 1e-12) << method << " " << n;
+    }
+  }
+  EXPECT_EQ(error_message<InvalidArgument>(
+                [&] { predict_step("dense", Scenario{.numel = 10, .compute_spread_s = -1}, p); }),
+            "the compute time's spread must be a finite number >= 0, got -1");
 }
 
 TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {

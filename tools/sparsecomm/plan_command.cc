@@ -29,6 +29,7 @@ struct PlanOptions {
   std::string model;
   std::string params;
   std::optional<double> compute_ms;
+  double compute_spread_ms = 0.0;  // std. deviation of one rank's compute per step
   std::int64_t batch = 64;
   int threads = 1;
   std::string profile;
@@ -231,6 +232,7 @@ nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row) {
   j["selection_s"] = p.selection_s;
   j["exchange_s"] = p.exchange_s;
   j["agreement_s"] = p.agreement_s;
+  j["arrival_wait_s"] = p.arrival_wait_s;
   j["overlap_s"] = p.overlap_s;
   j["update_s"] = p.update_s;
   j["bytes_sent_per_rank"] = p.bytes_sent;
@@ -248,17 +250,17 @@ void print_one(const Row& row) {
   for (const perf::StepPrediction& p : row.methods) order.push_back(&p);
   std::sort(order.begin(), order.end(),
             [](const auto* a, const auto* b) { return a->step_s < b->step_s; });
-  fmt::print("{:<11} {:<30} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>11} {:>7} {:>8}\n",
-             "method", "exchange", "step ms", "compute", "accum", "select", "exchange", "overlap",
-             "update", "bytes/rank", "K/k", "vs dense");
+  fmt::print("{:<11} {:<30} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>11} {:>7} {:>8}\n",
+             "method", "exchange", "step ms", "compute", "accum", "select", "exchange", "(wait)",
+             "overlap", "update", "bytes/rank", "K/k", "vs dense");
   for (const perf::StepPrediction* p : order) {
     const double s = speedup(row, *p);
     fmt::print(
-        "{:<11} {:<30} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>11} "
-        "{:>7.2f} {:>8}\n",
+        "{:<11} {:<30} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
+        "{:>11} {:>7.2f} {:>8}\n",
         p->method, p->exchange, p->step_s * 1e3, p->compute_s * 1e3, p->accumulate_s * 1e3,
-        p->selection_s * 1e3, p->exchange_s * 1e3, p->overlap_s * 1e3, p->update_s * 1e3,
-        format_bytes(p->bytes_sent), p->density_ratio,
+        p->selection_s * 1e3, p->exchange_s * 1e3, p->arrival_wait_s * 1e3, p->overlap_s * 1e3,
+        p->update_s * 1e3, format_bytes(p->bytes_sent), p->density_ratio,
         std::isfinite(s) ? fmt::format("{:.2f}x", s) : "-");
   }
 }
@@ -358,6 +360,12 @@ void run_plan(const PlanOptions& o) {
   }
   if (o.servers < 0)
     throw InvalidArgument(fmt::format("--servers must be >= 0, got {}", o.servers));
+  if (!(o.compute_spread_ms >= 0) || !std::isfinite(o.compute_spread_ms)) {
+    throw InvalidArgument(fmt::format(
+        "--compute-spread-ms must be a finite number >= 0 (the standard deviation of one rank's "
+        "compute time per step), got {}",
+        o.compute_spread_ms));
+  }
   if (!(o.bucket_mb >= 0) || !std::isfinite(o.bucket_mb)) {
     throw InvalidArgument(fmt::format("--bucket-mb must be >= 0, got {}", o.bucket_mb));
   }
@@ -405,6 +413,7 @@ void run_plan(const PlanOptions& o) {
                                   .numel = work.numel,
                                   .density = o.density,
                                   .compute_s = work.compute_s,
+                                  .compute_spread_s = o.compute_spread_ms / 1e3,
                                   .bucket_bytes = o.bucket_mb * 1024 * 1024,
                                   .servers = std::max(1, o.servers),
                                   .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
@@ -427,6 +436,7 @@ void run_plan(const PlanOptions& o) {
     j["numel"] = work.numel;
     j["compute_s"] = work.compute_s;
     j["compute_source"] = work.compute_source;
+    j["compute_spread_s"] = o.compute_spread_ms / 1e3;
     j["density"] = o.density;
     j["servers"] = o.servers;
     j["bucket_mb"] = o.bucket_mb;
@@ -443,8 +453,13 @@ void run_plan(const PlanOptions& o) {
     j["crossovers"] = crossovers(rows);
     std::cout << j.dump(2) << "\n";
   } else {
-    fmt::print("plan: {}, compute {:.2f} ms per step ({}), c = {:g}, {}\n", work.what,
-               work.compute_s * 1e3, work.compute_source, o.density,
+    fmt::print("plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}, {}\n", work.what,
+               work.compute_s * 1e3, work.compute_source,
+               o.compute_spread_ms > 0
+                   ? fmt::format("; spread {:g} ms: the step waits for the slowest rank",
+                                 o.compute_spread_ms)
+                   : "",
+               o.density,
                o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb) : "not pipelined");
     fmt::print("network: {} (alpha {:.3g} us, {:.3g} Gbit/s per direction; {})\n", profile.name,
                profile.alpha_s * 1e6, 8.0 / profile.beta_s_per_byte / 1e9,
@@ -490,6 +505,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--params", options->params, "a parameter count instead (e.g. 25M, 350M, 1.3B)");
   cmd->add_option("--compute-ms", options->compute_ms,
                   "forward + backward per step on one rank, in ms");
+  cmd->add_option("--compute-spread-ms", options->compute_spread_ms,
+                  "standard deviation of one rank's compute time per step, in ms: a synchronous "
+                  "step waits for the slowest of n ranks, about spread x sqrt(2 ln n) longer")
+      ->capture_default_str();
   cmd->add_option("--batch", options->batch, "batch of the measured compute time")
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "threads of the measured compute time")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include <fmt/format.h>
 
@@ -153,6 +154,10 @@ void check_scenario(const Scenario& s) {
   if (!(s.compute_s >= 0) || !std::isfinite(s.compute_s)) {
     bad(fmt::format("compute time must be a finite number >= 0, got {}", s.compute_s));
   }
+  if (!(s.compute_spread_s >= 0) || !std::isfinite(s.compute_spread_s)) {
+    bad(fmt::format("the compute time's spread must be a finite number >= 0, got {}",
+                    s.compute_spread_s));
+  }
   if (!(s.backward_share >= 0 && s.backward_share <= 1)) {
     bad(fmt::format("the backward share of compute must be in [0, 1], got {}", s.backward_share));
   }
@@ -163,6 +168,28 @@ void check_scenario(const Scenario& s) {
   if (s.value_bytes != 2 && s.value_bytes != 4) {
     bad(fmt::format("values travel as 4 (fp32) or 2 (fp16/bf16) bytes, got {}", s.value_bytes));
   }
+}
+
+double expected_max_of_normals(int n) {
+  if (n < 1) throw InvalidArgument(fmt::format("a world has at least 1 rank, got {}", n));
+  if (n == 1) return 0.0;
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1) over x, by Simpson's rule
+  // on [-9, 12]: the density of the maximum of up to 2^20 normals is
+  // negligible outside it (its mean is below 5.5, its spread below 1).
+  constexpr double kLow = -9.0;
+  constexpr double kHigh = 12.0;
+  constexpr int kIntervals = 8400;  // even
+  constexpr double kStep = (kHigh - kLow) / kIntervals;
+  const double log_n = std::log(static_cast<double>(n));
+  auto integrand = [&](double x) {
+    const double log_phi = -0.5 * x * x - 0.5 * std::log(2.0 * std::numbers::pi);
+    const double log_cdf = std::log(0.5 * std::erfc(-x / std::numbers::sqrt2));
+    return x * std::exp(log_n + log_phi + (n - 1) * log_cdf);
+  };
+  double sum = integrand(kLow) + integrand(kHigh);
+  for (int i = 1; i < kIntervals; ++i)
+    sum += (i % 2 == 1 ? 4.0 : 2.0) * integrand(kLow + i * kStep);
+  return sum * kStep / 3.0;
 }
 
 bool has_scheme_statistics(std::string_view method) {
@@ -214,6 +241,11 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
     out.overlap_s = std::min(s.backward_share * s.compute_s,
                              (buckets - 1) / buckets * (out.selection_s + out.exchange_s));
   }
+  // Every method here synchronizes all n ranks (the parameter server: all
+  // W workers, under BSP) once per step: its first collective waits for the
+  // slowest rank's compute, which nothing overlaps.
+  out.arrival_wait_s = s.compute_spread_s * expected_max_of_normals(s.ranks);
+  out.exchange_s += out.arrival_wait_s;
   out.step_s = out.compute_s + out.accumulate_s + out.selection_s + out.exchange_s - out.overlap_s +
                out.update_s;
   return out;

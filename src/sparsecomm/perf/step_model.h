@@ -4,7 +4,9 @@
 //
 //   step = compute + accumulate + selection + exchange - overlap + update
 //
-// with the exchange from collective_cost.h, the sparsification statistics
+// where the exchange also holds the arrival wait (the slowest of n ranks'
+// compute, when compute times spread), with the exchange from
+// collective_cost.h, the sparsification statistics
 // from scheme_scaling.h and the host costs from the profile. Pure
 // functions: no clock, no communicator.
 
@@ -20,10 +22,13 @@ namespace sparsecomm::perf {
 
 // What is trained and on what: one prediction's input.
 struct Scenario {
-  int ranks = 4;                      // n (parameter server: workers; servers are extra hosts)
-  double numel = 0.0;                 // d, parameters
-  double density = 0.01;              // c, k = c d
-  double compute_s = 0.0;             // forward + backward per step on one rank
+  int ranks = 4;           // n (parameter server: workers; servers are extra hosts)
+  double numel = 0.0;      // d, parameters
+  double density = 0.01;   // c, k = c d
+  double compute_s = 0.0;  // forward + backward per step on one rank (its mean)
+  // The standard deviation of one rank's compute time per step, ranks
+  // independent; a synchronous step waits for the slowest of n. 0: none.
+  double compute_spread_s = 0.0;
   double backward_share = 2.0 / 3.0;  // of compute_s, the part communication can overlap
   double bucket_bytes = 0.0;          // > 0: pipelined in buckets of this size (bucketable methods)
   int servers = 1;                    // parameter server: S
@@ -43,12 +48,13 @@ struct StepPrediction {
   std::string method;
   std::string exchange;  // the collective or pattern it runs
   double compute_s = 0.0;
-  double accumulate_s = 0.0;  // error feedback: a = g + e
-  double selection_s = 0.0;   // the slowest rank's select(), less its collectives
-  double exchange_s = 0.0;    // the exchange plus select()'s own collectives
-  double agreement_s = 0.0;   // sparse steps: the non-finite agreement (in exchange_s)
-  double overlap_s = 0.0;     // pipelined: hidden behind backward
-  double update_s = 0.0;      // the optimizer
+  double accumulate_s = 0.0;    // error feedback: a = g + e
+  double selection_s = 0.0;     // the slowest rank's select(), less its collectives
+  double exchange_s = 0.0;      // the exchange plus select()'s own collectives
+  double agreement_s = 0.0;     // sparse steps: the non-finite agreement (in exchange_s)
+  double arrival_wait_s = 0.0;  // for the slowest rank's compute (in exchange_s)
+  double overlap_s = 0.0;       // pipelined: hidden behind backward
+  double update_s = 0.0;        // the optimizer
   double step_s = 0.0;
   double bytes_sent = 0.0;  // per rank and step
   double bytes_received = 0.0;
@@ -58,6 +64,12 @@ struct StepPrediction {
   // "built-in" (the synthetic stream) or "" (the method needs none).
   std::string statistics;
 };
+
+// E[max of n independent standard normal variables]: 0 for n = 1,
+// 1/sqrt(pi) for 2, 3/(2 sqrt(pi)) for 3, about sqrt(2 ln n) for large n.
+// The arrival wait of a synchronous step is compute_spread_s times this.
+// Throws InvalidArgument for n < 1.
+double expected_max_of_normals(int n);
 
 // The methods the model predicts, in the order `plan` lists them: dense,
 // skipreduce, every sparse scheme with its default pattern, and ps (dense

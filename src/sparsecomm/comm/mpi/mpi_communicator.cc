@@ -373,9 +373,10 @@ class MpiCommunicator final : public Communicator {
     // emulated hosts Open MPI 4.1's non-blocking broadcast (libnbc) took
     // 1.3-1.5x the tree's time for 1 and 4 MiB at 200 Mbit/s and 1 Gbit/s
     // (docs/benchmarks.md, "the parameter server, the broadcast, the
-    // arrival wait"), and the tree is what the performance model prices.
-    // Pieces of at most kChunkBytes keep every message within MPI's int
-    // counts.
+    // arrival wait"; the exception, a 1 MiB burst into a shallow 5 ms
+    // queue, is a TCP retransmission stall), and the tree is what the
+    // performance model prices. Pieces of at most kChunkBytes keep every
+    // message within MPI's int counts.
     std::size_t offset = 0;
     do {
       const std::size_t chunk = std::min(data.size() - offset, kChunkBytes);
