@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The table of scripts/validate-model.sh: measured against predicted.
 
-    scripts/validate-model.py OUT [--measured-stats] [--no-spread]
+    scripts/validate-model.py OUT [--measured-stats] [--no-spread] [--clusters GLOB]
 
 For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>/result.json
 it asks `sparsecomm plan` (with the cluster's calibrated profile, the
@@ -18,7 +18,8 @@ model alone; without it they also hold the statistics' error.
 The prediction includes the arrival wait (`plan --compute-spread-ms`) with
 the cell's own spread: the standard deviation of rank 0's compute time over
 its timed steps, standing in for the spread across ranks. --no-spread
-leaves the wait out (the model before 2026-11-26's revision).
+leaves the wait out (the model before 2026-11-26's revision). --clusters
+takes only the clusters whose directory matches GLOB (e.g. '*-h4-q50').
 
 Cells from before agreement_s existed timed the exchange without the
 agreement, so their prediction leaves it out too. Cells that recorded agreement_s (the sparse step's first collective, which
@@ -97,11 +98,16 @@ def main():
     measured_stats = "--measured-stats" in args
     no_spread = "--no-spread" in args
     args = [a for a in args if a not in ("--measured-stats", "--no-spread")]
+    clusters = "*"
+    if "--clusters" in args and args.index("--clusters") + 1 < len(args):
+        at = args.index("--clusters")
+        clusters = args[at + 1]
+        del args[at:at + 2]
     if len(args) != 1 or not os.path.isdir(args[0]):
-        sys.exit("usage: validate-model.py OUT [--measured-stats] [--no-spread]")
+        sys.exit("usage: validate-model.py OUT [--measured-stats] [--no-spread] [--clusters GLOB]")
     out_dir = args[0]
     rows = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "*", "*", "result.json"))):
+    for path in sorted(glob.glob(os.path.join(out_dir, clusters, "*", "result.json"))):
         cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
         profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
         result = json.load(open(path))
