@@ -171,42 +171,33 @@ std::vector<int> parse_skips(const Options& options, int world) {
 
 std::vector<Case> parse_cases(const Options& options, Communicator& comm, bool announce) {
   std::vector<Case> cases;
+  // A backend's native collective is measured where it has one, and
+  // skipped with a note where it has not.
+  const auto native = [&](bool available, Algorithm algorithm, std::string_view what) {
+    if (available) {
+      cases.push_back({algorithm});
+    } else if (announce) {
+      logger().info(
+          "the {} backend has no native {}; '{}' is measured only with --backend mpi under "
+          "mpirun",
+          comm.backend(), what, algorithm_name(algorithm));
+    }
+  };
   for (const std::string& name : split_list(options.algorithms, "--algorithms")) {
     if (name == "ring") {
       cases.push_back({Algorithm::kRing});
     } else if (name == "native") {
-      if (comm.has_native_allreduce()) {
-        cases.push_back({Algorithm::kNative});
-      } else if (announce) {
-        logger().info(
-            "the {} backend has no native all-reduce; 'native' is measured only with --backend "
-            "mpi under mpirun",
-            comm.backend());
-      }
+      native(comm.has_native_allreduce(), Algorithm::kNative, "all-reduce");
     } else if (name == "skipreduce") {
       for (int s : parse_skips(options, comm.size())) cases.push_back({Algorithm::kSkipReduce, s});
     } else if (name == "allgather-ring") {
       cases.push_back({Algorithm::kAllgatherRing});
     } else if (name == "allgather-native") {
-      if (comm.has_native_allgatherv()) {
-        cases.push_back({Algorithm::kAllgatherNative});
-      } else if (announce) {
-        logger().info(
-            "the {} backend has no native allgatherv; 'allgather-native' is measured only with "
-            "--backend mpi under mpirun",
-            comm.backend());
-      }
+      native(comm.has_native_allgatherv(), Algorithm::kAllgatherNative, "allgatherv");
     } else if (name == "broadcast-tree") {
       cases.push_back({Algorithm::kBroadcastTree});
     } else if (name == "broadcast-native") {
-      if (comm.has_native_broadcast()) {
-        cases.push_back({Algorithm::kBroadcastNative});
-      } else if (announce) {
-        logger().info(
-            "the {} backend has no native broadcast; 'broadcast-native' is measured only with "
-            "--backend mpi under mpirun",
-            comm.backend());
-      }
+      native(comm.has_native_broadcast(), Algorithm::kBroadcastNative, "broadcast");
     } else {
       throw InvalidArgument(
           fmt::format("--algorithms: unknown algorithm '{}': valid are {}", name, kAlgorithmNames));
