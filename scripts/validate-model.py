@@ -16,8 +16,9 @@ built-in ones of the synthetic stream, so the errors are those of the cost
 model alone; without it they also hold the statistics' error.
 
 The prediction includes the arrival wait (`plan --compute-spread-ms`) with
-the cell's own spread: the standard deviation of rank 0's compute time over
-its timed steps, standing in for the spread across ranks. --no-spread
+the cell's own spread: the spread across ranks within a step (summary.json's
+compute_spread_s) where the cell recorded it, else the standard deviation
+of rank 0's compute time over its timed steps, standing in for it. --no-spread
 leaves the wait out (the model before 2026-11-26's revision). --clusters
 takes only the clusters whose directory matches GLOB (e.g. '*-h4-q50').
 
@@ -56,9 +57,13 @@ def stats_file(result, directory):
 
 
 def compute_spread(result, cell):
-    """The standard deviation of rank 0's compute time over the timed steps:
-    result.json's, or from the cell's metrics for cells measured before
-    validate-model.sh recorded it (0 when neither is there)."""
+    """The spread across ranks within a step when the cell has it (runs since
+    summary.json reported it), else the standard deviation of rank 0's
+    compute time over the timed steps: result.json's, or from the cell's
+    metrics for cells measured before validate-model.sh recorded it (0 when
+    neither is there)."""
+    if result.get("compute_spread_across_ranks_s") is not None:
+        return result["compute_spread_across_ranks_s"]
     if "compute_spread_s" in result:
         return result["compute_spread_s"]
     path = os.path.join(cell, "long", "metrics.jsonl")

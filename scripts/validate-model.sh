@@ -155,6 +155,11 @@ json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel":
            # The arrival wait's input (plan --compute-spread-ms): rank 0's
            # spread over the steps, standing in for the spread across ranks.
            "compute_spread_s": statistics.stdev(r["compute_s"] for r in timed),
+           # The spread across ranks within a step and the mean wait for the
+           # slowest rank, from every rank's compute times (summary.json;
+           # over all steps of the run, the 3 untimed ones included).
+           "compute_spread_across_ranks_s": summary.get("compute_spread_s"),
+           "arrival_wait_s": summary.get("arrival_wait_s"),
            "selection_s": med("selection_s"),
            # A parameter-server worker also waits for its grant (BSP): that
            # wait is part of its exchange, as in the model.

@@ -21,6 +21,7 @@
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
+#include "sparsecomm/report/statistics.h"
 
 namespace sparsecomm::report {
 namespace {
@@ -121,6 +122,21 @@ class ReportTest : public ::testing::Test {
   const testing::ScratchDir scratch_{"report " + testing::current_test_name()};
   const fs::path root_ = scratch_.path();
 };
+
+// Three ranks, two steps: rows of times per rank.
+TEST(ComputeSpread, IsTheSpreadAcrossRanksWithinEachStepAndTheWaitForTheSlowest) {
+  // Step 0: 1, 2, 3 (sample sd 1, slowest 3, mean 2: wait 1); step 1: 5, 5,
+  // 5 (sd 0, wait 0). A shift shared by every rank (step 1 is slower for
+  // all) is not a spread.
+  const std::vector<double> times = {1, 5, 2, 5, 3, 5};
+  const report::ComputeSpread spread = report::compute_spread(times, 3);
+  EXPECT_DOUBLE_EQ(spread.spread_s, std::sqrt(0.5));
+  EXPECT_DOUBLE_EQ(spread.wait_s, 0.5);
+  EXPECT_EQ(report::compute_spread(std::vector<double>{4, 7}, 1).spread_s, 0.0);
+  EXPECT_EQ(report::compute_spread(std::vector<double>{}, 4).wait_s, 0.0);
+  EXPECT_THROW(report::compute_spread(std::vector<double>{1, 2, 3}, 2), InvalidArgument);
+  EXPECT_THROW(report::compute_spread(std::vector<double>{}, 0), InvalidArgument);
+}
 
 TEST_F(ReportTest, LoadsAFinishedRun) {
   const fs::path dir = write_run("topk", "topk", 0.01, 2048);

@@ -122,6 +122,10 @@ TEST(Trainer, EveryMethodTrainsTheMlpWithTheLossGoingDown) {
     EXPECT_LT(last, 0.8 * first) << method.name << ": the loss did not go down";
     EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.5) << method.name;
     EXPECT_EQ(summary.at("method"), method.name);
+    // The ranks' compute times, gathered after training: a spread and a
+    // wait for the slowest rank, both set and non-negative.
+    EXPECT_GE(summary.at("compute_spread_s").get<double>(), 0.0) << method.name;
+    EXPECT_GE(summary.at("arrival_wait_s").get<double>(), 0.0) << method.name;
   }
 }
 

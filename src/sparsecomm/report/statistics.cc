@@ -17,6 +17,39 @@ double mean(std::span<const double> values) {
   return sum / static_cast<double>(values.size());
 }
 
+ComputeSpread compute_spread(std::span<const double> times, int ranks) {
+  if (ranks < 1 || times.size() % static_cast<std::size_t>(ranks) != 0) {
+    throw InvalidArgument(
+        fmt::format("compute_spread: {} times do not make rows of equal length for {} ranks",
+                    times.size(), ranks));
+  }
+  const std::size_t n = static_cast<std::size_t>(ranks);
+  const std::size_t steps = times.size() / n;
+  ComputeSpread out;
+  if (steps == 0 || n == 1) return out;
+  double variance_sum = 0.0;
+  double wait_sum = 0.0;
+  for (std::size_t t = 0; t < steps; ++t) {
+    double sum = 0.0;
+    double slowest = times[t];
+    for (std::size_t r = 0; r < n; ++r) {
+      sum += times[r * steps + t];
+      slowest = std::max(slowest, times[r * steps + t]);
+    }
+    const double step_mean = sum / static_cast<double>(n);
+    double squares = 0.0;
+    for (std::size_t r = 0; r < n; ++r) {
+      const double deviation = times[r * steps + t] - step_mean;
+      squares += deviation * deviation;
+    }
+    variance_sum += squares / static_cast<double>(n - 1);
+    wait_sum += slowest - step_mean;  // the mean over ranks of (slowest - own)
+  }
+  out.spread_s = std::sqrt(variance_sum / static_cast<double>(steps));
+  out.wait_s = wait_sum / static_cast<double>(steps);
+  return out;
+}
+
 double percentile(std::vector<double> values, int percent) {
   if (percent < 0 || percent > 100) {
     throw InvalidArgument(fmt::format("percentile: {} is outside [0, 100]", percent));

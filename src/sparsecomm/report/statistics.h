@@ -21,4 +21,20 @@ double percentile(std::vector<double> values, int percent);
 // InvalidArgument for an empty list.
 double median(std::vector<double> values);
 
+// How far the ranks' compute times spread within each step of a
+// synchronous run (the performance model's arrival wait).
+struct ComputeSpread {
+  // Root mean square over the steps of the sample standard deviation
+  // across ranks: `plan --compute-spread-ms`. 0 for one rank.
+  double spread_s = 0.0;
+  // Mean over steps and ranks of the slowest rank's time less the rank's
+  // own: how long a rank waited for the slowest to arrive.
+  double wait_s = 0.0;
+};
+
+// `times` holds `ranks` rows of equal length, one value per step
+// (times[r * steps + t]); zeros for no steps. InvalidArgument when ranks
+// < 1 or the rows cannot be equal.
+ComputeSpread compute_spread(std::span<const double> times, int ranks);
+
 }  // namespace sparsecomm::report

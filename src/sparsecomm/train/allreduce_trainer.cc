@@ -14,6 +14,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/report/statistics.h"
 #include "sparsecomm/traces/gradient_stream.h"
 #include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/data_parallel.h"
@@ -101,7 +102,8 @@ class RankTrainer {
     }
     const double wall_s = wall();
     evaluate_snapshots();
-    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s);
+    const nlohmann::json spread = compute_spread_summary();
+    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s, spread);
   }
 
  private:
@@ -122,6 +124,7 @@ class RankTrainer {
     record.loss = loss.item<double>();
     straggler_.end_compute();
     record.compute_s = compute.seconds();
+    compute_times_.push_back(record.compute_s);
 
     if (trace_ && step - first_step_ < config_.record_steps) {
       trace_->append(comm_.rank(), ddp_->gradients());
@@ -186,9 +189,9 @@ class RankTrainer {
     const std::int64_t test_loss = fixed_point(mine.loss_sum);
     const std::int64_t test_unrepresentable = unrepresentable;
     const std::int64_t train_loss = fixed_point(point.train_loss_sum);
-    std::vector<std::int64_t> sums = {mine.correct,           test_loss,
-                                      train_loss,             point.train_loss_count,
-                                      test_unrepresentable,   unrepresentable - test_unrepresentable};
+    std::vector<std::int64_t> sums = {mine.correct,         test_loss,
+                                      train_loss,           point.train_loss_count,
+                                      test_unrepresentable, unrepresentable - test_unrepresentable};
     allreduce(comm_, std::span<std::int64_t>(sums));
     if (comm_.rank() != 0) return;
     const double nan = std::nan("");
@@ -198,6 +201,19 @@ class RankTrainer {
     eval.deferred = config_.eval_deferred;
     plan_.writer->write_eval(eval);
     if (plan_.observer) plan_.observer->on_eval(eval);
+  }
+
+  // Every rank's compute time of every step this run trained, gathered once
+  // after training (off the clock): summary.json's spread across ranks and
+  // the mean wait for the slowest rank (report::compute_spread), the
+  // inputs of `plan --compute-spread-ms`. Rank 0 gets the fields.
+  nlohmann::json compute_spread_summary() {
+    std::vector<double> all(compute_times_.size() * static_cast<std::size_t>(comm_.size()));
+    comm_.allgather(std::as_bytes(std::span<const double>(compute_times_)),
+                    std::as_writable_bytes(std::span<double>(all)));
+    if (comm_.rank() != 0) return nlohmann::json::object();
+    const report::ComputeSpread spread = report::compute_spread(all, comm_.size());
+    return {{"compute_spread_s", spread.spread_s}, {"arrival_wait_s", spread.wait_s}};
   }
 
   // Evaluates the snapshots taken so far (off the training clock).
@@ -286,7 +302,8 @@ class RankTrainer {
   double off_clock_s_ = 0.0;  // spent evaluating snapshots
   double train_loss_sum_ = 0.0;
   std::int64_t train_loss_count_ = 0;
-  TraceWriter* trace_ = nullptr;  // recording gradients, when asked
+  std::vector<double> compute_times_;  // this rank's, one per step trained
+  TraceWriter* trace_ = nullptr;       // recording gradients, when asked
   std::unique_ptr<TraceWriter> own_trace_;
   Stopwatch clock_;
   double wall_offset_ = 0.0;
