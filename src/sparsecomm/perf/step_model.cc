@@ -244,7 +244,9 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   // Every method here synchronizes all n ranks (the parameter server: all
   // W workers, under BSP) once per step: its first collective waits for the
   // slowest rank's compute, which nothing overlaps.
-  out.arrival_wait_s = s.compute_spread_s * expected_max_of_normals(s.ranks);
+  if (s.compute_spread_s > 0) {
+    out.arrival_wait_s = s.compute_spread_s * expected_max_of_normals(s.ranks);
+  }
   out.exchange_s += out.arrival_wait_s;
   out.step_s = out.compute_s + out.accumulate_s + out.selection_s + out.exchange_s - out.overlap_s +
                out.update_s;

@@ -1,8 +1,9 @@
 // The OpenMPI backend (see mpi_communicator.h).
 //
 // Every operation is started non-blocking (MPI_Isend, MPI_Irecv, MPI_Ibarrier,
-// MPI_Ibcast, MPI_Iallgather, MPI_Ialltoallv, MPI_Iallreduce; allgatherv is
-// Communicator's ring on MPI_Isend/MPI_Irecv) and completed
+// MPI_Iallgather, MPI_Ialltoallv, MPI_Iallreduce; broadcast and allgatherv
+// are Communicator's tree and ring on MPI_Isend/MPI_Irecv, MPI_Ibcast and
+// MPI_Iallgatherv their native_ versions) and completed
 // by polling MPI_Test against a deadline, so that a stalled peer becomes a
 // TimeoutError instead of a hang. The polling backs off (spin, then
 // sched_yield, then short sleeps) so that more ranks than cores still make
