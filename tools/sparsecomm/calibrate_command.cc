@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
@@ -193,6 +194,7 @@ void run_calibrate(const CalibrateOptions& o) {
     }
     std::vector<SizeRow> rows;
     perf::CostProfile profile;
+    bool beta_is_upper_bound = false;
     comm.barrier();
     const HostCosts mine = measure_host(o, d, schemes);
     // The slowest rank of each cost: a step waits for it.
@@ -223,8 +225,16 @@ void run_calibrate(const CalibrateOptions& o) {
       const SizeRow& before = rows[rows.size() - 2];
       const double slope =
           (big.measured_s - before.measured_s) / static_cast<double>(big.bytes - before.bytes);
-      profile.beta_s_per_byte = std::max(
-          1e-15, (slope - (n - 1) / n * profile.gamma_s_per_element / 4) / (2 * (n - 1) / n));
+      const double bytes_per_buffer_byte = 2 * (n - 1) / n;  // each rank sends and receives
+      profile.beta_s_per_byte =
+          (slope - (n - 1) / n * profile.gamma_s_per_element / 4) / bytes_per_buffer_byte;
+      if (!(profile.beta_s_per_byte > 0)) {
+        // The times did not grow with the buffer: noise exceeds the transfer.
+        // Charge the largest buffer's whole time to bandwidth, an upper bound.
+        beta_is_upper_bound = true;
+        profile.beta_s_per_byte =
+            big.measured_s / (static_cast<double>(big.bytes) * bytes_per_buffer_byte);
+      }
       for (SizeRow& row : rows) {
         row.fitted_s =
             perf::ring_allreduce(profile, comm.size(), static_cast<double>(row.bytes)).seconds;
@@ -236,9 +246,18 @@ void run_calibrate(const CalibrateOptions& o) {
     profile.name =
         o.name.empty() ? fmt::format("{} backend, {} ranks", comm.backend(), comm.size()) : o.name;
     profile.source = fmt::format(
-        "sparsecomm calibrate on {} ({} cores), {} backend, {} ranks, d = {}, c = {}, {}{}",
+        "sparsecomm calibrate on {} ({} cores), {} backend, {} ranks, d = {}, c = {}, {}{}{}",
         machine.cpu, machine.cores, comm.backend(), comm.size(), d, o.density, machine.date,
-        o.host_only ? "; host costs only" : "");
+        o.host_only ? "; host costs only" : "",
+        beta_is_upper_bound ? "; beta is an upper bound (the all-reduce time did not grow)" : "");
+    if (beta_is_upper_bound) {
+      spdlog::warn(
+          "calibrate: the all-reduce took no longer on {} than on {}, so noise hides the "
+          "transfer time; beta is bounded from above by the largest buffer's time alone. "
+          "Measure larger buffers (--sizes) or more iterations (--iters) for a slope.",
+          format_bytes(double(rows.back().bytes)),
+          format_bytes(double(rows[rows.size() - 2].bytes)));
+    }
     if (!o.out.empty()) perf::save_profile(profile, o.out);
     if (o.format == "json") {
       nlohmann::json j = perf::to_json(profile);
@@ -261,10 +280,12 @@ void run_calibrate(const CalibrateOptions& o) {
                    100.0 * (row.fitted_s / row.measured_s - 1.0));
       }
       fmt::print(
-          "alpha {:.2f} us (one ring round of 8 bytes), beta {:.4g} ns/byte ({:.3g} Gbit/s "
-          "per direction; the all-reduce's slope between the two largest buffers)\n",
-          profile.alpha_s * 1e6, profile.beta_s_per_byte * 1e9,
-          8.0 / profile.beta_s_per_byte / 1e9);
+          "alpha {:.2f} us (one ring round of 8 bytes), beta {}{:.4g} ns/byte ({:.3g} Gbit/s "
+          "per direction; {})\n",
+          profile.alpha_s * 1e6, beta_is_upper_bound ? "<= " : "", profile.beta_s_per_byte * 1e9,
+          8.0 / profile.beta_s_per_byte / 1e9,
+          beta_is_upper_bound ? "the largest buffer's time, all of it charged to bandwidth"
+                              : "the all-reduce's slope between the two largest buffers");
     }
     fmt::print(
         "\nhost, per element (slowest rank; all ranks measuring at once):\n"
