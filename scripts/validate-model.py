@@ -22,6 +22,13 @@ of rank 0's compute time over its timed steps, standing in for it. --no-spread
 leaves the wait out (the model before 2026-11-26's revision). --clusters
 takes only the clusters whose directory matches GLOB (e.g. '*-h4-q50').
 
+Cells that recorded every worker's times (validate-model.sh since the
+evening of 2026-11-26) are measured as the model predicts: compute and
+exchange are means over the workers and the timed steps, and "exchange less
+the wait" takes the measured arrival wait (summary.json's arrival_wait_s)
+out of the measured exchange and the predicted wait out of the prediction.
+Older cells use rank 0's medians, as below.
+
 Cells from before agreement_s existed timed the exchange without the
 agreement, so their prediction leaves it out too. Cells that recorded agreement_s (the sparse step's first collective, which
 also absorbs the wait for the slowest rank to arrive from its compute) get
@@ -58,7 +65,8 @@ def stats_file(result, directory):
 
 def compute_spread(result, cell):
     """The spread across ranks within a step when the cell has it (runs since
-    summary.json reported it), else the standard deviation of rank 0's
+    summary.json reported it; over the timed steps alone in cells with
+    steps_skipped, since the untimed first steps spread far more), else the standard deviation of rank 0's
     compute time over the timed steps: result.json's, or from the cell's
     metrics for cells measured before validate-model.sh recorded it (0 when
     neither is there)."""
@@ -72,6 +80,22 @@ def compute_spread(result, cell):
     rows = [json.loads(line) for line in open(path)]
     times = [r["compute_s"] for r in rows if r.get("kind") == "step" and r["step"] >= 3]
     return statistics.stdev(times) if len(times) >= 2 else 0.0
+
+
+def over_workers(result):
+    """Cells since 2026-11-26 (evening) recorded every worker's times: the
+    compute and exchange means over the workers and timed steps replace
+    rank 0's medians (the model predicts the mean over ranks; a rank that
+    computes longer waits less), and the exchange less the measured wait
+    is the transfer alone. Older cells keep rank 0's figures."""
+    if result.get("exchange_over_workers_s") is None:
+        return result
+    r = dict(result)
+    r["compute_s"] = result["compute_over_workers_s"]
+    r["exchange_s"] = result["exchange_over_workers_s"]
+    if result.get("arrival_wait_s") is not None:
+        r["transfer_s"] = result["exchange_over_workers_s"] - result["arrival_wait_s"]
+    return r
 
 
 def predict(profile, result, measured_stats, spread_s):
@@ -115,7 +139,7 @@ def main():
     for path in sorted(glob.glob(os.path.join(out_dir, clusters, "*", "result.json"))):
         cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
         profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
-        result = json.load(open(path))
+        result = over_workers(json.load(open(path)))
         spread = 0.0 if no_spread else compute_spread(result, os.path.dirname(path))
         p = predict(profile, result, measured_stats, spread)
         rows.append((cluster, result, p))
@@ -139,7 +163,9 @@ def main():
         errors["step"].append(abs(e_s))
         errors["bytes"].append(abs(e_b))
         e_w = float("nan")
-        if r.get("agreement_s") is not None and p.get("agreement_s", 0) > 0:
+        if r.get("transfer_s") is not None:
+            e_w = error(p["exchange_s"] - p.get("arrival_wait_s", 0.0), r["transfer_s"])
+        elif r.get("agreement_s") is not None and p.get("agreement_s", 0) > 0:
             e_w = error(p["exchange_s"] - p.get("arrival_wait_s", 0.0),
                         r["exchange_s"] - r["agreement_s"] + p["agreement_s"])
         errors["exchange less the wait"].append(abs(e_w))

@@ -149,6 +149,9 @@ def selected_mean(r):
         return own
     own_block = r.get("index_bytes_encoded", 4 * own) + 4 * own
     return own * (r.get("bytes_received", 0) + own_block) / n / own_block
+def over_workers(phase):
+    means = summary.get("per_worker_mean_s", {}).get(phase)
+    return statistics.mean(means) if means else None
 json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel": summary["numel"],
            "workers": summary["workers"], "servers": summary.get("servers", 0),
            "steps_timed": len(timed), "compute_s": med("compute_s"),
@@ -157,9 +160,17 @@ json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel":
            "compute_spread_s": statistics.stdev(r["compute_s"] for r in timed),
            # The spread across ranks within a step and the mean wait for the
            # slowest rank, from every rank's compute times (summary.json;
-           # over all steps of the run, the 3 untimed ones included).
+           # over all steps of the run, the 3 untimed ones included, before
+           # steps_skipped below was recorded; over the timed ones since).
            "compute_spread_across_ranks_s": summary.get("compute_spread_s"),
            "arrival_wait_s": summary.get("arrival_wait_s"),
+           # Every worker's mean over the steps after the first 3 (the timed
+           # ones; summary.json's phase_times_skipped_steps): the model
+           # predicts the mean over ranks, and rank 0 may wait less or more.
+           # The spread and the wait above cover the same steps when this is set.
+           "steps_skipped": summary.get("phase_times_skipped_steps"),
+           "compute_over_workers_s": over_workers("compute"),
+           "exchange_over_workers_s": over_workers("exchange"),
            "selection_s": med("selection_s"),
            # A parameter-server worker also waits for its grant (BSP): that
            # wait is part of its exchange, as in the model.

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "error_message.h"
@@ -308,6 +309,30 @@ TEST(PsTrain, ASlowEvaluationIsNotMistakenForADeadRank) {
   ASSERT_EQ(run.evals.size(), 4u);
   for (std::size_t i = 0; i < run.evals.size(); ++i) {
     EXPECT_EQ(run.evals[i].step, static_cast<std::int64_t>(8 * (i + 1)));
+  }
+}
+
+// summary.json gathers every worker's phase times, in both trainers: a
+// worker slowed tenfold computes longer and, since the step is synchronous,
+// the other worker spends that difference waiting in its exchange.
+TEST(PsTrain, EveryWorkersPhaseTimesReachTheSummary) {
+  const testing::ScratchDir scratch("phase_times");
+  for (const int servers : {0, 1}) {
+    TrainConfig c = ps_run("dense", scratch.path() / fmt::format("s{}", servers), 2, servers);
+    if (servers > 0) c.sync = "bsp";
+    c.epochs = 1;
+    c.slowdown = {"1:10"};
+    const nlohmann::json summary = run_training(c);
+    const nlohmann::json& means = summary.at("per_worker_mean_s");
+    ASSERT_EQ(means.at("compute").size(), 2u) << servers;  // the workers only, no server
+    ASSERT_EQ(means.at("exchange").size(), 2u) << servers;
+    const double compute0 = means["compute"][0], compute1 = means["compute"][1];
+    const double exchange0 = means["exchange"][0], exchange1 = means["exchange"][1];
+    EXPECT_GT(compute1, 2 * compute0) << servers;
+    EXPECT_GT(exchange0, exchange1) << servers << ": the fast worker did not wait";
+    EXPECT_GT(summary.at("compute_spread_s").get<double>(), 0.0) << servers;
+    EXPECT_GT(summary.at("arrival_wait_s").get<double>(), 0.0) << servers;
+    EXPECT_EQ(summary.at("phase_times_skipped_steps"), 3) << servers;  // the warm-up
   }
 }
 

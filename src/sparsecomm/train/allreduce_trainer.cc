@@ -14,12 +14,12 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/sgd.h"
-#include "sparsecomm/report/statistics.h"
 #include "sparsecomm/traces/gradient_stream.h"
 #include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
 #include "sparsecomm/train/run_plan.h"
+#include "sparsecomm/train/worker_phase_times.h"
 
 namespace sparsecomm {
 namespace {
@@ -102,8 +102,8 @@ class RankTrainer {
     }
     const double wall_s = wall();
     evaluate_snapshots();
-    const nlohmann::json spread = compute_spread_summary();
-    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s, spread);
+    const nlohmann::json phase_times = phase_times_.gather(comm_);
+    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s, phase_times);
   }
 
  private:
@@ -124,7 +124,6 @@ class RankTrainer {
     record.loss = loss.item<double>();
     straggler_.end_compute();
     record.compute_s = compute.seconds();
-    compute_times_.push_back(record.compute_s);
 
     if (trace_ && step - first_step_ < config_.record_steps) {
       trace_->append(comm_.rank(), ddp_->gradients());
@@ -133,6 +132,7 @@ class RankTrainer {
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
+    phase_times_.add_step(record.compute_s, record.exchange_s);
 
     // A skipped step (--nonfinite skip: some rank's gradient was not
     // finite) changes nothing: no update (momentum and weight decay would
@@ -201,19 +201,6 @@ class RankTrainer {
     eval.deferred = config_.eval_deferred;
     plan_.writer->write_eval(eval);
     if (plan_.observer) plan_.observer->on_eval(eval);
-  }
-
-  // Every rank's compute time of every step this run trained, gathered once
-  // after training (off the clock): summary.json's spread across ranks and
-  // the mean wait for the slowest rank (report::compute_spread), the
-  // inputs of `plan --compute-spread-ms`. Rank 0 gets the fields.
-  nlohmann::json compute_spread_summary() {
-    std::vector<double> all(compute_times_.size() * static_cast<std::size_t>(comm_.size()));
-    comm_.allgather(std::as_bytes(std::span<const double>(compute_times_)),
-                    std::as_writable_bytes(std::span<double>(all)));
-    if (comm_.rank() != 0) return nlohmann::json::object();
-    const report::ComputeSpread spread = report::compute_spread(all, comm_.size());
-    return {{"compute_spread_s", spread.spread_s}, {"arrival_wait_s", spread.wait_s}};
   }
 
   // Evaluates the snapshots taken so far (off the training clock).
@@ -302,8 +289,8 @@ class RankTrainer {
   double off_clock_s_ = 0.0;  // spent evaluating snapshots
   double train_loss_sum_ = 0.0;
   std::int64_t train_loss_count_ = 0;
-  std::vector<double> compute_times_;  // this rank's, one per step trained
-  TraceWriter* trace_ = nullptr;       // recording gradients, when asked
+  WorkerPhaseTimes phase_times_;  // this rank's, one per step trained
+  TraceWriter* trace_ = nullptr;  // recording gradients, when asked
   std::unique_ptr<TraceWriter> own_trace_;
   Stopwatch clock_;
   double wall_offset_ = 0.0;

@@ -19,6 +19,7 @@
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
 #include "sparsecomm/train/run_plan.h"
+#include "sparsecomm/train/worker_phase_times.h"
 
 namespace sparsecomm {
 namespace {
@@ -130,6 +131,7 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
   }
   totals.steps_ahead(PsTotals::kCount) = static_cast<std::int64_t>(log.grants.size());
   allreduce(comm, std::span<std::int64_t>(totals.values));
+  WorkerPhaseTimes().gather(comm);  // a server trains no step: the workers' times only
 }
 
 // One worker rank: the same model, data order and learning-rate schedule as
@@ -180,10 +182,11 @@ class PsRankWorker {
     totals.wait_us(comm_.rank()) = std::llround(worker_->log().wait_s * 1e6);
     totals.blocked(comm_.rank()) = worker_->log().blocked;
     allreduce(comm_, std::span<std::int64_t>(totals.values));
+    const nlohmann::json phase_times = phase_times_.gather(comm_);
     // The last evaluation may still run; the other ranks are done with
     // every collective, so nobody waits on it but rank 0.
     if (background_) write_evals(background_->drain());
-    if (comm_.rank() == 0) finish(totals);
+    if (comm_.rank() == 0) finish(totals, phase_times);
   }
 
  private:
@@ -220,6 +223,8 @@ class PsRankWorker {
     const PushReport push = worker_->push(flat_->flat->gradients(), record.lr, epoch);
     record.selection_s = push.select_s;
     record.exchange_s = pull_s + push.send_s;
+    // The grant's wait is communication too (BSP waits for the slowest).
+    phase_times_.add_step(record.compute_s, record.exchange_s + record.wait_s);
 
     StepMetrics& m = record.sync;
     m.step = step;
@@ -287,7 +292,7 @@ class PsRankWorker {
     if (plan_.observer) plan_.observer->on_eval(eval);
   }
 
-  void finish(PsTotals& totals) {
+  void finish(PsTotals& totals, const nlohmann::json& phase_times) {
     const double wall_s = clock_.seconds();  // after every worker and server is done
     snapshots_.replay(*flat_->model, flat_->flat->parameters(),
                       [&](const EvalPoint& point) { evaluate_now(point); });
@@ -308,7 +313,7 @@ class PsRankWorker {
       blocked.push_back(totals.blocked(w));
     }
     const double steps = static_cast<double>(std::max<std::int64_t>(1, steps_.plan.total_steps));
-    const nlohmann::json extra = {
+    nlohmann::json extra = {
         // Steps, the unit of --staleness: how far ahead of the slowest
         // running worker a worker was when it began a step.
         // ASP workers never ask to begin a step: not measured (null).
@@ -330,6 +335,7 @@ class PsRankWorker {
         {"bytes_per_pull", bytes_pulled_ / steps},
         {"bytes_per_step_to_workers", bytes_to_workers_ / steps},
         {"server_logs", "server<i>.jsonl"}};
+    extra.update(phase_times);
     finish_run(plan_, info_, wall_s, extra);
   }
 
@@ -350,6 +356,7 @@ class PsRankWorker {
   double bytes_pushed_ = 0.0;
   double bytes_pulled_ = 0.0;
   double bytes_to_workers_ = 0.0;
+  WorkerPhaseTimes phase_times_;  // this worker's, one per step trained
   Stopwatch clock_;
   RunInfo info_;
 };
