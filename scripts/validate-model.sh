@@ -18,14 +18,15 @@
 #                               cluster, no root; rates ignored, no wire bytes)
 #
 # Resumable: a cell (OUT/<rate>-h<hosts>[-q<ms>][-delay<us>]/<model>-<method>) whose
-# result.json exists is skipped, and so is a profile already calibrated.
+# result.json exists is skipped, and so is a profile already calibrated
+# (remove profile.json to calibrate that cluster again).
 # Wire bytes are the hosts' NIC counters: a run of 3 steps and a run of
 # 3 + N steps, the difference over N steps (so start-up traffic cancels).
 # `ps` runs BSP with dense pushes on W workers and S servers (S = W = H/2;
 # 1 and 1 on 2 hosts). The table: scripts/validate-model.py OUT.
 set -euo pipefail
 
-usage() { sed -n '2,25p' "$0" >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -100,6 +101,7 @@ for rate in $RATES; do
     ((DELAY_US > 0)) && cell_dir+=-delay$DELAY_US
     mkdir -p "$cell_dir"
     todo=0
+    [[ -f $cell_dir/profile.json ]] || todo=1  # a removed profile is calibrated again
     for model in $MODELS; do
       for method in $METHODS; do
         [[ -f $cell_dir/$model-$method/result.json ]] || todo=1

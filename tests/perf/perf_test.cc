@@ -119,6 +119,35 @@ TEST(CollectiveCost, SparseAllgatherGrowsWithNAndTheUnionPatternDoesNot) {
   EXPECT_LT(per_rank(64, true).bytes_sent / per_rank(8, true).bytes_sent, 1.2);
 }
 
+TEST(CollectiveCost, DecodingZeroesTheGradientAndScattersEveryEntryPastTheCache) {
+  const CostProfile plain = unit_profile();  // no fill cost; every entry at gamma
+  CostProfile p = plain;
+  p.fill_s_per_element = 2e-10;
+  p.scatter_s_per_element = 5e-9;
+  p.cache_bytes = 1e6;  // 250,000 floats
+  const double k = 1e4;
+  for (const double d : {1e5, 1e8}) {  // in the cache, then far beyond it
+    const double extra_per_entry = 4 * d > p.cache_bytes ? 5e-9 - 1e-10 : 0.0;
+    SparseSend s{.index_bytes = 4, .value_bytes = 4, .numel = d};
+    s.mean_count = s.max_count = k;
+    s.union_count = 3 * k;
+    // Allgather: the n blocks, then the division of the union's entries.
+    EXPECT_NEAR(sparse_allgather(p, 8, s).seconds - sparse_allgather(plain, 8, s).seconds,
+                d * 2e-10 + (8 * k + 3 * k) * extra_per_entry, 1e-12)
+        << d;
+    EXPECT_NEAR(union_allreduce(p, 8, s).seconds - union_allreduce(plain, 8, s).seconds,
+                d * 2e-10 + 3 * k * extra_per_entry, 1e-12)
+        << d;
+    EXPECT_NEAR(shared_allreduce(p, 8, s).seconds - shared_allreduce(plain, 8, s).seconds,
+                d * 2e-10 + k * extra_per_entry, 1e-12)
+        << d;
+  }
+  // A profile that does not know its cache takes every gradient to fit.
+  CostProfile unknown = p;
+  unknown.cache_bytes = 0;
+  EXPECT_DOUBLE_EQ(unknown.scatter_cost(1e12), unknown.gamma_s_per_element);
+}
+
 TEST(CollectiveCost, SparcmlSplitSendsRangesDenseOnceTheyAreFull) {
   const CostProfile p = unit_profile();
   SparseSend s{.mean_count = 1e5,
@@ -422,6 +451,21 @@ TEST(CostProfile, SurvivesAJsonRoundTripAndRefusesBadFields) {
             "f.json: 'alpha_s' must be a finite number >= 0, got -1");
   EXPECT_THROW(network_profile(0, 1), InvalidArgument);
   EXPECT_THROW(network_profile(10, -1), InvalidArgument);
+
+  // The decoding fields round-trip; a profile written before they existed
+  // reads them as 0 (no fill, gamma per entry); a bad one is refused.
+  EXPECT_DOUBLE_EQ(back.scatter_s_per_element, p.scatter_s_per_element);
+  EXPECT_DOUBLE_EQ(back.cache_bytes, p.cache_bytes);
+  nlohmann::json older = to_json(p);
+  for (const char* key : {"fill_s_per_element", "scatter_s_per_element", "cache_bytes"})
+    older.erase(key);
+  const CostProfile old_profile = profile_from_json(older, "old.json");
+  EXPECT_EQ(old_profile.fill_s_per_element, 0.0);
+  EXPECT_DOUBLE_EQ(old_profile.scatter_cost(1e12), old_profile.gamma_s_per_element);
+  nlohmann::json bad_scatter = to_json(p);
+  bad_scatter["scatter_s_per_element"] = -1e-9;
+  EXPECT_EQ(error_message<InvalidArgument>([&] { profile_from_json(bad_scatter, "f.json"); }),
+            "f.json: 'scatter_s_per_element' must be a finite number >= 0, got -1e-09");
 }
 
 TEST(CostProfile, FilesAreWrittenWholeAndBadFilesNamed) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -94,8 +96,34 @@ volatile float sink_ = 0.0f;
 // measures the same (so ranks sharing a machine share it as in training).
 struct HostCosts {
   double gamma = 0.0, accumulate = 0.0, update = 0.0;
-  std::vector<double> select;  // per scheme, in the order asked
+  double fill = 0.0, scatter = 0.0;  // decoding into a gradient beyond the cache
+  std::vector<double> select;        // per scheme, in the order asked
 };
+
+// The decoding measurement's gradient: 128 MiB, beyond the last-level
+// cache of the machines at hand (a model's gradient of that size misses on
+// every scattered entry).
+constexpr std::size_t kDecodeFloats = std::size_t{32} << 20;
+
+// The largest cache the kernel reports for CPU 0 (sysfs), in bytes; 0 when
+// it reports none.
+double last_level_cache_bytes() {
+  double largest = 0.0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", index));
+    std::string text;
+    if (!(in >> text) || text.empty()) continue;
+    double scale = 1.0;
+    if (text.back() == 'K') scale = 1024.0;
+    if (text.back() == 'M') scale = 1024.0 * 1024.0;
+    try {
+      largest = std::max(largest, std::stod(text) * scale);
+    } catch (const std::exception&) {
+      continue;  // not a size: ignore this entry
+    }
+  }
+  return largest;
+}
 
 HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
                        const std::vector<std::string>& schemes) {
@@ -123,6 +151,34 @@ HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
       if (it > 0) seconds.push_back(clock.seconds());
     }
     costs.update = report::median(seconds) / static_cast<double>(d);
+  }
+  // Decoding: zeroing the gradient, then adding c d entries at sorted
+  // random indices (as one rank's block arrives), as the sparse patterns
+  // end (perf::CostProfile::fill_s_per_element, scatter_s_per_element).
+  {
+    std::vector<float> dense(kDecodeFloats, 1.0f);
+    const std::size_t entries = std::max<std::size_t>(
+        1, static_cast<std::size_t>(o.density * static_cast<double>(kDecodeFloats)));
+    std::vector<Index> where(entries);
+    std::mt19937_64 random(12345);
+    std::uniform_int_distribution<Index> pick(0, static_cast<Index>(kDecodeFloats - 1));
+    for (Index& i : where) i = pick(random);
+    std::sort(where.begin(), where.end());
+    std::vector<double> fill, scatter;
+    for (int it = 0; it <= o.iters; ++it) {
+      Stopwatch zero;
+      std::fill(dense.begin(), dense.end(), 0.0f);
+      const double zero_s = zero.seconds();
+      Stopwatch add;
+      for (const Index i : where) dense[i] += 0.5f;
+      const double add_s = add.seconds();
+      if (it == 0) continue;  // warm-up: first touch of the pages
+      fill.push_back(zero_s / static_cast<double>(kDecodeFloats));
+      scatter.push_back(add_s / static_cast<double>(entries));
+    }
+    sink_ = dense[where[entries / 2]];
+    costs.fill = report::median(fill);
+    costs.scatter = report::median(scatter);
   }
   // Selection and the memory's accumulate, per scheme, from the step's own
   // metrics on a world of one rank (every scheme then reads all of d).
@@ -205,6 +261,9 @@ void run_calibrate(const CalibrateOptions& o) {
     profile.gamma_s_per_element = slowest(mine.gamma);
     profile.accumulate_s_per_element = slowest(mine.accumulate);
     profile.update_s_per_element = slowest(mine.update);
+    profile.fill_s_per_element = slowest(mine.fill);
+    profile.scatter_s_per_element = slowest(mine.scatter);
+    profile.cache_bytes = last_level_cache_bytes();
     double select_default = 0.0;
     for (std::size_t i = 0; i < schemes.size(); ++i) {
       profile.select_s_per_element[schemes[i]] = slowest(mine.select[i]);
@@ -290,9 +349,13 @@ void run_calibrate(const CalibrateOptions& o) {
     fmt::print(
         "\nhost, per element (slowest rank; all ranks measuring at once):\n"
         "  gamma (add)        {:.3f} ns\n  accumulate (g+e)   {:.3f} ns\n"
-        "  update (SGD)       {:.3f} ns\n",
+        "  update (SGD)       {:.3f} ns\n"
+        "  zero (decoding)    {:.3f} ns\n"
+        "  scatter (decoding) {:.3f} ns per entry into {} (last-level cache {})\n",
         profile.gamma_s_per_element * 1e9, profile.accumulate_s_per_element * 1e9,
-        profile.update_s_per_element * 1e9);
+        profile.update_s_per_element * 1e9, profile.fill_s_per_element * 1e9,
+        profile.scatter_s_per_element * 1e9, format_bytes(4.0 * kDecodeFloats),
+        profile.cache_bytes > 0 ? format_bytes(profile.cache_bytes) : "unknown: taken as no limit");
     for (const std::string& scheme : schemes) {
       fmt::print("  select {:<11} {:.3f} ns\n", scheme, profile.select_s_per_element[scheme] * 1e9);
     }

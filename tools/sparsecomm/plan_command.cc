@@ -393,6 +393,7 @@ void run_plan(const PlanOptions& o) {
     profile.gamma_s_per_element = profile.accumulate_s_per_element = profile.update_s_per_element =
         0;
     profile.select_s_per_element = {{"default", 0.0}};
+    profile.fill_s_per_element = profile.scatter_s_per_element = 0;
     profile.name += ", no host costs";
   }
   const Workload work = workload_of(o);

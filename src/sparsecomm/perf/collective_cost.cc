@@ -35,6 +35,12 @@ CommCost reduction(const CostProfile& p, double elements) {
   return {.seconds = elements * p.gamma_s_per_element};
 }
 
+// Writing a sparse result into the dense d-element gradient: zero it, then
+// add `entries` entries at their indices.
+CommCost dense_decode(const CostProfile& p, double numel, double entries) {
+  return {.seconds = numel * p.fill_s_per_element + entries * p.scatter_cost(numel)};
+}
+
 // Index bytes of a list of `count` entries over d positions: raw 4, or the
 // varint size at the list's density when the sender encodes indices
 // (s.index_bytes < 4 says it does).
@@ -140,17 +146,19 @@ CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s) {
   } else {
     cost += ring_allreduce(p, n, kFloatBytes * s.union_count);
   }
-  return cost;
+  return cost + dense_decode(p, s.numel, s.union_count);
 }
 
 CommCost shared_allreduce(const CostProfile& p, int n, const SparseSend& s) {
-  return ring_allreduce(p, n, kFloatBytes * s.mean_count);
+  return ring_allreduce(p, n, kFloatBytes * s.mean_count) + dense_decode(p, s.numel, s.mean_count);
 }
 
 CommCost sparse_allgather(const CostProfile& p, int n, const SparseSend& s) {
   const double entry = s.index_bytes + s.value_bytes;
+  // Every rank adds all n blocks (its own too) and then divides the K
+  // entries of the union by n.
   return header_allgather(p, n) + ring_allgatherv(p, n, entry * s.mean_count, entry * s.max_count) +
-         reduction(p, (n - 1) * s.mean_count);
+         dense_decode(p, s.numel, n * s.mean_count + s.union_count);
 }
 
 CommCost sparcml_recursive_doubling(const CostProfile& p, int n, const SparseSend& s,

@@ -31,8 +31,19 @@ struct CostProfile {
   // not listed uses `default` (a missing `default` is 0).
   std::map<std::string, double, std::less<>> select_s_per_element;
 
+  // Decoding a sparse result into the dense gradient: zeroing its d
+  // elements, then adding each entry at its index. While the gradient fits
+  // in the last-level cache (`cache_bytes`) an entry costs gamma; beyond
+  // it, `scatter_s_per_element` (a cache miss per entry). Profiles written
+  // before these fields existed read as 0: no fill cost and gamma always.
+  double fill_s_per_element = 0.0;
+  double scatter_s_per_element = 0.0;
+  double cache_bytes = 0.0;  // 0: unknown, the gradient is taken to fit
+
   // The selection cost of `scheme` per element read.
   double select_cost(std::string_view scheme) const;
+  // The cost of adding one entry at a random index of a d-element gradient.
+  double scatter_cost(double numel) const;
 };
 
 // A profile for a network given by its link rate (Gbit/s, each direction)
@@ -42,8 +53,9 @@ struct CostProfile {
 CostProfile network_profile(double link_gbit_per_s, double latency_us);
 
 // JSON in both directions. from_json checks every field (present, finite,
-// >= 0; beta > 0) and throws InvalidArgument naming the field; `origin`
-// (e.g. a file name) is put in front of every message.
+// >= 0; beta > 0; the decoding fields may be absent) and throws
+// InvalidArgument naming the field; `origin` (e.g. a file name) is put in
+// front of every message.
 nlohmann::json to_json(const CostProfile& profile);
 CostProfile profile_from_json(const nlohmann::json& json, std::string_view origin);
 
