@@ -82,7 +82,7 @@ def compute_spread(result, cell):
     return statistics.stdev(times) if len(times) >= 2 else 0.0
 
 
-def over_workers(result):
+def mean_over_workers(result):
     """Cells since 2026-11-26 (evening) recorded every worker's times: the
     compute and exchange means over the workers and timed steps replace
     rank 0's medians (the model predicts the mean over ranks; a rank that
@@ -139,7 +139,7 @@ def main():
     for path in sorted(glob.glob(os.path.join(out_dir, clusters, "*", "result.json"))):
         cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
         profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
-        result = over_workers(json.load(open(path)))
+        result = mean_over_workers(json.load(open(path)))
         spread = 0.0 if no_spread else compute_spread(result, os.path.dirname(path))
         p = predict(profile, result, measured_stats, spread)
         rows.append((cluster, result, p))
