@@ -38,6 +38,17 @@ hosts_arg() {
   echo "$hosts"
 }
 
+# Bytes of 1 ms at a tc rate such as 200mbit or 1gbit, at least 16384.
+burst_bytes() {
+  local rate=${1,,} number unit scale
+  [[ $rate =~ ^([0-9]+)(kbit|mbit|gbit)$ ]] || return 1
+  number=${BASH_REMATCH[1]}
+  unit=${BASH_REMATCH[2]}
+  case $unit in kbit) scale=1000 ;; mbit) scale=1000000 ;; gbit) scale=1000000000 ;; esac
+  local bytes=$((number * scale / 8 / 1000))
+  echo $((bytes > 16384 ? bytes : 16384))
+}
+
 up() {
   need_root
   local hosts rate queue
@@ -50,6 +61,14 @@ up() {
   queue=${3:-5}
   [[ $queue =~ ^[0-9]+$ ]] && ((queue >= 1 && queue <= 1000)) ||
     { echo "emulated-cluster: QUEUE_MS must be 1..1000, got '$queue'" >&2; exit 2; }
+  # The token bucket lets `burst` bytes leave at memory speed after an idle
+  # spell, which a real NIC never does: keep it to 1 ms of traffic (at least
+  # 16 KB), the least that still reaches the rate here (a 64 KB bucket held
+  # a 1 Gbit/s link to 0.78 Gbit/s; 256 KB let a 200 Mbit/s host send a
+  # step's 25 KB sparse exchange in no wire time at all).
+  local burst
+  burst=$(burst_bytes "$rate") ||
+    { echo "emulated-cluster: RATE must be a number and kbit, mbit or gbit (e.g. 200mbit, 1gbit), got '$rate'" >&2; exit 2; }
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     echo "emulated-cluster: $BRIDGE exists already; run '$0 down' first" >&2
     exit 1
@@ -67,8 +86,8 @@ up() {
     ip -n "sc$i" link set "scv$i" up
     ip -n "sc$i" link set lo up
     # Upload: the namespace's end; download: the bridge's end of the veth.
-    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst 256kb latency "${queue}ms" ||
-       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst 256kb latency "${queue}ms"; then
+    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst "$burst" latency "${queue}ms" ||
+       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst "$burst" latency "${queue}ms"; then
       echo "emulated-cluster: tc rejected rate '$rate' (examples: 100mbit, 1gbit)" >&2
       down
       exit 1
@@ -95,7 +114,14 @@ run() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1
   export PMIX_MCA_ptl_tcp_if_include=$BRIDGE  # the namespaces must reach mpirun's PMIx server
-  exec mpirun --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" "${app[@]}"
+  # Messages up to 2 MiB go eagerly (OpenMPI's TCP default is 64 KiB). With
+  # the default, each of the ring's 1 MiB segments waits for a rendezvous
+  # reply, and between two hosts that reply queues behind the bulk data
+  # flowing the other way on the same TCP connection: a 16 MiB all-reduce
+  # on 2 hosts ran at 0.49 of a 1 Gbit/s link, 0.96 with this setting
+  # (docs/benchmarks.md, "Two hosts").
+  exec mpirun --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" \
+    --mca btl_tcp_eager_limit 2097152 --mca btl_tcp_max_send_size 2097152 "${app[@]}"
 }
 
 counters() {

@@ -158,7 +158,9 @@ def main():
         e_x = error(p["exchange_s"], r["exchange_s"])
         e_s = error(p["step_s"], r["step_s"])
         wire = r.get("wire_bytes_per_host")  # None on threads: no wire
-        e_b = error(p["bytes_sent_per_rank"], wire) if wire else float("nan")
+        # The payload with the profile's framing (plan before 2026-11-27: payload alone).
+        predicted_wire = p.get("wire_bytes_sent_per_rank", p["bytes_sent_per_rank"])
+        e_b = error(predicted_wire, wire) if wire else float("nan")
         errors["exchange"].append(abs(e_x))
         errors["step"].append(abs(e_s))
         errors["bytes"].append(abs(e_b))
@@ -173,8 +175,8 @@ def main():
         print(f"| {cluster} | {r['model']} | {r['method']} "
               f"| {r['exchange_s'] * 1e3:.1f} / {p['exchange_s'] * 1e3:.1f} | {e_x:+.0%} "
               f"| {r['step_s'] * 1e3:.1f} / {p['step_s'] * 1e3:.1f} | {e_s:+.0%} "
-              + (f"| {wire:.4g} / {p['bytes_sent_per_rank']:.4g} | {e_b:+.0%} |" if wire
-                 else f"| - / {p['bytes_sent_per_rank']:.4g} | |"))
+              + (f"| {wire:.4g} / {predicted_wire:.4g} | {e_b:+.0%} |" if wire
+                 else f"| - / {predicted_wire:.4g} | |"))
     print()
     for name, values in errors.items():
         values = [v for v in values if v == v]

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -148,6 +149,39 @@ TEST(CollectiveCost, DecodingZeroesTheGradientAndScattersEveryEntryPastTheCache)
   EXPECT_DOUBLE_EQ(unknown.scatter_cost(1e12), unknown.gamma_s_per_element);
 }
 
+TEST(CollectiveCost, SendersPackTheirValuesAndGatheredListsAreDecodedAndMerged) {
+  const CostProfile plain = unit_profile();  // none of these costs
+  CostProfile p = plain;
+  p.pack_s_per_element = 6e-9;
+  p.index_decode_s_per_element = 2e-9;
+  p.merge_s_per_element = 3e-9;
+  p.cache_bytes = 1e6;  // 250,000 floats
+  const double m = 1e4;
+  for (const double d : {1e5, 1e8}) {  // in the cache (2 gamma a value), then beyond it
+    const double pack = 4 * d > p.cache_bytes ? 6e-9 : 2e-10;
+    for (const double index_bytes : {4.0, 1.3}) {  // raw, then varint: decoded
+      SCOPED_TRACE(fmt::format("d {} index bytes {}", d, index_bytes));
+      SparseSend s{.index_bytes = index_bytes, .value_bytes = 4, .numel = d};
+      s.mean_count = s.max_count = m;
+      s.union_count = 3 * m;
+      const double decode = index_bytes < 4 ? 2e-9 : 0.0;
+      // 8 ranks: 8 m entries in, 3 levels of merging.
+      const double unite = 8 * m * (decode + 3 * 3e-9);
+      EXPECT_NEAR(sparse_allgather(p, 8, s).seconds - sparse_allgather(plain, 8, s).seconds,
+                  m * pack + unite, 1e-12);
+      EXPECT_NEAR(union_allreduce(p, 8, s).seconds - union_allreduce(plain, 8, s).seconds,
+                  3 * m * pack + unite, 1e-12);
+      EXPECT_NEAR(shared_allreduce(p, 8, s).seconds - shared_allreduce(plain, 8, s).seconds,
+                  m * pack, 1e-12);
+      // 5 ranks merge in 3 levels too; 1 rank has nothing to merge.
+      EXPECT_NEAR(sparse_allgather(p, 5, s).seconds - sparse_allgather(plain, 5, s).seconds,
+                  m * pack + 5 * m * (decode + 3 * 3e-9), 1e-12);
+      EXPECT_NEAR(sparse_allgather(p, 1, s).seconds - sparse_allgather(plain, 1, s).seconds,
+                  m * pack + m * decode, 1e-12);
+    }
+  }
+}
+
 TEST(CollectiveCost, SparcmlSplitSendsRangesDenseOnceTheyAreFull) {
   const CostProfile p = unit_profile();
   SparseSend s{.mean_count = 1e5,
@@ -245,6 +279,25 @@ TEST(StepModel, DenseIsComputePlusTheRingPlusTheUpdate) {
   EXPECT_DOUBLE_EQ(dense.bytes_sent, 2.0 * 7 / 8 * 4e7);
   s.ranks = 1;
   EXPECT_EQ(predict_step("dense", s, p).exchange_s, 0.0);
+}
+
+TEST(StepModel, WireBytesAddTheProfilesFramingPerMessageAndPerByte) {
+  CostProfile p = unit_profile();
+  const Scenario s{.ranks = 8, .numel = 1e7, .density = 0.01, .compute_s = 0.1};
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).wire_bytes_sent,
+                   predict_step("dense", s, p).bytes_sent);
+  p.wire_bytes_per_message = 100;
+  p.wire_overhead_per_byte = 0.05;
+  // The ring: 2(n-1) messages carrying 2(n-1)/n of the buffer.
+  const StepPrediction dense = predict_step("dense", s, p);
+  EXPECT_DOUBLE_EQ(dense.bytes_sent, 2.0 * 7 / 8 * 4e7);
+  EXPECT_DOUBLE_EQ(dense.wire_bytes_sent, 1.05 * 2.0 * 7 / 8 * 4e7 + 2.0 * 7 * 100);
+  // Every method's rounds are messages: each adds its framing.
+  for (const std::string& method : modeled_methods()) {
+    SCOPED_TRACE(method);
+    const StepPrediction m = predict_step(method, s, p);
+    EXPECT_GT(m.wire_bytes_sent - 1.05 * m.bytes_sent, 99.0);
+  }
 }
 
 TEST(StepModel, EveryMethodsTermsAddUpToItsStep) {
@@ -452,20 +505,53 @@ TEST(CostProfile, SurvivesAJsonRoundTripAndRefusesBadFields) {
   EXPECT_THROW(network_profile(0, 1), InvalidArgument);
   EXPECT_THROW(network_profile(10, -1), InvalidArgument);
 
-  // The decoding fields round-trip; a profile written before they existed
-  // reads them as 0 (no fill, gamma per entry); a bad one is refused.
-  EXPECT_DOUBLE_EQ(back.scatter_s_per_element, p.scatter_s_per_element);
-  EXPECT_DOUBLE_EQ(back.cache_bytes, p.cache_bytes);
+  // The decoding and wire fields round-trip; a profile written before they
+  // existed reads them as 0 (no fill, gamma per entry, payload alone on the
+  // wire); a bad one is refused.
+  p.wire_bytes_per_message = 170;
+  p.wire_overhead_per_byte = 0.045;
+  const CostProfile framed = profile_from_json(to_json(p), "test");
+  EXPECT_DOUBLE_EQ(framed.scatter_s_per_element, p.scatter_s_per_element);
+  EXPECT_DOUBLE_EQ(framed.cache_bytes, p.cache_bytes);
+  EXPECT_DOUBLE_EQ(framed.wire_bytes_per_message, 170);
+  EXPECT_DOUBLE_EQ(framed.wire_overhead_per_byte, 0.045);
+  EXPECT_DOUBLE_EQ(framed.pack_s_per_element, p.pack_s_per_element);
+  EXPECT_DOUBLE_EQ(framed.merge_s_per_element, p.merge_s_per_element);
+  EXPECT_DOUBLE_EQ(framed.index_decode_s_per_element, p.index_decode_s_per_element);
   nlohmann::json older = to_json(p);
-  for (const char* key : {"fill_s_per_element", "scatter_s_per_element", "cache_bytes"})
+  for (const char* key : {"fill_s_per_element", "scatter_s_per_element", "cache_bytes",
+                          "pack_s_per_element", "index_decode_s_per_element", "merge_s_per_element",
+                          "wire_bytes_per_message", "wire_overhead_per_byte"})
     older.erase(key);
   const CostProfile old_profile = profile_from_json(older, "old.json");
   EXPECT_EQ(old_profile.fill_s_per_element, 0.0);
+  EXPECT_EQ(old_profile.pack_cost(1e12), 0.0);
+  EXPECT_EQ(old_profile.merge_s_per_element, 0.0);
+  EXPECT_EQ(old_profile.wire_bytes_per_message, 0.0);
+  EXPECT_EQ(old_profile.wire_overhead_per_byte, 0.0);
   EXPECT_DOUBLE_EQ(old_profile.scatter_cost(1e12), old_profile.gamma_s_per_element);
   nlohmann::json bad_scatter = to_json(p);
   bad_scatter["scatter_s_per_element"] = -1e-9;
   EXPECT_EQ(error_message<InvalidArgument>([&] { profile_from_json(bad_scatter, "f.json"); }),
             "f.json: 'scatter_s_per_element' must be a finite number >= 0, got -1e-09");
+}
+
+TEST(CostProfile, TheNetworkOnlyBoundKeepsTheLinkAndDropsEveryHostCost) {
+  CostProfile p = network_profile(10, 5);
+  p.wire_bytes_per_message = 170;
+  p.pack_s_per_element = p.merge_s_per_element = p.index_decode_s_per_element = 1e-9;
+  const CostProfile network = without_host_costs(p);
+  EXPECT_EQ(network.alpha_s, p.alpha_s);
+  EXPECT_EQ(network.beta_s_per_byte, p.beta_s_per_byte);
+  EXPECT_EQ(network.wire_bytes_per_message, 170);
+  EXPECT_EQ(network.name, p.name + ", no host costs");
+  // With no host costs, Top-k's step is its compute plus its messages' time.
+  const Scenario s{.ranks = 8, .numel = 1e8, .density = 0.01, .compute_s = 0.1};
+  const StepPrediction topk = predict_step("topk", s, network);
+  EXPECT_EQ(topk.selection_s, 0.0);
+  EXPECT_EQ(topk.accumulate_s + topk.update_s, 0.0);
+  EXPECT_LT(predict_step("topk", s, network).exchange_s, predict_step("topk", s, p).exchange_s);
+  EXPECT_DOUBLE_EQ(topk.step_s, 0.1 + topk.exchange_s);
 }
 
 TEST(CostProfile, FilesAreWrittenWholeAndBadFilesNamed) {

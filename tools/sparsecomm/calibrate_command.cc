@@ -1,9 +1,14 @@
 #include "calibrate_command.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +20,7 @@
 #include "bench_util.h"
 #include "cli_util.h"
 #include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/comm/typed.h"
@@ -56,6 +62,25 @@ struct SizeRow {
   double fitted_s = 0.0;
 };
 
+// The buffer of at least 1 MiB (where the transfer dwarfs the latency)
+// whose time is furthest from the fitted line, when that is more than a
+// quarter of its measured time: beta, fitted on the two largest buffers,
+// then does not hold for smaller ones. nullptr when the line holds.
+const SizeRow* off_the_line(const std::vector<SizeRow>& rows) {
+  constexpr std::size_t kTransferBound = std::size_t{1} << 20;
+  constexpr double kTolerance = 0.25;
+  const SizeRow* worst = nullptr;
+  double worst_error = kTolerance;
+  for (const SizeRow& row : rows) {
+    const double error = std::abs(row.fitted_s / row.measured_s - 1.0);
+    if (row.bytes >= kTransferBound && error > worst_error) {
+      worst = &row;
+      worst_error = error;
+    }
+  }
+  return worst;
+}
+
 // Every rank sends `bytes` to rank r+1 while receiving as many from r-1:
 // one round of the model (full duplex, every link busy). The slowest rank's
 // time per iteration, median over iterations.
@@ -73,6 +98,103 @@ double ring_round_seconds(Communicator& comm, std::size_t bytes, int iters) {
     if (it > 0) mine.push_back(clock.seconds());
   }
   return median_of_rank_max(comm, mine);
+}
+
+// What this host's NICs have sent, and which host this is. Hosts are told
+// apart by their interfaces' names and hardware addresses, not by hostname:
+// the emulated cluster's namespaces share one.
+struct NicReading {
+  std::uint64_t host = 0;
+  double tx_bytes = 0.0;
+  bool readable = false;
+};
+
+NicReading read_nic() {
+  namespace fs = std::filesystem;
+  NicReading reading;
+  std::string identity;
+  std::error_code error;
+  for (const fs::directory_entry& device : fs::directory_iterator("/sys/class/net", error)) {
+    const std::string name = device.path().filename().string();
+    if (name == "lo") continue;
+    std::ifstream tx(device.path() / "statistics" / "tx_bytes");
+    std::ifstream address(device.path() / "address");
+    double bytes = 0.0;
+    std::string mac;
+    if (!(tx >> bytes) || !(address >> mac)) continue;
+    reading.tx_bytes += bytes;
+    reading.readable = true;
+    identity += name + "=" + mac + ";";
+  }
+  reading.host = std::hash<std::string>{}(identity);
+  return reading;
+}
+
+// The wire bytes per rank while `body` runs on every rank: what all hosts'
+// NICs sent, over the ranks (ranks sharing a host share its counter).
+// nullopt when a rank cannot read its NIC counters.
+std::optional<double> wire_bytes_per_rank(Communicator& comm, const std::function<void()>& body) {
+  comm.barrier();
+  const NicReading before = read_nic();
+  body();
+  comm.barrier();
+  const NicReading after = read_nic();
+  const std::vector<NicReading> all =
+      allgather_value(comm, NicReading{.host = after.host,
+                                       .tx_bytes = after.tx_bytes - before.tx_bytes,
+                                       .readable = before.readable && after.readable});
+  std::map<std::uint64_t, double> by_host;
+  for (const NicReading& rank : all) {
+    if (!rank.readable) return std::nullopt;
+    by_host[rank.host] = rank.tx_bytes;
+  }
+  double total = 0.0;
+  for (const auto& [host, bytes] : by_host) total += bytes;
+  return total / comm.size();
+}
+
+// Framing on the wire, from the NIC counters: bytes per message beyond its
+// payload, from 8-byte ring rounds (a run of `kRounds` against one of a
+// fifth as many, so that the barriers around them cancel), and per payload
+// byte, from two ring all-reduces of `bulk_bytes` (their messages' framing
+// taken out). nullopt when a rank cannot read its NIC counters.
+struct WireFraming {
+  double per_message = 0.0;
+  double per_byte = 0.0;
+};
+
+std::optional<WireFraming> measure_wire_framing(Communicator& comm, std::size_t bulk_bytes) {
+  constexpr int kRounds = 250;
+  const int n = comm.size(), r = comm.rank();
+  std::array<std::byte, 8> out{}, in{};
+  auto rounds = [&](int count) {
+    return [&, count] {
+      for (int round = 0; round < count; ++round) {
+        Request recv = comm.irecv(in, (r + n - 1) % n, 7002);
+        Request send = comm.isend(out, (r + 1) % n, 7002);
+        recv.wait();
+        send.wait();
+      }
+    };
+  };
+  const std::optional<double> few = wire_bytes_per_rank(comm, rounds(kRounds / 5));
+  const std::optional<double> many = wire_bytes_per_rank(comm, rounds(kRounds));
+  std::vector<float> data(bulk_bytes / sizeof(float), 1.0f);
+  const AllreduceOptions ring;
+  const std::optional<double> bulk = wire_bytes_per_rank(comm, [&] {
+    for (int call = 0; call < 2; ++call) allreduce(comm, std::span<float>(data), ring);
+  });
+  if (!few || !many || !bulk) return std::nullopt;
+  WireFraming framing;
+  framing.per_message =
+      std::max(0.0, (*many - *few) / (kRounds - kRounds / 5) - static_cast<double>(out.size()));
+  const double chunk = static_cast<double>(bulk_bytes) / n;
+  const double messages =
+      2.0 * (n - 1) * std::ceil(chunk / static_cast<double>(ring.segment_bytes));
+  const double payload = 2.0 * (n - 1) * chunk;
+  framing.per_byte =
+      std::max(0.0, (*bulk / 2 - payload - messages * framing.per_message) / payload);
+  return framing;
 }
 
 // Our ring all-reduce of `bytes` of floats (the collective the dense and
@@ -97,6 +219,9 @@ volatile float sink_ = 0.0f;
 struct HostCosts {
   double gamma = 0.0, accumulate = 0.0, update = 0.0;
   double fill = 0.0, scatter = 0.0;  // decoding into a gradient beyond the cache
+  double pack = 0.0;                 // taking selected values out of it
+  double index_decode = 0.0;         // one varint index
+  double merge = 0.0;                // one entry through one level of a pairwise merge
   std::vector<double> select;        // per scheme, in the order asked
 };
 
@@ -157,13 +282,14 @@ HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
   // end (perf::CostProfile::fill_s_per_element, scatter_s_per_element).
   {
     std::vector<float> dense(kDecodeFloats, 1.0f);
-    const std::size_t entries = std::max<std::size_t>(
-        1, static_cast<std::size_t>(o.density * static_cast<double>(kDecodeFloats)));
-    std::vector<Index> where(entries);
+    std::vector<Index> where(std::max<std::size_t>(
+        1, static_cast<std::size_t>(o.density * static_cast<double>(kDecodeFloats))));
     std::mt19937_64 random(12345);
     std::uniform_int_distribution<Index> pick(0, static_cast<Index>(kDecodeFloats - 1));
     for (Index& i : where) i = pick(random);
     std::sort(where.begin(), where.end());
+    where.erase(std::unique(where.begin(), where.end()), where.end());  // as a selection is
+    const std::size_t entries = where.size();
     std::vector<double> fill, scatter;
     for (int it = 0; it <= o.iters; ++it) {
       Stopwatch zero;
@@ -179,6 +305,41 @@ HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
     sink_ = dense[where[entries / 2]];
     costs.fill = report::median(fill);
     costs.scatter = report::median(scatter);
+
+    // Packing: the sender reads each selected value and subtracts it from
+    // the memory (two passes over the same positions), per entry.
+    // Index runs: decoding a varint-encoded list, per index, and
+    // std::set_union of two such lists (what the union of n runs does at
+    // each of its log2 n levels), per entry in.
+    std::vector<float> values(entries);
+    UninitVector<std::byte> encoded;
+    encode_indices(where, encoded);
+    std::vector<Index> decoded(entries), other(entries), merged(2 * entries);
+    for (Index& i : other) i = pick(random);
+    std::sort(other.begin(), other.end());
+    other.erase(std::unique(other.begin(), other.end()), other.end());
+    std::vector<double> pack, index_decode, merge;
+    for (int it = 0; it <= o.iters; ++it) {
+      Stopwatch take;
+      for (std::size_t j = 0; j < entries; ++j) values[j] = dense[where[j]];
+      for (std::size_t j = 0; j < entries; ++j) dense[where[j]] -= values[j];
+      const double take_s = take.seconds();
+      Stopwatch decode;
+      decode_indices(encoded, std::span<Index>(decoded));
+      const double decode_s = decode.seconds();
+      Stopwatch unite;
+      const auto end = std::set_union(decoded.begin(), decoded.end(), other.begin(), other.end(),
+                                      merged.begin());
+      const double unite_s = unite.seconds();
+      sink_ = static_cast<float>(end - merged.begin());
+      if (it == 0) continue;
+      pack.push_back(take_s / static_cast<double>(entries));
+      index_decode.push_back(decode_s / static_cast<double>(entries));
+      merge.push_back(unite_s / static_cast<double>(entries + other.size()));
+    }
+    costs.pack = report::median(pack);
+    costs.index_decode = report::median(index_decode);
+    costs.merge = report::median(merge);
   }
   // Selection and the memory's accumulate, per scheme, from the step's own
   // metrics on a world of one rank (every scheme then reads all of d).
@@ -251,6 +412,7 @@ void run_calibrate(const CalibrateOptions& o) {
     std::vector<SizeRow> rows;
     perf::CostProfile profile;
     bool beta_is_upper_bound = false;
+    std::optional<WireFraming> framing;
     comm.barrier();
     const HostCosts mine = measure_host(o, d, schemes);
     // The slowest rank of each cost: a step waits for it.
@@ -263,6 +425,9 @@ void run_calibrate(const CalibrateOptions& o) {
     profile.update_s_per_element = slowest(mine.update);
     profile.fill_s_per_element = slowest(mine.fill);
     profile.scatter_s_per_element = slowest(mine.scatter);
+    profile.pack_s_per_element = slowest(mine.pack);
+    profile.index_decode_s_per_element = slowest(mine.index_decode);
+    profile.merge_s_per_element = slowest(mine.merge);
     profile.cache_bytes = last_level_cache_bytes();
     double select_default = 0.0;
     for (std::size_t i = 0; i < schemes.size(); ++i) {
@@ -298,6 +463,14 @@ void run_calibrate(const CalibrateOptions& o) {
         row.fitted_s =
             perf::ring_allreduce(profile, comm.size(), static_cast<double>(row.bytes)).seconds;
       }
+      // Threads share memory: no NIC carries their messages.
+      if (comm.backend() != "thread") {
+        framing = measure_wire_framing(comm, sizes.back());
+        if (framing) {
+          profile.wire_bytes_per_message = framing->per_message;
+          profile.wire_overhead_per_byte = framing->per_byte;
+        }
+      }
     }
     if (comm.rank() != 0) return;
 
@@ -316,6 +489,20 @@ void run_calibrate(const CalibrateOptions& o) {
           "Measure larger buffers (--sizes) or more iterations (--iters) for a slope.",
           format_bytes(double(rows.back().bytes)),
           format_bytes(double(rows[rows.size() - 2].bytes)));
+    }
+    if (const SizeRow* row = off_the_line(rows)) {
+      spdlog::warn(
+          "calibrate: the all-reduce of {} took {:.1f} ms where the fitted alpha and beta give "
+          "{:.1f} ms: the rate depends on the message size, and predictions for other sizes "
+          "will be off.{}",
+          format_bytes(double(row->bytes)), row->measured_s * 1e3, row->fitted_s * 1e3,
+          comm.size() == 2 && comm.backend() == "mpi"
+              ? " Between two hosts over OpenMPI's TCP transport the usual cause is the "
+                "rendezvous reply of each 1 MiB segment queueing behind the bulk data flowing "
+                "the other way on the same connection: run with --mca btl_tcp_eager_limit "
+                "2097152 --mca btl_tcp_max_send_size 2097152 (docs/benchmarks.md, \"Two "
+                "hosts\")."
+              : "");
     }
     if (!o.out.empty()) perf::save_profile(profile, o.out);
     if (o.format == "json") {
@@ -345,17 +532,33 @@ void run_calibrate(const CalibrateOptions& o) {
           8.0 / profile.beta_s_per_byte / 1e9,
           beta_is_upper_bound ? "the largest buffer's time, all of it charged to bandwidth"
                               : "the all-reduce's slope between the two largest buffers");
+      if (framing) {
+        fmt::print(
+            "wire framing (NIC counters): {:.0f} bytes per message, {:.2f}% of the payload of "
+            "a {} all-reduce\n",
+            profile.wire_bytes_per_message, 100.0 * profile.wire_overhead_per_byte,
+            format_bytes(double(rows.back().bytes)));
+      } else {
+        fmt::print("wire framing: not measured ({}); wire bytes will count the payload alone\n",
+                   comm.backend() == "thread" ? "threads send no bytes on a NIC"
+                                              : "a rank could not read /sys/class/net");
+      }
     }
     fmt::print(
         "\nhost, per element (slowest rank; all ranks measuring at once):\n"
         "  gamma (add)        {:.3f} ns\n  accumulate (g+e)   {:.3f} ns\n"
         "  update (SGD)       {:.3f} ns\n"
         "  zero (decoding)    {:.3f} ns\n"
-        "  scatter (decoding) {:.3f} ns per entry into {} (last-level cache {})\n",
+        "  scatter (decoding) {:.3f} ns per entry into {} (last-level cache {})\n"
+        "  pack (sending)     {:.3f} ns per value taken out of it\n"
+        "  index decode       {:.3f} ns per varint index\n"
+        "  merge              {:.3f} ns per entry per level of a union of runs\n",
         profile.gamma_s_per_element * 1e9, profile.accumulate_s_per_element * 1e9,
         profile.update_s_per_element * 1e9, profile.fill_s_per_element * 1e9,
         profile.scatter_s_per_element * 1e9, format_bytes(4.0 * kDecodeFloats),
-        profile.cache_bytes > 0 ? format_bytes(profile.cache_bytes) : "unknown: taken as no limit");
+        profile.cache_bytes > 0 ? format_bytes(profile.cache_bytes) : "unknown: taken as no limit",
+        profile.pack_s_per_element * 1e9, profile.index_decode_s_per_element * 1e9,
+        profile.merge_s_per_element * 1e9);
     for (const std::string& scheme : schemes) {
       fmt::print("  select {:<11} {:.3f} ns\n", scheme, profile.select_s_per_element[scheme] * 1e9);
     }

@@ -237,6 +237,7 @@ nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row) {
   j["update_s"] = p.update_s;
   j["bytes_sent_per_rank"] = p.bytes_sent;
   j["bytes_received_per_rank"] = p.bytes_received;
+  j["wire_bytes_sent_per_rank"] = p.wire_bytes_sent;
   j["density_ratio"] = p.density_ratio;
   j["imbalance"] = p.imbalance;
   j["statistics"] = p.statistics;
@@ -387,15 +388,9 @@ void run_plan(const PlanOptions& o) {
         "ps needs --servers S: the parameter servers run on S hosts besides the ranks");
   }
   perf::CostProfile profile = profile_of(o);
-  if (o.no_host_costs) {
-    // The network-only bound: every host cost zero, so only bytes and
-    // messages remain (the best case for compression).
-    profile.gamma_s_per_element = profile.accumulate_s_per_element = profile.update_s_per_element =
-        0;
-    profile.select_s_per_element = {{"default", 0.0}};
-    profile.fill_s_per_element = profile.scatter_s_per_element = 0;
-    profile.name += ", no host costs";
-  }
+  // The network-only bound: only bytes and messages remain (the best case
+  // for compression).
+  if (o.no_host_costs) profile = perf::without_host_costs(profile);
   const Workload work = workload_of(o);
   const perf::MeasuredScaling measured =
       o.stats.empty() ? perf::MeasuredScaling{} : perf::load_bench_statistics(o.stats);

@@ -41,6 +41,20 @@ CommCost dense_decode(const CostProfile& p, double numel, double entries) {
   return {.seconds = numel * p.fill_s_per_element + entries * p.scatter_cost(numel)};
 }
 
+// Taking `count` values out of the d-element memory to send them.
+CommCost pack_values(const CostProfile& p, double numel, double count) {
+  return {.seconds = count * p.pack_cost(numel)};
+}
+
+// Forming the union of n received index lists of `entries` in all:
+// decoding them (when varint-encoded) and ceil(log2 n) levels of pairwise
+// merges.
+CommCost unite_runs(const CostProfile& p, int n, const SparseSend& s, double entries) {
+  const double levels = n > 1 ? std::ceil(std::log2(static_cast<double>(n))) : 0.0;
+  const double decode = s.index_bytes < 4.0 ? entries * p.index_decode_s_per_element : 0.0;
+  return {.seconds = decode + levels * entries * p.merge_s_per_element};
+}
+
 // Index bytes of a list of `count` entries over d positions: raw 4, or the
 // varint size at the list's density when the sender encodes indices
 // (s.index_bytes < 4 says it does).
@@ -139,7 +153,8 @@ CommCost nonfinite_agreement(const CostProfile& p, int n) { return ring_allgathe
 
 CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s) {
   CommCost cost = header_allgather(p, n) +
-                  ring_allgatherv(p, n, s.index_bytes * s.mean_count, s.index_bytes * s.max_count);
+                  ring_allgatherv(p, n, s.index_bytes * s.mean_count, s.index_bytes * s.max_count) +
+                  unite_runs(p, n, s, n * s.mean_count) + pack_values(p, s.numel, s.union_count);
   if (s.value_bytes < kFloatBytes && n * s.value_bytes < 8) {
     const double block = s.value_bytes * s.union_count;
     cost += ring_allgatherv(p, n, block, block) + reduction(p, (n - 1) * s.union_count);
@@ -150,14 +165,17 @@ CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s) {
 }
 
 CommCost shared_allreduce(const CostProfile& p, int n, const SparseSend& s) {
-  return ring_allreduce(p, n, kFloatBytes * s.mean_count) + dense_decode(p, s.numel, s.mean_count);
+  return pack_values(p, s.numel, s.mean_count) + ring_allreduce(p, n, kFloatBytes * s.mean_count) +
+         dense_decode(p, s.numel, s.mean_count);
 }
 
 CommCost sparse_allgather(const CostProfile& p, int n, const SparseSend& s) {
   const double entry = s.index_bytes + s.value_bytes;
   // Every rank adds all n blocks (its own too) and then divides the K
   // entries of the union by n.
-  return header_allgather(p, n) + ring_allgatherv(p, n, entry * s.mean_count, entry * s.max_count) +
+  return pack_values(p, s.numel, s.mean_count) + header_allgather(p, n) +
+         ring_allgatherv(p, n, entry * s.mean_count, entry * s.max_count) +
+         unite_runs(p, n, s, n * s.mean_count) +
          dense_decode(p, s.numel, n * s.mean_count + s.union_count);
 }
 

@@ -75,21 +75,26 @@ struct SparseSend {
   double numel = 0.0;        // d
 };
 
-// The sparse patterns below end by writing their result into the dense
-// gradient: d zeroed elements and one scattered entry per value added
-// (CostProfile::fill_s_per_element, scatter_cost).
+// The sparse patterns below take the values they send out of the memory
+// (CostProfile::pack_cost per value) and end by writing their result into
+// the dense gradient: d zeroed elements and one scattered entry per value
+// added (CostProfile::fill_s_per_element, scatter_cost). Those that gather
+// index lists decode them and merge the n runs into their union
+// (index_decode_s_per_element per index, merge_s_per_element per entry
+// and level, ceil(log2 n) levels).
 //
-// union: header allgather, allgatherv of the index lists, value sum of K
-// floats (ring all-reduce; an allgatherv of the 16-bit values for n <= 3),
-// K entries decoded.
+// union: header allgather, allgatherv of the index lists, their union
+// (n m entries), K values packed, value sum of K floats (ring all-reduce;
+// an allgatherv of the 16-bit values for n <= 3), K entries decoded.
 CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s);
 
-// shared: the same m indices on every rank; a ring all-reduce of m floats,
-// m entries decoded.
+// shared: the same m indices on every rank; m values packed, a ring
+// all-reduce of m floats, m entries decoded.
 CommCost shared_allreduce(const CostProfile& p, int n, const SparseSend& s);
 
-// allgather: header allgather, allgatherv of [indices][values] blocks, then
-// every rank adds the n blocks and divides the K entries of their union.
+// allgather: m values packed, header allgather, allgatherv of [indices]
+// [values] blocks, their union (n m entries), then every rank adds the n
+// blocks and divides the K entries of their union.
 CommCost sparse_allgather(const CostProfile& p, int n, const SparseSend& s);
 
 // SparCML recursive doubling: log2 P rounds whose message is the partial

@@ -40,10 +40,32 @@ struct CostProfile {
   double scatter_s_per_element = 0.0;
   double cache_bytes = 0.0;  // 0: unknown, the gradient is taken to fit
 
+  // The rest of a sparse exchange's host work, per entry. Packing: the
+  // sender reads each value it sends out of the memory and subtracts it
+  // (past the cache; within it, 2 gamma). Index runs: decoding one varint
+  // index, and one entry through one level of the pairwise merge that
+  // forms the union of n runs (ceil(log2 n) levels). Absent from older
+  // profiles: 0, not modeled.
+  double pack_s_per_element = 0.0;
+  double index_decode_s_per_element = 0.0;
+  double merge_s_per_element = 0.0;
+
+  // Framing on the rank's NIC beyond the payload, as its counters show:
+  // bytes per message (the transport's headers, the acknowledgement the
+  // receiver returns) and per payload byte (packet headers of a bulk
+  // transfer). Only the predicted wire bytes use them; 0 (absent from older
+  // profiles, or where calibrate could not read the counters) counts the
+  // payload alone.
+  double wire_bytes_per_message = 0.0;
+  double wire_overhead_per_byte = 0.0;
+
   // The selection cost of `scheme` per element read.
   double select_cost(std::string_view scheme) const;
   // The cost of adding one entry at a random index of a d-element gradient.
   double scatter_cost(double numel) const;
+  // The cost of packing one value of a d-element memory (0 when the
+  // profile has no packing cost).
+  double pack_cost(double numel) const;
 };
 
 // A profile for a network given by its link rate (Gbit/s, each direction)
@@ -52,8 +74,13 @@ struct CostProfile {
 // finite and > 0 and the latency finite and >= 0.
 CostProfile network_profile(double link_gbit_per_s, double latency_us);
 
+// The same network with every host cost 0 (reduction, accumulate, update,
+// selection, decoding, packing, index runs), named so.
+CostProfile without_host_costs(const CostProfile& profile);
+
 // JSON in both directions. from_json checks every field (present, finite,
-// >= 0; beta > 0; the decoding fields may be absent) and throws
+// >= 0; beta > 0; the host fields of the sparse exchange and the wire
+// fields may be absent) and throws
 // InvalidArgument naming the field; `origin` (e.g. a file name) is put in
 // front of every message.
 nlohmann::json to_json(const CostProfile& profile);

@@ -56,8 +56,12 @@ struct StepPrediction {
   double overlap_s = 0.0;       // pipelined: hidden behind backward
   double update_s = 0.0;        // the optimizer
   double step_s = 0.0;
-  double bytes_sent = 0.0;  // per rank and step
+  double bytes_sent = 0.0;  // per rank and step: payload
   double bytes_received = 0.0;
+  // What the rank's NIC sends per step: the payload with the profile's
+  // framing (wire_overhead_per_byte of it, and wire_bytes_per_message for
+  // each message, one per round).
+  double wire_bytes_sent = 0.0;
   double density_ratio = 1.0;  // K/k (1 for dense and Skip-Reduce)
   double imbalance = 0.0;
   // Where K/k and the imbalance came from: "measured" (Scenario::statistics),
