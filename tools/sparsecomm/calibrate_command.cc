@@ -81,20 +81,26 @@ const SizeRow* off_the_line(const std::vector<SizeRow>& rows) {
   return worst;
 }
 
-// Every rank sends `bytes` to rank r+1 while receiving as many from r-1:
-// one round of the model (full duplex, every link busy). The slowest rank's
-// time per iteration, median over iterations.
-double ring_round_seconds(Communicator& comm, std::size_t bytes, int iters) {
+// One round of the model: every rank sends `out` to rank r+1 while
+// receiving `in` from r-1 (full duplex, every link busy).
+void ring_round(Communicator& comm, std::span<const std::byte> out, std::span<std::byte> in) {
+  constexpr int kTag = 7001;
   const int n = comm.size(), r = comm.rank();
+  Request recv = comm.irecv(in, (r + n - 1) % n, kTag);
+  Request send = comm.isend(out, (r + 1) % n, kTag);
+  recv.wait();
+  send.wait();
+}
+
+// A ring round of `bytes`: the slowest rank's time per iteration, median
+// over iterations.
+double ring_round_seconds(Communicator& comm, std::size_t bytes, int iters) {
   std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
   std::vector<double> mine;
   for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
     comm.barrier();
     Stopwatch clock;
-    Request recv = comm.irecv(in, (r + n - 1) % n, 7001);
-    Request send = comm.isend(out, (r + 1) % n, 7001);
-    recv.wait();
-    send.wait();
+    ring_round(comm, out, in);
     if (it > 0) mine.push_back(clock.seconds());
   }
   return median_of_rank_max(comm, mine);
@@ -165,16 +171,11 @@ struct WireFraming {
 
 std::optional<WireFraming> measure_wire_framing(Communicator& comm, std::size_t bulk_bytes) {
   constexpr int kRounds = 250;
-  const int n = comm.size(), r = comm.rank();
+  const int n = comm.size();
   std::array<std::byte, 8> out{}, in{};
   auto rounds = [&](int count) {
     return [&, count] {
-      for (int round = 0; round < count; ++round) {
-        Request recv = comm.irecv(in, (r + n - 1) % n, 7002);
-        Request send = comm.isend(out, (r + 1) % n, 7002);
-        recv.wait();
-        send.wait();
-      }
+      for (int round = 0; round < count; ++round) ring_round(comm, out, in);
     };
   };
   const std::optional<double> few = wire_bytes_per_rank(comm, rounds(kRounds / 5));
