@@ -49,6 +49,22 @@ burst_bytes() {
   echo $((bytes > 16384 ? bytes : 16384))
 }
 
+# The tbf options that pace a burst, at rates up to 200 Mbit/s: a second
+# bucket of four full frames, refilled 5% above the rate, so that a step's
+# small exchange after an idle spell leaves at the link rate, as from a NIC,
+# instead of draining the 1 ms bucket at memory speed. Empty above: on the
+# 2-core machine at hand the per-frame timers of a paced link held 500 Mbit/s
+# to 0.27-0.37 Gbit/s and 1 Gbit/s to 0.77, and bent the all-reduce off its
+# line (docs/benchmarks.md, "Pacing the bucket").
+pacing_options() {
+  local rate=${1,,}
+  [[ $rate =~ ^([0-9]+)(kbit|mbit|gbit)$ ]] || return 1
+  local number=${BASH_REMATCH[1]} unit=${BASH_REMATCH[2]} kbit
+  case $unit in kbit) kbit=$number ;; mbit) kbit=$((number * 1000)) ;; gbit) kbit=$((number * 1000000)) ;; esac
+  ((kbit <= 200000)) && echo "peakrate $((kbit + kbit / 20))kbit minburst 6000"
+  return 0
+}
+
 up() {
   need_root
   local hosts rate queue
@@ -69,6 +85,8 @@ up() {
   local burst
   burst=$(burst_bytes "$rate") ||
     { echo "emulated-cluster: RATE must be a number and kbit, mbit or gbit (e.g. 200mbit, 1gbit), got '$rate'" >&2; exit 2; }
+  local -a pacing
+  read -r -a pacing <<<"$(pacing_options "$rate")"
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     echo "emulated-cluster: $BRIDGE exists already; run '$0 down' first" >&2
     exit 1
@@ -86,14 +104,14 @@ up() {
     ip -n "sc$i" link set "scv$i" up
     ip -n "sc$i" link set lo up
     # Upload: the namespace's end; download: the bridge's end of the veth.
-    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst "$burst" latency "${queue}ms" ||
-       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst "$burst" latency "${queue}ms"; then
+    if ! ip netns exec "sc$i" tc qdisc add dev "scv$i" root tbf rate "$rate" burst "$burst" "${pacing[@]}" latency "${queue}ms" ||
+       ! tc qdisc add dev "sch$i" root tbf rate "$rate" burst "$burst" "${pacing[@]}" latency "${queue}ms"; then
       echo "emulated-cluster: tc rejected rate '$rate' (examples: 100mbit, 1gbit)" >&2
       down
       exit 1
     fi
   done
-  echo "emulated-cluster: $hosts hosts at $rate each (queue $queue ms) on $BRIDGE ($SUBNET.1..$SUBNET.$hosts)"
+  echo "emulated-cluster: $hosts hosts at $rate each (queue $queue ms, bursts ${pacing[*]:-not paced}) on $BRIDGE ($SUBNET.1..$SUBNET.$hosts)"
 }
 
 run() {

@@ -56,7 +56,8 @@ inline double unit_interval(std::uint64_t h) { return static_cast<double>(h >> 1
 
 enum class SelectionKind {
   kOverlapping,  // each rank its own random set plus a random set common to all
-  kDisjoint,     // every index belongs to one random rank (MiCRO-like)
+  kDisjoint,     // every index belongs to one random rank (interleaved, like ExDyna's blocks)
+  kRanges,       // rank r selects in range (r + seed) mod n of n equal ranges (MiCRO's)
   kEmptyOnSome,  // half of the ranks select nothing
   kEmptyOnAll,   // nobody selects anything
   kFull,         // every rank selects every index
@@ -78,6 +79,8 @@ inline std::string selection_name(SelectionKind kind) {
       return "overlapping";
     case SelectionKind::kDisjoint:
       return "disjoint";
+    case SelectionKind::kRanges:
+      return "ranges";
     case SelectionKind::kEmptyOnSome:
       return "empty-on-some";
     case SelectionKind::kEmptyOnAll:
@@ -112,6 +115,13 @@ inline bool is_selected(const ExchangeCase& c, int n, int rank, std::size_t i) {
     case SelectionKind::kDisjoint:
       return hash4(c.seed, 4, 0, i) % static_cast<std::uint64_t>(n) == r &&
              unit_interval(hash4(c.seed, 5, 0, i)) < c.density * n;
+    case SelectionKind::kRanges: {
+      // Range p = [p d / n, (p + 1) d / n); rotated, so the ranks' lists are
+      // out of rank order.
+      const std::uint64_t p = (r + c.seed) % static_cast<std::uint64_t>(n);
+      const std::uint64_t owner = i * static_cast<std::uint64_t>(n) / c.numel;
+      return owner == p && unit_interval(hash4(c.seed, 5, 0, i)) < c.density * n;
+    }
     case SelectionKind::kEmptyOnSome:
       return (r + c.seed) % 2 == 1 && unit_interval(hash4(c.seed, 2, r, i)) < c.density;
     case SelectionKind::kEmptyOnAll:
@@ -339,8 +349,8 @@ inline std::vector<ExchangeCase> exchange_cases(int n, ExchangePattern pattern, 
   if (pattern == ExchangePattern::kSharedIndices) {
     kinds = {SelectionKind::kShared, SelectionKind::kEmptyOnAll, SelectionKind::kFull};
   } else {
-    kinds = {SelectionKind::kOverlapping, SelectionKind::kDisjoint, SelectionKind::kEmptyOnSome,
-             SelectionKind::kEmptyOnAll, SelectionKind::kFull};
+    kinds = {SelectionKind::kOverlapping, SelectionKind::kDisjoint,   SelectionKind::kRanges,
+             SelectionKind::kEmptyOnSome, SelectionKind::kEmptyOnAll, SelectionKind::kFull};
   }
   std::vector<ExchangeCase> cases;
   std::uint64_t seed = 11;

@@ -78,13 +78,18 @@ std::uint64_t index_list_hash(std::span<const Index> indices) {
   return hash_bytes(std::as_bytes(indices));
 }
 
-void count_allgatherv(const Communicator& comm, std::span<const std::size_t> counts,
-                      ExchangeResult& result) {
+RingBytes ring_allgatherv_bytes(const Communicator& comm, std::span<const std::size_t> counts) {
   const auto n = static_cast<std::size_t>(comm.size());
   const auto r = static_cast<std::size_t>(comm.rank());
   const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-  result.bytes_sent += total - counts[(r + 1) % n];
-  result.bytes_received += total - counts[r];
+  return {.sent = total - counts[(r + 1) % n], .received = total - counts[r]};
+}
+
+void count_allgatherv(const Communicator& comm, std::span<const std::size_t> counts,
+                      ExchangeResult& result) {
+  const RingBytes bytes = ring_allgatherv_bytes(comm, counts);
+  result.bytes_sent += bytes.sent;
+  result.bytes_received += bytes.received;
 }
 
 void gather_headers(Communicator& comm, std::uint64_t count, std::uint64_t payload_bytes,
@@ -120,7 +125,7 @@ void gather_headers(Communicator& comm, std::uint64_t count, std::uint64_t paylo
 void IndexRuns::decode_blocks(const Communicator& comm, std::span<const std::byte> blocks,
                               std::span<const std::size_t> block_bytes,
                               std::span<const std::size_t> counts, const BlockFormat& format,
-                              bool with_values, std::size_t extra_values) {
+                              std::size_t values_per_index, std::size_t extra_values) {
   const std::size_t n = counts.size();
   runs_.resize(n + 1);
   runs_[0] = 0;
@@ -131,7 +136,7 @@ void IndexRuns::decode_blocks(const Communicator& comm, std::span<const std::byt
     const std::size_t block = block_bytes[q];
     try {
       decode_block_indices(blocks.subspan(offset, block),
-                           with_values ? counts[q] + extra_values : 0, format,
+                           counts[q] * values_per_index + extra_values, format,
                            std::span<Index>(all_.data() + runs_[q], counts[q]));
     } catch (const CommError& error) {
       rethrow_from(comm, static_cast<int>(q), error);
@@ -147,12 +152,31 @@ void IndexRuns::append(std::span<const Index> run) {
   runs_.push_back(all_.size());
 }
 
+bool IndexRuns::concatenate_disjoint_runs() {
+  by_first_.clear();
+  for (std::size_t q = 0; q + 1 < runs_.size(); ++q) {
+    if (runs_[q + 1] > runs_[q]) by_first_.push_back(q);
+  }
+  std::sort(by_first_.begin(), by_first_.end(),
+            [&](std::size_t a, std::size_t b) { return all_[runs_[a]] < all_[runs_[b]]; });
+  for (std::size_t j = 1; j < by_first_.size(); ++j) {
+    // Sorted runs: disjoint iff each begins after the previous one's last.
+    if (all_[runs_[by_first_[j]]] <= all_[runs_[by_first_[j - 1] + 1] - 1]) return false;
+  }
+  union_.resize(all_.size());
+  Index* write = union_.data();
+  for (const std::size_t q : by_first_)
+    write = std::copy(all_.data() + runs_[q], all_.data() + runs_[q + 1], write);
+  return true;
+}
+
 void IndexRuns::build_union() {
   std::size_t runs = runs_.size() - 1;
   if (runs == 0) {
     union_.clear();
     return;
   }
+  if (concatenate_disjoint_runs()) return;
   int levels = 0;
   for (std::size_t r = runs; r > 1; r = (r + 1) / 2) ++levels;
   // Ping-pong between union_ and merge_scratch_ so the last level lands in union_.

@@ -35,9 +35,15 @@ void decode_block_from(const Communicator& comm, int peer, std::span<const std::
 // Checksum of an index list, for ranks to compare (core/hash.h).
 std::uint64_t index_list_hash(std::span<const Index> indices);
 
-// Adds to result the bytes this rank moves in an allgatherv of counts[q]
-// bytes per rank q on the default ring (sends sum - counts[r+1], receives
-// sum - counts[r]).
+// The bytes this rank moves in an allgatherv of counts[q] bytes per rank q
+// on the default ring: it sends sum - counts[r+1] and receives sum - counts[r].
+struct RingBytes {
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+};
+RingBytes ring_allgatherv_bytes(const Communicator& comm, std::span<const std::size_t> counts);
+
+// Adds ring_allgatherv_bytes(comm, counts) to result's byte counts.
 void count_allgatherv(const Communicator& comm, std::span<const std::size_t> counts,
                       ExchangeResult& result);
 
@@ -62,29 +68,37 @@ void gather_headers(Communicator& comm, std::uint64_t count, std::uint64_t paylo
 class IndexRuns {
  public:
   // Run q = the indices of block q of `blocks` (block_bytes[q] bytes each,
-  // back to back): counts[q] indices, then, when with_values, counts[q] +
-  // extra_values values (format.values). CommError naming the sender when
-  // a block is malformed.
+  // back to back): counts[q] indices, then counts[q] x values_per_index +
+  // extra_values values (format.values; 0 for index-only blocks). CommError
+  // naming the sender when a block is malformed.
   void decode_blocks(const Communicator& comm, std::span<const std::byte> blocks,
                      std::span<const std::size_t> block_bytes, std::span<const std::size_t> counts,
-                     const BlockFormat& format, bool with_values, std::size_t extra_values = 0);
+                     const BlockFormat& format, std::size_t values_per_index,
+                     std::size_t extra_values = 0);
   // Appends one more sorted run.
   void append(std::span<const Index> run);
   std::span<const Index> run(std::size_t q) const {
     return {all_.data() + runs_[q], runs_[q + 1] - runs_[q]};
   }
-  // union_indices() = the union of all runs, by merging neighbouring runs
-  // pairwise, level by level (log2 runs levels, linear each).
+  // union_indices() = the union of all runs. Runs whose ranges do not
+  // overlap (exclusive contiguous partitions, MiCRO's) are concatenated in
+  // the order of their first index; otherwise neighbouring runs are merged
+  // pairwise, level by level (ceil(log2 runs) levels, linear each).
   void build_union();
   std::span<const Index> union_indices() const { return union_; }
 
  private:
+  // True, with union_ their concatenation, when the non-empty runs' ranges
+  // are disjoint.
+  bool concatenate_disjoint_runs();
+
   UninitVector<Index> all_;  // run q at [runs_[q], runs_[q + 1])
   std::vector<std::size_t> runs_;
   UninitVector<Index> union_;
   UninitVector<Index> merge_scratch_;
   std::vector<std::size_t> merge_bounds_;
   std::vector<std::size_t> next_runs_;
+  std::vector<std::size_t> by_first_;  // non-empty runs by their first index
 };
 
 // The value step of union and shared all-reduce: reads this rank's values

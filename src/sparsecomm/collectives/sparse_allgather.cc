@@ -58,7 +58,7 @@ class SparseAllgather final : public SparseExchange {
     comm.allgatherv(std::span<const std::byte>(send), wire_.recv, byte_counts);
     count_allgatherv(comm, byte_counts, result);
     runs_.decode_blocks(comm, wire_.recv, byte_counts, result.counts,
-                        BlockFormat{opts.values, opts.encode_indices, 0, numel}, true, extra);
+                        BlockFormat{opts.values, opts.encode_indices, 0, numel}, 1, extra);
 
     std::fill(out.begin(), out.end(), 0.0f);
     std::size_t most = 0;

@@ -38,7 +38,7 @@ class UnionAllreduce final : public SparseExchange {
     comm.allgatherv(mine, wire_.recv, wire_.byte_counts);
     count_allgatherv(comm, wire_.byte_counts, result);
     runs_.decode_blocks(comm, wire_.recv, wire_.byte_counts, result.counts,
-                        BlockFormat{opts.values, opts.encode_indices, 0, numel}, false);
+                        BlockFormat{opts.values, opts.encode_indices, 0, numel}, 0);
     // The known ranges: one more run, which no rank sent.
     if (!input.known.empty()) runs_.append(input.known_indices);
     runs_.build_union();

@@ -47,11 +47,12 @@ CommCost pack_values(const CostProfile& p, double numel, double count) {
 }
 
 // Forming the union of n received index lists of `entries` in all:
-// decoding them (when varint-encoded) and ceil(log2 n) levels of pairwise
-// merges.
+// decoding them (when varint-encoded), then ceil(log2 n) levels of pairwise
+// merges, or one copy when the lists lie in disjoint ranges.
 CommCost unite_runs(const CostProfile& p, int n, const SparseSend& s, double entries) {
-  const double levels = n > 1 ? std::ceil(std::log2(static_cast<double>(n))) : 0.0;
   const double decode = s.index_bytes < 4.0 ? entries * p.index_decode_s_per_element : 0.0;
+  if (s.disjoint_ranges) return {.seconds = decode + entries * p.gamma_s_per_element};
+  const double levels = n > 1 ? std::ceil(std::log2(static_cast<double>(n))) : 0.0;
   return {.seconds = decode + levels * entries * p.merge_s_per_element};
 }
 

@@ -73,6 +73,9 @@ struct SparseSend {
   double index_bytes = 4.0;  // per index (raw 4, varints fewer)
   double value_bytes = 4.0;  // 4 fp32, 2 fp16/bf16
   double numel = 0.0;        // d
+  // The ranks' lists lie in disjoint ranges (MiCRO's contiguous
+  // partitions): their union is a concatenation, no merge.
+  bool disjoint_ranges = false;
 };
 
 // The sparse patterns below take the values they send out of the memory
@@ -81,7 +84,8 @@ struct SparseSend {
 // added (CostProfile::fill_s_per_element, scatter_cost). Those that gather
 // index lists decode them and merge the n runs into their union
 // (index_decode_s_per_element per index, merge_s_per_element per entry
-// and level, ceil(log2 n) levels).
+// and level, ceil(log2 n) levels); lists in disjoint ranges are
+// concatenated instead (one streaming copy, gamma_s_per_element per entry).
 //
 // union: header allgather, allgatherv of the index lists, their union
 // (n m entries), K values packed, value sum of K floats (ring all-reduce;

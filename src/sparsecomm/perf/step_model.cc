@@ -30,6 +30,7 @@ struct MethodShape {
   double accumulate;  // passes over d of the memory (error feedback: 1)
   std::string_view exchange;
   bool capped = false;  // same-step threshold with a per-rank cap (ExDyna's default)
+  bool ranged = false;  // partitions are contiguous ranges (MiCRO's; ExDyna's are scattered blocks)
 };
 
 constexpr MethodShape kMethods[] = {
@@ -40,7 +41,7 @@ constexpr MethodShape kMethods[] = {
     {"gaussiank", Kind::kIndependent, true, 1, "sparse allgather"},
     {"randomk", Kind::kShared, true, 1, "shared all-reduce"},
     {"cltk", Kind::kLeader, true, 1, "broadcast + shared all-reduce"},
-    {"micro", Kind::kPartitioned, false, 1, "union all-reduce"},
+    {"micro", Kind::kPartitioned, false, 1, "union all-reduce", false, true},
     {"exdyna", Kind::kPartitioned, false, 1, "union all-reduce", true},
     {"deft", Kind::kPartitioned, true, 1, "union all-reduce"},
     {"ps", Kind::kParameterServer, false, 0, "parameter server, BSP"},
@@ -121,6 +122,7 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       send.mean_count = stats.selected_ratio * share;
       send.max_count = send.mean_count * (1.0 + stats.imbalance);
       send.union_count = std::min(numel, stats.density_ratio * k);
+      send.disjoint_ranges = shape.ranged;
       call.density_ratio = send.union_count / k;
       call.imbalance = stats.imbalance;
       call.selection_s = std::min(numel, stats.read_share * numel / n) * p.select_cost(shape.name);

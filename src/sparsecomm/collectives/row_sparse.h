@@ -1,0 +1,83 @@
+#pragma once
+// Row-sparse gradients of embedding tables and their sum over ranks, never
+// densified (docs/algorithms.md, "Row-sparse exchange").
+//
+// A table has `rows` rows of `width` floats. A step touches only the rows
+// of the IDs in its batch, so its gradient is a RowSparse: the touched row
+// ids, strictly ascending, and their rows. LibTorch's sparse embedding
+// gradient repeats an id once per lookup; coalesce_rows sums those first.
+//
+// row_sparse_sum leaves every rank with the same RowSparse: the union of
+// the ranks' ids, each row the sum over ranks of that row, added in rank
+// order starting from 0 (so both methods, and every rank, give the same
+// bits). Two methods:
+//  - kAllgather: an allgather of (count, bytes, rows, width) headers, an
+//    allgatherv of every rank's [ids as delta varints][rows, float32] block,
+//    then every rank adds the n blocks. A rank receives the others' rows:
+//    (n - 1) x a rank's rows, the lower bound of any exchange that leaves
+//    every rank every contribution.
+//  - kSparseAllreduce: SparCML's split at row granularity. The id space is
+//    cut into n contiguous ranges, range q owned by rank q; an alltoallv
+//    sends each rank's rows of range q to q, the owner adds them, and an
+//    allgatherv of the reduced ranges (in range order: already the sorted
+//    union) gives every rank the sum. About 2 (n - 1) / n x the union's
+//    rows per rank when the union spreads over the ranges; fewer than the
+//    allgather's when the ranks touch the same rows.
+// Both check every byte they receive (ids ascending and in range, counts
+// the bytes can hold) and throw CommError naming the sender otherwise.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/sparse.h"
+
+namespace sparsecomm {
+
+struct RowSparse {
+  std::size_t rows = 0;        // the table's height: every id is below it
+  std::size_t width = 0;       // floats per row
+  UninitVector<Index> ids;     // strictly ascending
+  UninitVector<float> values;  // ids.size() x width, row-major
+  std::size_t touched() const { return ids.size(); }
+  std::span<const float> row(std::size_t j) const { return {values.data() + j * width, width}; }
+  // Resets to an empty gradient of a rows x width table (keeps capacity).
+  void reset(std::size_t table_rows, std::size_t row_width);
+};
+
+// Throws InvalidArgument unless `g` is well formed: rows < 2^32, width >= 1,
+// ids strictly ascending and below rows, values.size() == ids.size() x width.
+// `what` names g in the message.
+void check_row_sparse(const RowSparse& g, std::string_view what);
+
+// Sums an uncoalesced gradient (one row per lookup: lookup_rows is
+// lookup_ids.size() x width, ids in any order and repeating) into `out`:
+// the unique ids ascending, each the sum of its lookups' rows in lookup
+// order. InvalidArgument when an id is not below `rows` or the sizes
+// disagree.
+void coalesce_rows(std::span<const Index> lookup_ids, std::span<const float> lookup_rows,
+                   std::size_t rows, std::size_t width, RowSparse& out);
+
+enum class RowExchange { kAllgather, kSparseAllreduce };
+// "allgather", "sparse-allreduce"; InvalidArgument listing them otherwise.
+RowExchange parse_row_exchange(std::string_view name);
+std::string_view row_exchange_name(RowExchange method);
+
+struct RowExchangeReport {
+  std::vector<std::size_t> touched;  // every rank's touched rows, in rank order
+  std::size_t union_rows = 0;        // rows of the sum
+  std::uint64_t bytes_sent = 0;  // this rank's, as the default ring/pairwise algorithms move them
+  std::uint64_t bytes_received = 0;
+};
+
+// Collective: every rank calls with a table of the same shape and the same
+// method. `mine` is checked first (InvalidArgument before any message);
+// ranks whose shapes differ all throw InvalidArgument. `sum` must not
+// alias `mine`. The report, when given, is this rank's.
+void row_sparse_sum(Communicator& comm, const RowSparse& mine, RowExchange method, RowSparse& sum,
+                    RowExchangeReport* report = nullptr);
+
+}  // namespace sparsecomm
