@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/row_sparse_checks.h"
+#include "collectives/row_exchange_checks.h"
 #include "mpi/mpi_world.h"
 
 namespace sparsecomm::testing {

@@ -1,6 +1,6 @@
 #pragma once
-// Checks of row_sparse_sum shared by the thread suite (row_sparse_test.cc)
-// and the MPI suite (row_sparse_mpi_test.cc): every rank builds its own
+// Checks of row_sparse_sum shared by the thread suite (row_exchange_test.cc)
+// and the MPI suite (row_exchange_mpi_test.cc): every rank builds its own
 // row set from a seed, and every rank can rebuild every other rank's, so
 // the expected sum is computed locally, in rank order, bit for bit.
 
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "sparsecomm/collectives/row_sparse.h"
+#include "sparsecomm/collectives/row_exchange.h"
 #include "sparsecomm/comm/communicator.h"
 
 namespace sparsecomm::testing {
