@@ -6,8 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -153,8 +154,11 @@ inline void check_row_sparse_sums(Communicator& comm) {
                 std::vector<Index>(want.ids.begin(), want.ids.end()))
           << what;
       ASSERT_EQ(sum.values.size(), want.values.size()) << what;
-      EXPECT_EQ(
-          std::memcmp(sum.values.data(), want.values.data(), sum.values.size() * sizeof(float)), 0)
+      EXPECT_TRUE(std::equal(sum.values.begin(), sum.values.end(), want.values.begin(),
+                             [](float a, float b) {
+                               return std::bit_cast<std::uint32_t>(a) ==
+                                      std::bit_cast<std::uint32_t>(b);
+                             }))
           << what << ": the sums differ in some bit";
       EXPECT_EQ(report.union_rows, want.touched()) << what;
       ASSERT_EQ(report.touched.size(), static_cast<std::size_t>(n)) << what;
