@@ -105,7 +105,8 @@ void RowAdagrad::step(std::span<float> table, const RowSparse& gradient, double 
   const auto scale = static_cast<float>(gradient_scale);
   const auto wd = static_cast<float>(options_.weight_decay);
   const auto eps = static_cast<float>(options_.eps);
-  std::vector<float> d(width);
+  scaled_.resize(width);
+  float* d = scaled_.data();
   for (std::size_t j = 0; j < gradient.touched(); ++j) {
     const std::size_t row = gradient.ids[j];
     float* p = table.data() + row * width;

@@ -78,6 +78,7 @@ class RowAdagrad {
  private:
   RowAdagradOptions options_;
   std::vector<float> accumulators_;  // one per row
+  std::vector<float> scaled_;        // one row's d, reused across steps
 };
 
 }  // namespace sparsecomm
