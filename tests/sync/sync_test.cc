@@ -379,6 +379,36 @@ TEST(SparsifyExchangeStepState, ResumesBitExactly) {
   }
 }
 
+// A scheme's own collectives inside select() are exchange time: CLT-k's
+// index broadcast is one round on every rank (leader and followers), and
+// Top-k, which runs none, reports zero.
+TEST(SparsifyExchangeStep, SelectionCollectivesCountAsExchange) {
+  for (const char* scheme : {"cltk", "topk"}) {
+    run_thread_world(
+        3,
+        [&](Communicator& comm) {
+          SchemeOptions options;
+          options.set("density=0.03");
+          SparsifyExchangeStep sync(make_scheme(scheme, options));
+          for (int step = 0; step < 3; ++step) {
+            std::vector<float> g(1000);
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] = sync_input(comm.rank(), step, i);
+            StepContext ctx;
+            ctx.step = step;
+            const StepMetrics m = sync.synchronize(g, ctx, comm);
+            const int rounds = std::string(scheme) == "cltk" ? 1 : 0;
+            EXPECT_EQ(m.selection_collectives, rounds) << scheme << " step " << step;
+            if (rounds == 0) {
+              EXPECT_EQ(m.selection_collective_s, 0.0) << scheme;
+            }
+            EXPECT_GE(m.selection_collective_s, 0.0);
+            EXPECT_GE(m.exchange_s, m.selection_collective_s + m.agreement_s) << scheme;
+          }
+        },
+        kTimeout);
+  }
+}
+
 TEST(SparsifyExchangeStep, RejectsMissingParts) {
   EXPECT_THROW(SparsifyExchangeStep(SchemeParts{}), InvalidArgument);
 }

@@ -4,10 +4,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "sparsecomm/train/checkpoint.h"
 #include "train/train_checks.h"
@@ -72,6 +75,31 @@ TEST(DeterministicResume, AResumedMpiRunEndsBitIdentical) {
     const auto b = testing::parameters_of_checkpoint(read_rank_checkpoint(run, last, rank));
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(a == b) << "rank " << rank << ": the resumed MPI run differs";
+  }
+}
+
+// The click model under mpiexec -n 4 ends with the tables of the thread
+// backend, bit for bit, for both row-sparse exchanges.
+TEST(DeterministicClick, ThreadBackendAndMpiGiveIdenticalTables) {
+  const testing::ScratchDir scratch("deterministic_click");
+  for (const std::string exchange : {"allgather", "sparse-allreduce"}) {
+    std::vector<std::string> hashes;
+    for (const std::string backend : {"thread", "mpi"}) {
+      const fs::path out = scratch.path() / (exchange + "-" + backend);
+      const std::string launcher =
+          backend == "mpi" ? fmt::format("{} -n 4 {}", SPARSECOMM_MPIEXEC, SPARSECOMM_MPIEXEC_FLAGS)
+                           : "";
+      const std::string command = fmt::format(
+          "{} {} train --backend {} --workers 4 --deterministic --model dlrm --method exdyna "
+          "--embedding-exchange {} --embedding-cap 300 --train-samples 4096 --test-samples 1000 "
+          "--batch 64 --epochs 1 --no-plots --out '{}' > '{}.log' 2>&1",
+          launcher, SPARSECOMM_CLI, backend, exchange, out.string(), out.string());
+      ASSERT_EQ(std::system(command.c_str()), 0) << command << " failed; see " << out << ".log";
+      std::ifstream in(out / "summary.json");
+      const nlohmann::json summary = nlohmann::json::parse(in);
+      hashes.push_back(summary.at("embedding").at("table_hash").get<std::string>());
+    }
+    EXPECT_EQ(hashes[0], hashes[1]) << exchange << ": the tables differ between thread and MPI";
   }
 }
 

@@ -47,9 +47,12 @@ class ConsoleReporter final : public TrainObserver {
                                        info.servers == 1 ? "" : "s", info.sync)
                          : fmt::format("{} ranks", info.workers);
     fmt::print(
-        "[{}] {} ({} backend, {} intra-op thread{} each), {} parameters, {} steps "
+        "[{}] {} ({} backend, {} intra-op thread{} each), {} parameters{}, {} steps "
         "({} per epoch){} -> {}\n",
         label_, world, info.backend, info.threads, info.threads == 1 ? "" : "s", info.numel,
+        info.embedding_numel > 0
+            ? fmt::format(" + {} in embedding tables (row-sparse)", info.embedding_numel)
+            : "",
         info.total_steps, info.steps_per_epoch,
         info.first_step > 0 ? fmt::format(", resumed at step {}", info.first_step) : "",
         info.run_dir);
@@ -213,8 +216,8 @@ void run_compare(const TrainConfig& base, const std::vector<std::string>& items)
   if (!result.failed.empty()) {
     std::string list;
     for (const std::string& failure : result.failed) list += "\n  " + failure;
-    throw Error(fmt::format("{} of {} compared runs failed:{}", result.failed.size(), runs.size(),
-                            list));
+    throw Error(
+        fmt::format("{} of {} compared runs failed:{}", result.failed.size(), runs.size(), list));
   }
 }
 
@@ -264,10 +267,29 @@ void add_train_command(CLI::App& app) {
                   "LibTorch intra-op threads per rank (0: 1 per thread rank; under mpirun the "
                   "cores shared among the local ranks)")
       ->capture_default_str();
-  cmd->add_option("--model", c.model, "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm (text)")
+  cmd->add_option("--model", c.model,
+                  "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm (text) | dlrm (clicks: "
+                  "embedding tables of 169M parameters and MLPs)")
       ->capture_default_str();
   cmd->add_option("--dataset", c.dataset,
-                  "fashion-mnist | synthetic (images) | fortunes (text: Debian's fortunes package)")
+                  "fashion-mnist | synthetic (images) | fortunes (text: Debian's fortunes "
+                  "package) | click-log (generated; the default for --model dlrm)")
+      ->capture_default_str();
+  cmd->add_option("--embedding-cap", c.embedding_cap,
+                  "dlrm: rows per embedding table at most (Criteo's 26 field sizes, capped)")
+      ->capture_default_str();
+  cmd->add_option("--embedding-dim", c.embedding_dim, "dlrm: floats per embedding row")
+      ->capture_default_str();
+  cmd->add_option("--embedding-exchange", c.embedding_exchange,
+                  "dlrm: how the tables' touched rows are summed: allgather | sparse-allreduce | "
+                  "dense (the whole table gradient, ring all-reduced: the baseline) | auto (the "
+                  "cheaper of the first two by the last step's rows)")
+      ->capture_default_str();
+  cmd->add_option("--embedding-optimizer", c.embedding_optimizer,
+                  "dlrm: the tables' lazy optimizer: adagrad (row-wise) | sgd")
+      ->capture_default_str();
+  cmd->add_option("--embedding-lr", c.embedding_lr,
+                  "dlrm: the tables' learning rate (follows --lr's warm-up and decay)")
       ->capture_default_str();
   cmd->add_option("--data-dir", c.data_dir,
                   fmt::format("where the dataset's files are (default: {} for fashion-mnist, {} "
@@ -359,6 +381,11 @@ void add_train_command(CLI::App& app) {
         {"--data-dir", "data_dir"},
         {"--train-samples", "train_samples"},
         {"--test-samples", "test_samples"},
+        {"--embedding-cap", "embedding_cap"},
+        {"--embedding-dim", "embedding_dim"},
+        {"--embedding-exchange", "embedding_exchange"},
+        {"--embedding-optimizer", "embedding_optimizer"},
+        {"--embedding-lr", "embedding_lr"},
         {"--method", "method"},
         {"--density", "density"},
         {"--nonfinite", "nonfinite"},
@@ -391,6 +418,12 @@ void add_train_command(CLI::App& app) {
         {"--timeout", "timeout_s"}};
     for (const auto& [flag, key] : flag_keys) {
       if (cmd->count(flag) > 0) overrides[key] = given_json.at(key);
+    }
+    // The click model reads only the click log: it is its dataset unless
+    // one is named.
+    if (overrides.contains("model") && model_reads_clicks(overrides["model"].get<std::string>()) &&
+        !overrides.contains("dataset")) {
+      overrides["dataset"] = "click-log";
     }
     update_from_json(config, overrides, "the command line");
     if (!flags->resume.empty()) {

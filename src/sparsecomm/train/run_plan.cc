@@ -69,11 +69,13 @@ void Straggler::end_compute() {
   std::this_thread::sleep_for(std::chrono::duration<double>((factor_ - 1.0) * compute));
 }
 
-std::shared_ptr<Model> make_seeded_model(const TrainConfig& config) {
-  // LibTorch's default generator is process-wide: build one model at a time
-  // so every replica draws the same initial weights.
+std::mutex& model_build_mutex() {
   static std::mutex mutex;
-  std::lock_guard lock(mutex);
+  return mutex;
+}
+
+std::shared_ptr<Model> make_seeded_model(const TrainConfig& config) {
+  std::lock_guard lock(model_build_mutex());
   torch::manual_seed(config.seed);
   return make_model(config.model, dataset_classes(config.dataset));
 }

@@ -4,12 +4,14 @@
 // checkpoint fingerprints and the end of a run. run_training() (trainer.cc)
 // builds the plan and calls, on each rank, train_allreduce_rank()
 // (allreduce_trainer.cc) or, in parameter-server mode, train_ps_rank()
-// (ps_trainer.cc).
+// (ps_trainer.cc), or for the click model train_click_rank()
+// (click_trainer.cc).
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,6 +95,10 @@ class Straggler {
   double cpu_start_ = 0.0;
 };
 
+// Held while a model is built: LibTorch's generator is process-wide, so
+// models are built one at a time to draw the same initial weights.
+std::mutex& model_build_mutex();
+
 // The configured model for the dataset's classes with the seed's initial
 // weights (identical on every rank: models are built one at a time per
 // process).
@@ -116,6 +122,8 @@ PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers);
 
 // One rank of all-reduce data parallelism (DataParallel + FlatSgd).
 void train_allreduce_rank(Communicator& comm, RunPlan& plan);
+// One rank of the click model's training (model dlrm; click_trainer.cc).
+void train_click_rank(Communicator& comm, RunPlan& plan);
 // One rank of parameter-server mode: a worker or a server, by `layout`.
 void train_ps_rank(Communicator& comm, RunPlan& plan, const ServerLayout& layout);
 

@@ -28,45 +28,59 @@ nlohmann::json number(double value) {
 
 nlohmann::json step_json(const TrainStep& s) {
   const StepMetrics& m = s.sync;
-  return {{"kind", "step"},
-          {"step", s.step},
-          {"epoch", number(s.epoch)},
-          {"wall_s", number(s.wall_s)},
-          {"lr", number(s.lr)},
-          {"loss", number(s.loss)},
-          {"compute_s", number(s.compute_s)},
-          {"selection_s", number(s.selection_s)},
-          {"exchange_s", number(s.exchange_s)},
-          {"agreement_s", number(m.agreement_s)},
-          {"selection_collective_s", number(m.selection_collective_s)},
-          {"selection_collectives", m.selection_collectives},
-          {"candidate_passes", m.candidate_passes},
-          {"update_s", number(s.update_s)},
-          {"wait_s", number(s.wait_s)},
-          {"density_ratio", number(m.density_ratio)},
-          {"imbalance", number(m.imbalance)},
-          {"bytes_sent", m.bytes_sent},
-          {"bytes_received", m.bytes_received},
-          {"residual_norm", number(m.residual_norm)},
-          {"selected", m.selected},
-          {"union_size", m.union_size},
-          {"target", m.target},
-          {"numel", m.numel},
-          {"index_bytes_raw", m.index_bytes_raw},
-          {"index_bytes_encoded", m.index_bytes_encoded},
-          {"skip_subject", m.skip_subject},
-          {"overlapped_s", number(m.overlapped_s)},
-          {"skipped_nonfinite", m.skipped_nonfinite}};
+  nlohmann::json line = {{"kind", "step"},
+                         {"step", s.step},
+                         {"epoch", number(s.epoch)},
+                         {"wall_s", number(s.wall_s)},
+                         {"lr", number(s.lr)},
+                         {"loss", number(s.loss)},
+                         {"compute_s", number(s.compute_s)},
+                         {"selection_s", number(s.selection_s)},
+                         {"exchange_s", number(s.exchange_s)},
+                         {"agreement_s", number(m.agreement_s)},
+                         {"selection_collective_s", number(m.selection_collective_s)},
+                         {"selection_collectives", m.selection_collectives},
+                         {"candidate_passes", m.candidate_passes},
+                         {"update_s", number(s.update_s)},
+                         {"wait_s", number(s.wait_s)},
+                         {"density_ratio", number(m.density_ratio)},
+                         {"imbalance", number(m.imbalance)},
+                         {"bytes_sent", m.bytes_sent},
+                         {"bytes_received", m.bytes_received},
+                         {"residual_norm", number(m.residual_norm)},
+                         {"selected", m.selected},
+                         {"union_size", m.union_size},
+                         {"target", m.target},
+                         {"numel", m.numel},
+                         {"index_bytes_raw", m.index_bytes_raw},
+                         {"index_bytes_encoded", m.index_bytes_encoded},
+                         {"skip_subject", m.skip_subject},
+                         {"overlapped_s", number(m.overlapped_s)},
+                         {"skipped_nonfinite", m.skipped_nonfinite}};
+  if (s.embedding.present) {
+    const EmbeddingStep& e = s.embedding;
+    line["embedding"] = {{"exchange", e.exchange},
+                         {"touched_rows", e.touched_rows},
+                         {"table_touched", e.table_touched},
+                         {"union_rows", e.union_rows},
+                         {"bytes_sent", e.bytes_sent},
+                         {"bytes_received", e.bytes_received},
+                         {"exchange_s", number(e.exchange_s)},
+                         {"update_s", number(e.update_s)}};
+  }
+  return line;
 }
 
 nlohmann::json eval_json(const TrainEval& e) {
-  return {{"kind", "eval"},
-          {"step", e.step},
-          {"epoch", number(e.epoch)},
-          {"wall_s", number(e.wall_s)},
-          {"test_accuracy", number(e.test_accuracy)},
-          {"test_loss", number(e.test_loss)},
-          {"train_loss", number(e.train_loss)}};
+  nlohmann::json line = {{"kind", "eval"},
+                         {"step", e.step},
+                         {"epoch", number(e.epoch)},
+                         {"wall_s", number(e.wall_s)},
+                         {"test_accuracy", number(e.test_accuracy)},
+                         {"test_loss", number(e.test_loss)},
+                         {"train_loss", number(e.train_loss)}};
+  if (std::isfinite(e.test_auc)) line["test_auc"] = e.test_auc;
+  return line;
 }
 
 RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resume_step)
@@ -196,6 +210,7 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
       {"seed", config_.seed},
       {"density", config_.density},
       {"numel", info.numel},
+      {"embedding_numel", info.embedding_numel},
       {"epochs", number(s.epochs)},
       {"steps", steps},
       {"test_accuracy", number(s.test_accuracy)},

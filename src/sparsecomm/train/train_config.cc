@@ -18,24 +18,35 @@ namespace sparsecomm {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
-    test_samples, method, density, method_options, nonfinite, bucket_mb, servers, sync, staleness,
+    test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
+    embedding_lr, method, density, method_options, nonfinite, bucket_mb, servers, sync, staleness,
     staleness_low, staleness_high, slowdown, epochs, max_steps, batch, lr, momentum, nesterov,
     weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
     eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "wide-mlp", "char-lstm"};
+  static const std::vector<std::string> names = {"mlp",      "cnn",       "resnet18",
+                                                 "wide-mlp", "char-lstm", "dlrm"};
   return names;
 }
 
 const std::vector<std::string>& dataset_names() {
-  static const std::vector<std::string> names = {"fashion-mnist", "synthetic", "fortunes"};
+  static const std::vector<std::string> names = {"fashion-mnist", "synthetic", "fortunes",
+                                                 "click-log"};
   return names;
 }
 
-bool model_reads_text(const std::string& model) { return model == "char-lstm"; }
+InputKind model_input(const std::string& model) {
+  if (model == "char-lstm") return InputKind::kText;
+  if (model == "dlrm") return InputKind::kClicks;
+  return InputKind::kImages;
+}
 
-bool dataset_is_text(const std::string& dataset) { return dataset == "fortunes"; }
+InputKind dataset_input(const std::string& dataset) {
+  if (dataset == "fortunes") return InputKind::kText;
+  if (dataset == "click-log") return InputKind::kClicks;
+  return InputKind::kImages;
+}
 
 std::int64_t dataset_classes(const std::string& dataset) {
   return dataset_is_text(dataset) ? static_cast<std::int64_t>(kTextVocabularySize) : 10;
@@ -74,13 +85,41 @@ void validate(const TrainConfig& c) {
   require(
       one_of(c.dataset, dataset_names()), "dataset",
       fmt::format("'{}' is not a dataset; valid: {}", c.dataset, fmt::join(dataset_names(), ", ")));
-  require(model_reads_text(c.model) == dataset_is_text(c.dataset), "model",
-          model_reads_text(c.model)
-              ? fmt::format("model {} reads text: it needs --dataset fortunes, not {}", c.model,
-                            c.dataset)
-              : fmt::format("model {} reads images: it needs --dataset fashion-mnist or "
-                            "synthetic, not {} (char-lstm trains on fortunes)",
-                            c.model, c.dataset));
+  {
+    const InputKind reads = model_input(c.model);
+    const std::string_view needs = reads == InputKind::kText     ? "fortunes"
+                                   : reads == InputKind::kClicks ? "click-log"
+                                                                 : "fashion-mnist or synthetic";
+    const std::string_view kind = reads == InputKind::kText     ? "text"
+                                  : reads == InputKind::kClicks ? "click rows"
+                                                                : "images";
+    require(reads == dataset_input(c.dataset), "model",
+            fmt::format("model {} reads {}: it needs --dataset {}, not {} (char-lstm trains on "
+                        "fortunes, dlrm on click-log)",
+                        c.model, kind, needs, c.dataset));
+  }
+  if (model_reads_clicks(c.model)) {
+    require(c.embedding_cap >= 1 && c.embedding_cap <= (std::int64_t{1} << 31), "embedding-cap",
+            fmt::format("{} rows per table: give 1 .. 2^31", c.embedding_cap));
+    require(c.embedding_dim >= 1 && c.embedding_dim <= 1024, "embedding-dim",
+            fmt::format("{} floats per row: give 1 .. 1024", c.embedding_dim));
+    require(one_of(c.embedding_exchange, {"auto", "allgather", "sparse-allreduce", "dense"}),
+            "embedding-exchange",
+            fmt::format("'{}': valid are auto, allgather, sparse-allreduce, dense",
+                        c.embedding_exchange));
+    require(one_of(c.embedding_optimizer, {"adagrad", "sgd"}), "embedding-optimizer",
+            fmt::format("'{}': valid are adagrad, sgd", c.embedding_optimizer));
+    require(c.embedding_lr > 0.0 && std::isfinite(c.embedding_lr), "embedding-lr",
+            fmt::format("{} must be > 0", c.embedding_lr));
+    const std::string_view not_yet = "is not available for the click model (dlrm) yet";
+    require(!ps_mode(c), "servers",
+            fmt::format("parameter-server mode {}; drop --servers", not_yet));
+    require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
+            fmt::format("checkpoints (and --stop-at-step) {}", not_yet));
+    require(c.record_gradients.empty(), "record-gradients",
+            fmt::format("gradient traces {}", not_yet));
+    require(!c.eval_deferred, "eval-deferred", fmt::format("--eval-deferred {}", not_yet));
+  }
   require(c.train_samples >= 0, "train-samples", "must be >= 0 (0: all)");
   require(c.test_samples >= 0, "test-samples", "must be >= 0 (0: all)");
   bool known_method = false;

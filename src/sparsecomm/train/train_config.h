@@ -22,12 +22,21 @@ struct TrainConfig {
                                  // default, 60 s or SPARSECOMM_TIMEOUT_MS)
 
   // Model and data.
-  std::string model = "cnn";              // mlp | cnn | resnet18 | wide-mlp | char-lstm
-  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic (images) | fortunes (text)
+  std::string model = "cnn";  // mlp | cnn | resnet18 | wide-mlp | char-lstm | dlrm
+  // fashion-mnist | synthetic (images) | fortunes (text) | click-log (dlrm)
+  std::string dataset = "fashion-mnist";
   // Where the dataset's files are; "" : the Debian package's (data_dir_of).
   std::string data_dir;
   std::int64_t train_samples = 0;  // 0: the whole training split; else its first N
   std::int64_t test_samples = 0;   // 0: the whole test split; else its first N
+                                   // (click-log: the rows generated, 10M and 200k by default)
+
+  // The click model's embedding tables (model dlrm; train/click_trainer.cc).
+  std::int64_t embedding_cap = 2000000;         // rows per table at most (Criteo's fields, capped)
+  std::int64_t embedding_dim = 16;              // floats per row
+  std::string embedding_exchange = "auto";      // allgather | sparse-allreduce | dense | auto
+  std::string embedding_optimizer = "adagrad";  // adagrad (row-wise) | sgd (lazy, no momentum)
+  double embedding_lr = 0.05;  // the tables' learning rate (scaled by --lr's schedule)
 
   // Synchronization.
   std::string method = "exdyna";                      // dense, skipreduce, or a sparsifier
@@ -100,9 +109,21 @@ const std::vector<std::string>& model_names();
 // (10 classes), fortunes is text (samples of character ids, see
 // src/sparsecomm/data/text_corpus.h).
 const std::vector<std::string>& dataset_names();
+// What a model reads and a dataset holds: they must agree.
+enum class InputKind { kImages, kText, kClicks };
+InputKind model_input(const std::string& model);
+InputKind dataset_input(const std::string& dataset);
 // Whether the model reads character ids (char-lstm) rather than images.
-bool model_reads_text(const std::string& model);
-bool dataset_is_text(const std::string& dataset);
+inline bool model_reads_text(const std::string& model) {
+  return model_input(model) == InputKind::kText;
+}
+inline bool dataset_is_text(const std::string& dataset) {
+  return dataset_input(dataset) == InputKind::kText;
+}
+// The click model (dlrm): trained by train_click_rank, not DataParallel alone.
+inline bool model_reads_clicks(const std::string& model) {
+  return model_input(model) == InputKind::kClicks;
+}
 // The number of classes of the dataset's labels: 10 for images, the
 // character vocabulary (kTextVocabularySize) for text.
 std::int64_t dataset_classes(const std::string& dataset);

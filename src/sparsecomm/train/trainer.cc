@@ -174,6 +174,8 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
     try {
       if (layout) {
         train_ps_rank(comm, plan, *layout);
+      } else if (model_reads_clicks(config.model)) {
+        train_click_rank(comm, plan);
       } else {
         train_allreduce_rank(comm, plan);
       }

@@ -8,8 +8,10 @@
 // optimizer's momentum) -> metrics. The run directory (config.json,
 // metrics.jsonl, summary.json, checkpoints/, plots) is written by rank 0.
 
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,13 +27,27 @@ struct RunInfo {
   int servers = 0;      // parameter-server mode: S (the world is W + S ranks); 0: all-reduce
   std::string sync;     // parameter-server mode: "bsp", "ssp:2", ...; all-reduce: "allreduce"
   int threads = 0;      // LibTorch intra-op threads per rank
-  std::size_t numel = 0;
+  std::size_t numel = 0;            // what DataParallel synchronizes
+  std::size_t embedding_numel = 0;  // the click model's tables (not in numel)
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;
   std::int64_t first_step = 0;  // > 0 when resumed
   std::size_t buckets = 1;      // > 1: pipelined with backward
   std::string pipelining;       // what the run does about pipelining, in words
   std::string run_dir;
+};
+
+// The click model's embedding tables in one step (rank 0's view).
+struct EmbeddingStep {
+  bool present = false;                    // the model has tables
+  std::string exchange;                    // the exchange this step used
+  std::size_t touched_rows = 0;            // this rank's unique rows, all tables
+  std::vector<std::size_t> table_touched;  // per table
+  std::size_t union_rows = 0;              // rows of the sum over ranks
+  std::uint64_t bytes_sent = 0;            // this rank's, for the tables
+  std::uint64_t bytes_received = 0;
+  double exchange_s = 0.0;  // in TrainStep::exchange_s
+  double update_s = 0.0;    // in TrainStep::update_s
 };
 
 // Rank 0's view of one step (its own phase times; K/k and imbalance are the
@@ -47,7 +63,8 @@ struct TrainStep {
   double exchange_s = 0.0;
   double update_s = 0.0;  // optimizer step
   double wait_s = 0.0;    // parameter-server mode: blocked in begin_step (the sync model)
-  StepMetrics sync;
+  StepMetrics sync;       // the dense parameters' synchronization
+  EmbeddingStep embedding;
 };
 
 struct TrainEval {
@@ -56,8 +73,9 @@ struct TrainEval {
   double wall_s = 0.0;
   double test_accuracy = 0.0;  // fraction in [0, 1], over the whole test set
   double test_loss = 0.0;
-  double train_loss = 0.0;  // mean over all ranks' steps since the last evaluation
-  bool deferred = false;    // evaluated after training on the parameters of `step`
+  double test_auc = std::nan("");  // click model: area under the ROC curve of the test set
+  double train_loss = 0.0;         // mean over all ranks' steps since the last evaluation
+  bool deferred = false;           // evaluated after training on the parameters of `step`
 };
 
 // Called on rank 0 only, from its thread, in order (with eval_deferred,

@@ -59,7 +59,9 @@ ImageDataset checked_image_size(ImageDataset data, const std::string& directory)
 
 Datasets load_datasets(const TrainConfig& config) {
   Datasets out;
-  if (config.dataset == "fortunes") {
+  if (dataset_input(config.dataset) == InputKind::kClicks) {
+    return out;  // generated on the fly by the click trainer (data/click_log.h)
+  } else if (config.dataset == "fortunes") {
     const TextCorpus corpus = load_fortunes(data_dir_of(config));
     out.train = to_tensors(corpus.train, config.train_samples);
     out.test = to_tensors(corpus.test, config.test_samples);

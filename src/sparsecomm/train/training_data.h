@@ -25,7 +25,8 @@ struct Datasets {
 
 // The configured dataset (`train_samples` / `test_samples` cut it to its
 // first N; the synthetic one has 16,384 / 4,096 by default; fortunes: see
-// load_fortunes in src/sparsecomm/data/text_corpus.h).
+// load_fortunes in src/sparsecomm/data/text_corpus.h). The click log is
+// generated on the fly by the click trainer: empty splits for it.
 Datasets load_datasets(const TrainConfig& config);
 
 // The batches one trainer (an all-reduce rank or a PS worker) of `trainers`

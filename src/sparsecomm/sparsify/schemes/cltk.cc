@@ -3,8 +3,12 @@
 // indices with its own values. Exactly k coordinates, no build-up; the
 // leader pays a full top-k. Default exchange: "shared" (an all-reduce of the
 // k values; the union all-reduce would only add an index allgather).
+// The broadcast is communication: its time (for a follower, including its
+// wait for the leader's top-k, as any collective includes its wait for the
+// slowest rank) goes to last_stats(), which counts it as exchange time.
 
 #include "sparsecomm/comm/typed.h"
+#include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/topk.h"
 #include "sparsecomm/sparsify/schemes/schemes.h"
 
@@ -21,6 +25,7 @@ class CltK final : public DensitySparsifier {
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator& comm,
               SparseSelection& out) override {
     out.clear();
+    stats_ = {};
     read_nothing();  // followers gather k scattered values
     const std::size_t k = target(accumulated.size(), ctx);
     if (k == 0) return;  // d == 0 on every rank: no broadcast anywhere
@@ -32,8 +37,11 @@ class CltK final : public DensitySparsifier {
     } else {
       out.indices.resize(k);
     }
+    const Stopwatch broadcast;
     comm.broadcast(writable_bytes_of(std::span<Index>(out.indices.data(), out.indices.size())),
                    leader);
+    stats_.collective_s = broadcast.seconds();
+    stats_.collective_rounds = 1;
     if (comm.rank() != leader) {
       out.values.resize(k);
       for (std::size_t j = 0; j < k; ++j) out.values[j] = accumulated[out.indices[j]];

@@ -1,0 +1,451 @@
+// The click model's training loop (model dlrm on the click log): one rank's
+// steps, its held-out evaluation and its figures. docs/algorithms.md, "The
+// click model", says what each step does and why.
+//
+// One step on every rank: the rank's rows of the log -> forward/backward ->
+// (a) the MLPs' gradient synchronized by DataParallel with the configured
+// method (dense, ExDyna, Top-k, ...) and applied by FlatSgd; (b) the tables'
+// gradient coalesced into touched rows, summed over ranks without
+// densifying (collectives/row_exchange.h) or, for comparison, densified and
+// ring all-reduced, and applied lazily to the touched rows (RowAdagrad or
+// RowSgd). Evaluation: held-out log-loss, AUC and accuracy at 0.5, each rank
+// a slice of the held-out rows.
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/collectives/row_exchange.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/hash.h"
+#include "sparsecomm/core/timer.h"
+#include "sparsecomm/data/click_log.h"
+#include "sparsecomm/optim/row_optimizer.h"
+#include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/train/click_model.h"
+#include "sparsecomm/train/data_parallel.h"
+#include "sparsecomm/train/evaluation.h"
+#include "sparsecomm/train/run_plan.h"
+#include "sparsecomm/train/worker_phase_times.h"
+
+namespace sparsecomm {
+namespace {
+
+// Evaluation reads the held-out rows in chunks of this many.
+constexpr std::size_t kEvalChunk = 8192;
+// The AUC is computed from histograms of the predicted probability with
+// this many equal bins per label (ties within a bin count half).
+constexpr std::size_t kAucBins = 1 << 14;
+
+// The peak resident set of this process (VmHWM), in bytes; 0 if unknown.
+std::uint64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      std::uint64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
+// AUC from per-label histograms over increasing probability bins.
+double histogram_auc(std::span<const std::int64_t> negatives,
+                     std::span<const std::int64_t> positives) {
+  double below = 0.0;  // negatives in lower bins
+  double pairs = 0.0;
+  double total_negative = 0.0;
+  double total_positive = 0.0;
+  for (std::size_t b = 0; b < negatives.size(); ++b) {
+    const auto neg = static_cast<double>(negatives[b]);
+    const auto pos = static_cast<double>(positives[b]);
+    pairs += pos * (below + 0.5 * neg);
+    below += neg;
+    total_negative += neg;
+    total_positive += pos;
+  }
+  if (total_negative == 0.0 || total_positive == 0.0) return std::nan("");
+  return pairs / (total_negative * total_positive);
+}
+
+bool all_finite(std::span<const float> values) {
+  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
+}
+
+class ClickTrainer {
+ public:
+  ClickTrainer(Communicator& comm, RunPlan& plan)
+      : comm_(comm),
+        plan_(plan),
+        config_(plan.config),
+        log_(click_log_options(config_)),
+        steps_(plan_steps(config_, static_cast<std::int64_t>(log_.options().rows), comm.size(),
+                          "rank")),
+        lr_(steps_.lr),
+        straggler_(config_, comm.rank(), comm.size(), plan.threads) {
+    {
+      // LibTorch's generator is process-wide: one model at a time, so every
+      // replica draws the same MLP weights.
+      std::lock_guard lock(model_build_mutex());
+      torch::manual_seed(config_.seed);
+      ClickModelShape shape;
+      shape.cardinalities = log_.options().cardinalities;
+      shape.dense_features = log_.options().dense_features;
+      shape.width = static_cast<std::size_t>(config_.embedding_dim);
+      model_ = std::make_shared<ClickModel>(shape, config_.seed);
+    }
+    DataParallelOptions parallel;
+    parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
+    if (config_.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
+    const SchemeOptions method_options(plan.method_options);
+    const NonFinitePolicy nonfinite = parse_nonfinite_policy(config_.nonfinite);
+    ddp_ = std::make_unique<DataParallel>(
+        *model_, comm_,
+        [&] { return make_gradient_sync(config_.method, method_options, nonfinite); }, parallel);
+    SgdOptions sgd;
+    sgd.momentum = ddp_->sync().applies_momentum() ? 0.0 : config_.momentum;
+    sgd.nesterov = config_.nesterov && sgd.momentum > 0.0;
+    sgd.weight_decay = config_.weight_decay;
+    sgd_ = std::make_unique<FlatSgd>(sgd);
+    if (config_.embedding_optimizer == "adagrad") {
+      adagrad_ = std::make_unique<RowAdagrad>(RowAdagradOptions{});
+    } else {
+      row_sgd_ = std::make_unique<RowSgd>(RowSgdOptions{});
+    }
+  }
+
+  void run() {
+    const EmbeddingTables& tables = model_->tables();
+    if (comm_.rank() == 0) {
+      held_out_ = log_.statistics(log_.options().rows, log_.options().held_out_rows);
+      info_.backend = std::string(backend_name(plan_.backend));
+      info_.workers = comm_.size();
+      info_.threads = plan_.threads;
+      info_.numel = ddp_->numel();
+      info_.embedding_numel = tables.numel();
+      info_.steps_per_epoch = steps_.steps_per_epoch;
+      info_.total_steps = steps_.total_steps;
+      info_.buckets = ddp_->buckets().size();
+      info_.pipelining = ddp_->pipelined()
+                             ? fmt::format("the MLPs pipelined: {} buckets", info_.buckets)
+                             : "not pipelined";
+      info_.run_dir = plan_.run_dir.string();
+      if (plan_.observer) plan_.observer->on_start(info_);
+    }
+    clock_ = Stopwatch();
+    model_->train();
+    for (std::int64_t step = 0; step < steps_.total_steps; ++step) {
+      train_step(step);
+      const std::int64_t done = step + 1;
+      if (evaluates_after(config_, steps_, done)) evaluate(done);
+    }
+    const double wall_s = clock_.seconds();
+    nlohmann::json extra = phase_times_.gather(comm_);
+    if (comm_.rank() != 0) return;
+    const double steps = static_cast<double>(std::max<std::int64_t>(1, totals_.steps));
+    const int n = comm_.size();
+    const double table_bytes = static_cast<double>(tables.numel() * sizeof(float));
+    std::vector<double> table_touched;
+    for (const double t : totals_.table_touched) table_touched.push_back(t / steps);
+    extra["click_log"] = {{"rows", log_.options().rows},
+                          {"held_out_rows", log_.options().held_out_rows},
+                          {"click_rate", held_out_.click_rate},
+                          {"base_entropy", held_out_.base_entropy},
+                          {"floor_logloss", held_out_.floor_logloss}};
+    extra["embedding"] = {
+        {"tables", tables.tables()},
+        {"rows", tables.rows()},
+        {"width", tables.width()},
+        {"parameters", tables.numel()},
+        {"exchange", config_.embedding_exchange},
+        {"optimizer", config_.embedding_optimizer},
+        {"mean_touched_rows", totals_.touched / steps},
+        {"mean_table_touched_rows", table_touched},
+        {"mean_union_rows", totals_.union_rows / steps},
+        {"mean_bytes_sent", totals_.bytes_sent / steps},
+        {"mean_bytes_received", totals_.bytes_received / steps},
+        {"dense_allreduce_bytes", 2.0 * (n - 1) / n * table_bytes},
+        {"mean_exchange_s", totals_.exchange_s / steps},
+        {"mean_update_s", totals_.update_s / steps},
+        {"steps_by_exchange", totals_.by_exchange},
+        // The final tables: a hash of their bits and the sum of |values|,
+        // so that runs can be compared without storing 0.7 GB.
+        {"table_hash", fmt::format("{:016x}", hash_bytes(std::as_bytes(tables.values())))},
+        {"table_abs_sum", std::accumulate(tables.values().begin(), tables.values().end(), 0.0,
+                                          [](double sum, float v) { return sum + std::abs(v); })}};
+    extra["peak_resident_bytes"] = peak_resident_bytes();
+    if (last_eval_) {
+      extra["final_logloss_above_floor"] = last_eval_->test_loss - held_out_.floor_logloss;
+      extra["final_test_auc"] = last_eval_->test_auc;
+    }
+    finish_run(plan_, info_, wall_s, extra);
+  }
+
+ private:
+  static ClickLogOptions click_log_options(const TrainConfig& config) {
+    ClickLogOptions options;  // the log's own seed: the data does not change with --seed
+    options.cardinalities = criteo_cardinalities(static_cast<std::size_t>(config.embedding_cap));
+    if (config.train_samples > 0) options.rows = static_cast<std::uint64_t>(config.train_samples);
+    if (config.test_samples > 0) {
+      options.held_out_rows = static_cast<std::uint64_t>(config.test_samples);
+    }
+    return options;
+  }
+
+  void train_step(std::int64_t step) {
+    TrainStep record;
+    record.step = step;
+    record.lr = lr_.at(step);
+
+    Stopwatch compute;
+    straggler_.begin_compute(step);
+    // An epoch reads the training rows in order: rank r of n takes rows
+    // [(i n + r) B, (i n + r + 1) B) at the epoch's step i (the log's rows
+    // are independent draws, so no shuffle is needed).
+    const std::int64_t in_epoch = step % steps_.steps_per_epoch;
+    const auto batch = static_cast<std::uint64_t>(config_.batch);
+    log_.read((static_cast<std::uint64_t>(in_epoch) * comm_.size() + comm_.rank()) * batch,
+              static_cast<std::size_t>(batch), batch_);
+    ddp_->zero_grad();
+    const torch::Tensor labels =
+        torch::from_blob(batch_.labels.data(), {static_cast<std::int64_t>(batch_.rows)});
+    const torch::Tensor loss =
+        torch::binary_cross_entropy_with_logits(model_->forward(batch_), labels);
+    loss.backward();
+    record.loss = loss.item<double>();
+    model_->table_gradient(mine_);
+    straggler_.end_compute();
+    record.compute_s = compute.seconds();
+
+    record.sync = ddp_->synchronize(steps_.epoch_at(step));
+    record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
+    exchange_tables(record.embedding);
+    record.exchange_s = record.sync.exchange_s + record.embedding.exchange_s;
+    phase_times_.add_step(record.compute_s, record.exchange_s);
+
+    // The tables' sum is the same on every rank: all agree on skipping
+    // without a message.
+    const bool tables_finite = all_finite(sum_.values);
+    if (!tables_finite && parse_nonfinite_policy(config_.nonfinite) == NonFinitePolicy::kStop) {
+      throw NonFiniteGradient(fmt::format(
+          "[train] rank {}: step {}: the embedding tables' summed gradient holds NaN or inf; "
+          "lower --embedding-lr or --lr, or pass --nonfinite skip",
+          comm_.rank(), step));
+    }
+    if (!record.sync.skipped_nonfinite && tables_finite) {
+      train_loss_sum_ += record.loss;
+      train_loss_count_ += 1;
+      Stopwatch update;
+      sgd_->step(ddp_->parameters(), ddp_->gradients(), record.lr);
+      record.update_s = update.seconds();
+      update.restart();
+      const double table_lr = config_.embedding_lr * record.lr / config_.lr;
+      const double mean = 1.0 / comm_.size();
+      if (adagrad_) {
+        adagrad_->step(model_->tables().values(), sum_, table_lr, mean);
+      } else {
+        row_sgd_->step(model_->tables().values(), sum_, table_lr, mean);
+      }
+      record.embedding.update_s = update.seconds();
+      record.update_s += record.embedding.update_s;
+    }
+    if (config_.embedding_exchange == "dense") restore_dense_buffers();
+
+    if (comm_.rank() == 0) {
+      tally(record.embedding);
+      record.epoch = steps_.epoch_at(step + 1);
+      record.wall_s = clock_.seconds();
+      plan_.writer->write_step(record);
+      if (plan_.observer) plan_.observer->on_step(record);
+    }
+  }
+
+  // The exchange of this step: the configured one, or under "auto" the
+  // cheaper by the last step's figures (identical on every rank): the
+  // allgather receives (n - 1) m rows (m: a rank's touched rows, the mean),
+  // the row-sparse all-reduce about 2 (n - 1) / n U (U: the union), so the
+  // latter when U < n m / 2. The first step takes the allgather.
+  std::string choose_exchange() const {
+    if (config_.embedding_exchange != "auto") return config_.embedding_exchange;
+    if (last_.touched.empty()) return "allgather";
+    const double mean_touched = static_cast<double>(std::accumulate(
+                                    last_.touched.begin(), last_.touched.end(), std::size_t{0})) /
+                                static_cast<double>(last_.touched.size());
+    return 2.0 * static_cast<double>(last_.union_rows) < comm_.size() * mean_touched
+               ? "sparse-allreduce"
+               : "allgather";
+  }
+
+  void exchange_tables(EmbeddingStep& record) {
+    const EmbeddingTables& tables = model_->tables();
+    record.present = true;
+    record.exchange = choose_exchange();
+    record.touched_rows = mine_.touched();
+    record.table_touched.assign(tables.tables(), 0);
+    for (std::size_t j = 0, f = 0; j < mine_.ids.size(); ++j) {
+      while (mine_.ids[j] >= tables.offset(f + 1)) ++f;
+      ++record.table_touched[f];
+    }
+    const Stopwatch watch;
+    if (record.exchange == "dense") {
+      dense_allreduce(record);
+    } else {
+      row_sparse_sum(comm_, mine_, parse_row_exchange(record.exchange), sum_, &last_);
+      record.union_rows = last_.union_rows;
+      record.bytes_sent = last_.bytes_sent;
+      record.bytes_received = last_.bytes_received;
+    }
+    record.exchange_s = watch.seconds();
+  }
+
+  // The comparison: the tables' whole gradient, densified and ring
+  // all-reduced, applied to every row (with the same lazy optimizer, every
+  // row is touched). sum_ borrows the dense buffers until
+  // restore_dense_buffers().
+  void dense_allreduce(EmbeddingStep& record) {
+    const std::size_t width = mine_.width;
+    dense_.assign(mine_.rows * width, 0.0f);
+    for (std::size_t j = 0; j < mine_.touched(); ++j) {
+      std::copy_n(mine_.values.data() + j * width, width, dense_.data() + mine_.ids[j] * width);
+    }
+    AllreduceReport report;
+    allreduce(comm_, std::span<float>(dense_), {}, &report);
+    if (every_row_.size() != mine_.rows) {
+      every_row_.resize(mine_.rows);
+      std::iota(every_row_.begin(), every_row_.end(), Index{0});
+    }
+    sum_.reset(mine_.rows, width);
+    sum_.ids.swap(every_row_);
+    sum_.values.swap(dense_);
+    record.union_rows = mine_.rows;
+    record.bytes_sent = report.bytes_sent;
+    record.bytes_received = report.bytes_received;
+  }
+  void restore_dense_buffers() {
+    sum_.ids.swap(every_row_);
+    sum_.values.swap(dense_);
+  }
+
+  void tally(const EmbeddingStep& e) {
+    totals_.steps += 1;
+    totals_.touched += static_cast<double>(e.touched_rows);
+    if (totals_.table_touched.size() != e.table_touched.size()) {
+      totals_.table_touched.assign(e.table_touched.size(), 0.0);
+    }
+    for (std::size_t f = 0; f < e.table_touched.size(); ++f) {
+      totals_.table_touched[f] += static_cast<double>(e.table_touched[f]);
+    }
+    totals_.union_rows += static_cast<double>(e.union_rows);
+    totals_.bytes_sent += static_cast<double>(e.bytes_sent);
+    totals_.bytes_received += static_cast<double>(e.bytes_received);
+    totals_.exchange_s += e.exchange_s;
+    totals_.update_s += e.update_s;
+    totals_.by_exchange[e.exchange] = totals_.by_exchange.value(e.exchange, 0) + 1;
+  }
+
+  // Held-out log-loss, AUC and accuracy at 0.5 over every held-out row, each
+  // rank a slice; integer sums keep the result the same on every backend.
+  void evaluate(std::int64_t done) {
+    const std::uint64_t first = log_.options().rows;
+    const std::uint64_t count = log_.options().held_out_rows;
+    const int n = comm_.size();
+    const std::uint64_t begin = count * static_cast<std::uint64_t>(comm_.rank()) / n;
+    const std::uint64_t end = count * static_cast<std::uint64_t>(comm_.rank() + 1) / n;
+    // [correct, loss x 1e6, train loss x 1e6, train steps, histograms]
+    std::vector<std::int64_t> sums(4 + 2 * kAucBins, 0);
+    double loss_sum = 0.0;
+    {
+      const torch::NoGradGuard no_grad;
+      model_->eval();
+      for (std::uint64_t at = begin; at < end; at += kEvalChunk) {
+        const auto rows = static_cast<std::size_t>(std::min<std::uint64_t>(kEvalChunk, end - at));
+        log_.read(first + at, rows, eval_batch_);
+        const torch::Tensor logits = model_->forward(eval_batch_).contiguous();
+        const float* z = logits.data_ptr<float>();
+        for (std::size_t j = 0; j < rows; ++j) {
+          const double logit = z[j];
+          const bool clicked = eval_batch_.labels[j] > 0.5f;
+          // -log sigmoid(+-z), stable for large |z|
+          const double signed_logit = clicked ? logit : -logit;
+          loss_sum += std::max(-signed_logit, 0.0) + std::log1p(std::exp(-std::abs(logit)));
+          const double p = 1.0 / (1.0 + std::exp(-logit));
+          sums[0] += (p >= 0.5) == clicked ? 1 : 0;
+          const auto bin =
+              std::min<std::size_t>(kAucBins - 1, static_cast<std::size_t>(p * kAucBins));
+          sums[4 + (clicked ? kAucBins : 0) + bin] += 1;
+        }
+      }
+      model_->train();
+    }
+    sums[1] = std::llround(loss_sum * 1e6);
+    sums[2] = std::llround(train_loss_sum_ * 1e6);
+    sums[3] = train_loss_count_;
+    allreduce(comm_, std::span<std::int64_t>(sums));
+    const EvalPoint point{done, steps_.epoch_at(done), clock_.seconds(), 0.0, 0};
+    train_loss_sum_ = 0.0;
+    train_loss_count_ = 0;
+    if (comm_.rank() != 0) return;
+    TrainEval eval = make_train_eval(point, static_cast<std::int64_t>(count),
+                                     {sums[0], static_cast<double>(sums[1]) * 1e-6},
+                                     static_cast<double>(sums[2]) * 1e-6, sums[3]);
+    const std::span<const std::int64_t> histograms(sums.data() + 4, 2 * kAucBins);
+    eval.test_auc = histogram_auc(histograms.first(kAucBins), histograms.last(kAucBins));
+    plan_.writer->write_eval(eval);
+    if (plan_.observer) plan_.observer->on_eval(eval);
+    last_eval_ = eval;
+  }
+
+  Communicator& comm_;
+  RunPlan& plan_;
+  const TrainConfig& config_;
+  ClickLog log_;
+  StepPlan steps_;
+  LrSchedule lr_;
+  Straggler straggler_;
+  std::shared_ptr<ClickModel> model_;
+  std::unique_ptr<DataParallel> ddp_;
+  std::unique_ptr<FlatSgd> sgd_;
+  std::unique_ptr<RowAdagrad> adagrad_;
+  std::unique_ptr<RowSgd> row_sgd_;
+  ClickBatch batch_;
+  ClickBatch eval_batch_;
+  RowSparse mine_;  // this rank's coalesced table gradient
+  RowSparse sum_;   // the sum over ranks
+  RowExchangeReport last_;
+  UninitVector<float> dense_;      // the dense comparison's buffer
+  UninitVector<Index> every_row_;  // 0 .. rows - 1, for the dense comparison
+  WorkerPhaseTimes phase_times_;
+  double train_loss_sum_ = 0.0;
+  std::int64_t train_loss_count_ = 0;
+  Stopwatch clock_;
+  RunInfo info_;
+  ClickLogStatistics held_out_;  // rank 0
+  std::optional<TrainEval> last_eval_;
+  struct Totals {
+    std::int64_t steps = 0;
+    double touched = 0.0, union_rows = 0.0, bytes_sent = 0.0, bytes_received = 0.0;
+    double exchange_s = 0.0, update_s = 0.0;
+    std::vector<double> table_touched;
+    nlohmann::json by_exchange = nlohmann::json::object();
+  } totals_;  // rank 0's steps
+};
+
+}  // namespace
+
+void train_click_rank(Communicator& comm, RunPlan& plan) {
+  ClickTrainer trainer(comm, plan);
+  trainer.run();
+}
+
+}  // namespace sparsecomm

@@ -1,0 +1,198 @@
+// The click model (dlrm) and its trainer: the tables' gradient against
+// finite differences, every embedding exchange giving the same tables as
+// the dense all-reduce of the whole table gradient, learning on the click
+// log, the run's figures, and bad settings.
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/click_model.h"
+#include "sparsecomm/train/trainer.h"
+#include "train/train_checks.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+
+ClickModelShape tiny_shape() {
+  ClickModelShape shape;
+  shape.cardinalities = {5, 7, 3};
+  shape.dense_features = 2;
+  shape.width = 4;
+  shape.bottom = {6};
+  shape.top = {8};
+  return shape;
+}
+
+// Two rows that share field 0's ID 3 (so its table row gets two lookups).
+ClickBatch tiny_batch() {
+  ClickBatch batch;
+  batch.rows = 2;
+  batch.fields = 3;
+  batch.dense_features = 2;
+  batch.ids = {3, 1, 2, 3, 6, 0};
+  batch.dense = {0.5f, -1.0f, 1.5f, 0.25f};
+  batch.labels = {1.0f, 0.0f};
+  batch.probability = {0.5f, 0.5f};
+  return batch;
+}
+
+double loss_of(ClickModel& model, const ClickBatch& batch) {
+  const torch::NoGradGuard no_grad;
+  return model.forward(batch).to(torch::kFloat64).sum().item<double>();
+}
+
+TEST(ClickModel, TableGradientMatchesFiniteDifferences) {
+  torch::manual_seed(3);
+  ClickModel model(tiny_shape(), 7);
+  const ClickBatch batch = tiny_batch();
+  model.forward(batch).sum().backward();
+  RowSparse gradient;
+  model.table_gradient(gradient);
+  // Stacked rows: table 0 rows 0..4, table 1 rows 5..11, table 2 rows 12..14.
+  const std::vector<Index> touched = {3, 5 + 1, 5 + 6, 12 + 0, 12 + 2};
+  ASSERT_EQ(std::vector<Index>(gradient.ids.begin(), gradient.ids.end()), touched);
+  EXPECT_EQ(model.tables().table_of(11), 1u);
+  EXPECT_EQ(model.tables().table_of(12), 2u);
+  // Central differences in double of the float model: h = 1e-2 keeps the
+  // rounding error near 1e-5 while the model is smooth enough there.
+  const double h = 1e-2;
+  std::span<float> values = model.tables().values();
+  for (std::size_t j = 0; j < gradient.touched(); ++j) {
+    for (std::size_t c = 0; c < gradient.width; ++c) {
+      float& v = values[gradient.ids[j] * gradient.width + c];
+      const float saved = v;
+      v = saved + static_cast<float>(h);
+      const double up = loss_of(model, batch);
+      v = saved - static_cast<float>(h);
+      const double down = loss_of(model, batch);
+      v = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(gradient.row(j)[c], numeric, 2e-3 + 1e-2 * std::abs(numeric))
+          << "row " << gradient.ids[j] << " column " << c;
+    }
+  }
+}
+
+TEST(ClickModel, RejectsABatchOfAnotherShapeOrAnIdOutsideItsTable) {
+  torch::manual_seed(3);
+  ClickModel model(tiny_shape(), 7);
+  ClickBatch batch = tiny_batch();
+  batch.ids[1] = 7;  // table 1 has 7 rows
+  EXPECT_THROW(model.forward(batch), InvalidArgument);
+  batch = tiny_batch();
+  batch.fields = 2;
+  EXPECT_THROW(model.forward(batch), InvalidArgument);
+  EXPECT_THROW(EmbeddingTables({4, 0}, 4, 1), InvalidArgument);
+}
+
+// A small click run: tables capped at 300 rows (so ranks share rows),
+// plain SGD everywhere, the dense MLPs on our ring.
+TrainConfig click_run(const fs::path& out, const std::string& exchange, int workers) {
+  TrainConfig c = testing::short_run("dense", out);
+  c.model = "dlrm";
+  c.dataset = "click-log";
+  c.workers = workers;
+  c.deterministic = true;
+  c.train_samples = 4096;
+  c.test_samples = 2000;
+  c.embedding_cap = 300;
+  c.embedding_exchange = exchange;
+  c.embedding_optimizer = "sgd";
+  c.embedding_lr = 0.5;
+  c.epochs = 1;
+  c.batch = 64;
+  c.momentum = 0.0;
+  c.nesterov = false;
+  c.weight_decay = 0.0;
+  return c;
+}
+
+// Every row-sparse exchange leaves the tables the dense all-reduce of the
+// whole table gradient leaves: bit for bit on 2 ranks (each sum has two
+// terms, so its order cannot matter), within float rounding on 4 (the ring
+// sums in another order).
+TEST(ClickTrain, RowSparseExchangesEqualTheDenseAllReduce) {
+  const testing::ScratchDir scratch("click_exact");
+  for (const int workers : {2, 4}) {
+    std::vector<nlohmann::json> tables;
+    for (const std::string exchange : {"dense", "allgather", "sparse-allreduce", "auto"}) {
+      const nlohmann::json summary = run_training(
+          click_run(scratch.path() / fmt::format("{}-{}", exchange, workers), exchange, workers));
+      tables.push_back(summary.at("embedding"));
+      EXPECT_EQ(summary.at("embedding").at("steps_by_exchange").begin().key(),
+                exchange == "auto" ? "allgather" : exchange);
+    }
+    const double dense_sum = tables[0].at("table_abs_sum").get<double>();
+    for (std::size_t i = 1; i < tables.size(); ++i) {
+      if (workers == 2) {
+        EXPECT_EQ(tables[i].at("table_hash"), tables[0].at("table_hash")) << i;
+      }
+      EXPECT_NEAR(tables[i].at("table_abs_sum").get<double>(), dense_sum, 1e-6 * dense_sum) << i;
+    }
+    // The row-sparse exchanges touch a small share of the table's rows.
+    EXPECT_LT(tables[1].at("mean_union_rows").get<double>(),
+              tables[0].at("mean_union_rows").get<double>());
+  }
+}
+
+TEST(ClickTrain, LearnsAndReportsItsFigures) {
+  const testing::ScratchDir scratch("click_learns");
+  TrainConfig c = click_run(scratch.path() / "run", "auto", 2);
+  c.train_samples = 32768;
+  c.embedding_optimizer = "adagrad";
+  c.embedding_lr = 0.05;
+  c.lr = 0.1;
+  c.warmup_epochs = 0.0;
+  const nlohmann::json summary = run_training(c);
+  const nlohmann::json& log = summary.at("click_log");
+  const double floor = log.at("floor_logloss").get<double>();
+  const double base = log.at("base_entropy").get<double>();
+  ASSERT_LT(floor, base);
+  const std::vector<report::EvalRecord> evals = report::load_run(scratch.path() / "run").evals;
+  ASSERT_FALSE(evals.empty());
+  // Below the click rate's entropy, above the planted model's floor.
+  EXPECT_LT(evals.back().test_loss, base);
+  EXPECT_GT(evals.back().test_loss, floor - 0.01);
+  EXPECT_GT(summary.at("final_test_auc").get<double>(), 0.6);
+  const nlohmann::json& e = summary.at("embedding");
+  EXPECT_EQ(e.at("tables").get<int>(), 26);
+  EXPECT_EQ(e.at("mean_table_touched_rows").size(), 26u);
+  EXPECT_GT(e.at("mean_touched_rows").get<double>(), 0.0);
+  EXPECT_LT(e.at("mean_bytes_sent").get<double>(), e.at("dense_allreduce_bytes").get<double>());
+  EXPECT_GT(summary.at("peak_resident_bytes").get<double>(), 0.0);
+}
+
+TEST(ClickTrain, BadSettingsSayWhatToDo) {
+  const testing::ScratchDir scratch("click_bad");
+  TrainConfig c = click_run(scratch.path() / "run", "allgather", 2);
+  c.dataset = "fashion-mnist";
+  EXPECT_THROW(validate(c), InvalidArgument);
+  c = click_run(scratch.path() / "run", "ring", 2);
+  EXPECT_THROW(validate(c), InvalidArgument);
+  c = click_run(scratch.path() / "run", "allgather", 2);
+  c.servers = 1;
+  EXPECT_THROW(validate(c), InvalidArgument);
+  c = click_run(scratch.path() / "run", "allgather", 2);
+  c.model = "cnn";  // images on the click log
+  try {
+    validate(c);
+    FAIL() << "cnn on the click log was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("fashion-mnist or synthetic"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace sparsecomm
