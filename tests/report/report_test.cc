@@ -182,6 +182,47 @@ TEST_F(ReportTest, DerivesTheSummaryWhenSummaryJsonIsMissing) {
   EXPECT_NE(format_run_summary(run).find("no summary.json"), std::string::npos);
 }
 
+// The click model's lines: the tables' bytes join the step's traffic, and
+// the held-out log-loss and AUC reach the summary, its text and the table.
+TEST_F(ReportTest, ClickRunsCountTheTablesBytesAndShowLogLossAndAuc) {
+  const fs::path dir = write_run("clicks", "exdyna", 0.01, 1000, 20, /*finished=*/false);
+  fs::remove(dir / "metrics.jsonl");
+  for (int s = 0; s < 2; ++s) {
+    append_line(dir / "metrics.jsonl",
+                json{{"kind", "step"},
+                     {"step", s},
+                     {"epoch", 0.5 * (s + 1)},
+                     {"wall_s", 1.0 * (s + 1)},
+                     {"bytes_sent", 1000},
+                     {"embedding", {{"bytes_sent", 5000 + 2000 * s}, {"touched_rows", 70}}}}
+                    .dump());
+  }
+  append_line(dir / "metrics.jsonl", json{{"kind", "eval"},
+                                          {"step", 2},
+                                          {"epoch", 1.0},
+                                          {"wall_s", 2.0},
+                                          {"test_accuracy", 0.76},
+                                          {"test_loss", 0.4979},
+                                          {"train_loss", 0.5},
+                                          {"test_auc", 0.7449}}
+                                         .dump());
+  const RunData run = load_run(dir);
+  ASSERT_EQ(run.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(run.steps[1].embedding_bytes_sent, 7000);
+  EXPECT_DOUBLE_EQ(run.steps[1].embedding_touched_rows, 70);
+  EXPECT_DOUBLE_EQ(run.summary.bytes_per_rank_per_step, 1000 + 6000);
+  EXPECT_DOUBLE_EQ(run.summary.test_auc, 0.7449);
+  EXPECT_DOUBLE_EQ(run.summary.test_loss, 0.4979);
+  EXPECT_NE(format_run_summary(run).find("log-loss 0.4979, AUC 0.7449"), std::string::npos)
+      << format_run_summary(run);
+  const std::vector<RunData> runs = {run, load_run(write_run("images", "topk", 0.01, 500))};
+  const std::string table = format_comparison_table(runs);
+  EXPECT_NE(table.find("AUC"), std::string::npos) << table;
+  EXPECT_NE(table.find("0.7449"), std::string::npos) << table;
+  // Image runs alone have no such columns.
+  EXPECT_EQ(format_comparison_table(std::span(runs).subspan(1)).find("AUC"), std::string::npos);
+}
+
 TEST_F(ReportTest, ToleratesATruncatedLastLineWithAWarning) {
   const fs::path dir = write_run("killed", "topk", 0.01, 100, 20, false);
   std::ofstream(dir / "metrics.jsonl", std::ios::app) << R"({"kind":"step","step":20,"epo)";

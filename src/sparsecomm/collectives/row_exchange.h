@@ -15,9 +15,10 @@
 //    cut into n contiguous ranges, range q owned by rank q; an alltoallv
 //    sends each rank's rows of range q to q, the owner adds them, and an
 //    allgatherv of the reduced ranges (in range order: already the sorted
-//    union) gives every rank the sum. About 2 (n - 1) / n x the union's
-//    rows per rank when the union spreads over the ranges; fewer than the
-//    allgather's when the ranks touch the same rows.
+//    union) gives every rank the sum. About (n - 1) / n x (m + |U|) rows
+//    received per rank (m: a rank's rows; at most 2 (n - 1) / n |U|) when
+//    they spread over the ranges: fewer than the allgather's (n - 1) m
+//    unless |U| > (n - 1) m, i.e. unless the ranks' rows barely overlap.
 // Both check every byte they receive (ids ascending and in range, counts
 // the bytes can hold) and throw CommError naming the sender otherwise.
 

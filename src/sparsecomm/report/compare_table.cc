@@ -77,23 +77,29 @@ std::string format_comparison_table(std::span<const RunData> runs, double target
   // there sooner.
   const double target =
       runs.empty() ? NAN : runs.front().summary.test_accuracy - target_drop_points / 100.0;
-  const std::vector<std::string> header = {"method",
-                                           "model",
-                                           "workers",
-                                           "final acc %",
-                                           "best acc %",
-                                           "wall s",
-                                           fmt::format("s to {}%", percent(target)),
-                                           "epochs to",
-                                           "K/k mean",
-                                           "imbal.",
-                                           "bytes/rank/step",
-                                           "vs dense",
-                                           "compute s",
-                                           "selection s",
-                                           "exchange s",
-                                           "update s",
-                                           "run"};
+  // Click models: their held-out log-loss and AUC too.
+  const bool clicks = std::any_of(runs.begin(), runs.end(), [](const RunData& run) {
+    return std::isfinite(run.summary.test_auc);
+  });
+  std::vector<std::string> header = {"method",
+                                     "model",
+                                     "workers",
+                                     "final acc %",
+                                     "best acc %",
+                                     "wall s",
+                                     fmt::format("s to {}%", percent(target)),
+                                     "epochs to",
+                                     "K/k mean",
+                                     "imbal.",
+                                     "bytes/rank/step",
+                                     "vs dense",
+                                     "compute s",
+                                     "selection s",
+                                     "exchange s",
+                                     "update s",
+                                     "run"};
+  constexpr std::size_t kAfterAccuracy = 5;
+  if (clicks) header.insert(header.begin() + kAfterAccuracy, {"log-loss", "AUC"});
   // Columns 0, 1 and the last are text (left-aligned); the others numbers.
   const auto left = [&](std::size_t c) { return c <= 1 || c + 1 == header.size(); };
   std::vector<std::vector<std::string>> rows = {header};
@@ -109,16 +115,27 @@ std::string format_comparison_table(std::span<const RunData> runs, double target
     }
     const EvalRecord* reached = std::isfinite(target) ? first_reaching(run, target) : nullptr;
     const char* mark = run.failure ? "!" : run.summary_derived ? "*" : "";
-    rows.push_back({text_or_dash(run_name(s)) + mark, text_or_dash(s.model),
-                    workers_text(s.workers), percent(s.test_accuracy),
-                    percent(s.best_test_accuracy), fixed(s.wall_s, 1),
-                    reached ? fixed(reached->wall_s, 1) : "-",
-                    reached ? fixed(reached->epoch, 2) : "-", fixed(s.density_ratio_mean, 3),
-                    fixed(s.imbalance_mean, 3), human_bytes(s.bytes_per_rank_per_step),
-                    ratio_to_dense(s.bytes_per_rank_per_step, dense_bytes),
-                    fixed(s.time_breakdown_s.compute, 2), fixed(s.time_breakdown_s.selection, 2),
-                    fixed(s.time_breakdown_s.exchange, 2), fixed(s.time_breakdown_s.update, 2),
-                    run.dir.string()});
+    std::vector<std::string> row = {text_or_dash(run_name(s)) + mark,
+                                    text_or_dash(s.model),
+                                    workers_text(s.workers),
+                                    percent(s.test_accuracy),
+                                    percent(s.best_test_accuracy),
+                                    fixed(s.wall_s, 1),
+                                    reached ? fixed(reached->wall_s, 1) : "-",
+                                    reached ? fixed(reached->epoch, 2) : "-",
+                                    fixed(s.density_ratio_mean, 3),
+                                    fixed(s.imbalance_mean, 3),
+                                    human_bytes(s.bytes_per_rank_per_step),
+                                    ratio_to_dense(s.bytes_per_rank_per_step, dense_bytes),
+                                    fixed(s.time_breakdown_s.compute, 2),
+                                    fixed(s.time_breakdown_s.selection, 2),
+                                    fixed(s.time_breakdown_s.exchange, 2),
+                                    fixed(s.time_breakdown_s.update, 2),
+                                    run.dir.string()};
+    if (clicks) {
+      row.insert(row.begin() + kAfterAccuracy, {fixed(s.test_loss, 4), fixed(s.test_auc, 4)});
+    }
+    rows.push_back(std::move(row));
   }
   std::vector<std::size_t> width(header.size(), 0);
   for (const auto& row : rows) {
@@ -168,6 +185,10 @@ std::string format_run_summary(const RunData& run) {
   line("length", length);
   line("accuracy", fmt::format("final {} %, best {} % ({} evaluations)", percent(s.test_accuracy),
                                percent(s.best_test_accuracy), run.evals.size()));
+  if (std::isfinite(s.test_auc)) {
+    line("held out",
+         fmt::format("log-loss {}, AUC {}", fixed(s.test_loss, 4), fixed(s.test_auc, 4)));
+  }
   line("density", fmt::format("K/k mean {}, imbalance mean {}", fixed(s.density_ratio_mean, 3),
                               fixed(s.imbalance_mean, 3)));
   line("traffic", human_bytes(s.bytes_per_rank_per_step) + " per rank per step");

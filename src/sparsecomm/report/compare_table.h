@@ -23,7 +23,9 @@ std::string human_bytes(double bytes);
 // which run reaches the baseline's accuracy sooner), mean K/k,
 // mean imbalance, bytes per rank per step, those bytes against the first
 // dense run ("1/48": 48 times fewer; "-" when there is no dense run), the
-// compute/selection/exchange/update seconds and the directory. Unknown
+// compute/selection/exchange/update seconds and the directory; when a run
+// has an AUC (the click model), the final held-out log-loss and AUC after
+// the accuracies. Unknown
 // figures print as "-". Runs whose summary was derived from metrics.jsonl
 // (no summary.json) are marked "*" with a footnote. The target is the first
 // run's final test accuracy less `target_drop_points` percentage points (one

@@ -103,6 +103,10 @@ StepRecord parse_step(const json& o, const std::string& where) {
   r.target = number_field(o, "target", where);
   r.numel = number_field(o, "numel", where);
   r.overlapped_s = number_field(o, "overlapped_s", where);
+  if (const auto e = o.find("embedding"); e != o.end() && e->is_object()) {
+    r.embedding_bytes_sent = number_field(*e, "bytes_sent", where);
+    r.embedding_touched_rows = number_field(*e, "touched_rows", where);
+  }
   return r;
 }
 
@@ -114,6 +118,7 @@ EvalRecord parse_eval(const json& o, const std::string& where) {
   r.test_accuracy = number_field(o, "test_accuracy", where);
   r.test_loss = number_field(o, "test_loss", where);
   r.train_loss = number_field(o, "train_loss", where);
+  r.test_auc = number_field(o, "test_auc", where);
   return r;
 }
 
@@ -271,6 +276,8 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
   }
   s.test_accuracy = kNaN;
   s.best_test_accuracy = kNaN;
+  s.test_loss = evals.empty() ? kNaN : evals.back().test_loss;
+  s.test_auc = evals.empty() ? kNaN : evals.back().test_auc;
   for (const EvalRecord& r : evals) {
     if (std::isfinite(r.epoch))
       s.epochs = std::isnan(s.epochs) ? r.epoch : std::max(s.epochs, r.epoch);
@@ -289,7 +296,7 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
     selection.add(r.selection_s);
     exchange.add(r.exchange_s);
     update.add(r.update_s);
-    bytes.add(r.bytes_sent);
+    bytes.add(r.bytes_sent + r.embedding_bytes_sent);
     density.add(r.density_ratio);
     imbalance.add(r.imbalance);
   }

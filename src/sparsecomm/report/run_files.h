@@ -35,6 +35,9 @@ struct StepRecord {
   double residual_norm = 0;
   double selected = 0, union_size = 0, target = 0, numel = 0;
   double overlapped_s = 0;  // pipelined: selection + exchange done while backward ran
+  // The click model's tables ("embedding" in the line; 0 for other models):
+  // bytes this rank sent for them, and its unique rows.
+  double embedding_bytes_sent = 0, embedding_touched_rows = 0;
 };
 
 // One {"kind":"eval"} line; test_accuracy is a fraction in [0, 1].
@@ -42,6 +45,7 @@ struct EvalRecord {
   std::int64_t step = 0;
   double epoch = 0, wall_s = 0;
   double test_accuracy = 0, test_loss = 0, train_loss = 0;
+  double test_auc = 0;  // the click model's; NaN for others
 };
 
 // Seconds spent in each phase of a step, summed over the run.
@@ -57,10 +61,12 @@ struct RunSummary {
   double epochs = 0;
   std::int64_t steps = 0;
   double test_accuracy = 0;       // last evaluation, fraction in [0, 1]
+  double test_loss = 0;           // last evaluation
+  double test_auc = 0;            // last evaluation (the click model; NaN for others)
   double best_test_accuracy = 0;  // best evaluation, fraction in [0, 1]
   double wall_s = 0;
   TimeBreakdown time_breakdown_s;
-  double bytes_per_rank_per_step = 0;
+  double bytes_per_rank_per_step = 0;  // every synchronization of the step (the tables too)
   double density_ratio_mean = 0;
   double imbalance_mean = 0;
   double samples_per_s = 0;
@@ -91,9 +97,10 @@ RunData load_run(const std::filesystem::path& dir);
 
 // The summary computable from config.json and metrics.jsonl alone: method,
 // model, backend and workers from the config; epochs and wall_s of the last
-// record; steps = number of step records; last and best test accuracy; the
-// phase times summed over steps; means of bytes_sent, density_ratio and
-// imbalance over steps (NaN values left out). samples_per_s stays NaN.
+// record; steps = number of step records; last and best test accuracy, last
+// test loss and AUC; the phase times summed over steps; means of bytes_sent
+// (with the tables' embedding_bytes_sent), density_ratio and imbalance
+// over steps (NaN values left out). samples_per_s stays NaN.
 RunSummary derive_summary(const nlohmann::json& config, std::span<const StepRecord> steps,
                           std::span<const EvalRecord> evals);
 
