@@ -14,11 +14,13 @@
 #     --batch 256            rows per rank per step
 #     --method exdyna        the MLPs' synchronization
 #     --exchanges "allgather sparse-allreduce dense"
+#     --values fp32          the rows on the wire (bf16, fp16: half the bytes;
+#                            not for dense); runs go to OUT/<exchange>[-<values>]
 #
-# Resumable: an exchange whose OUT/<exchange>/summary.json exists is skipped.
+# Resumable: a run whose OUT/<run>/summary.json exists is skipped.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -29,6 +31,7 @@ DENSE_STEPS=4
 BATCH=256
 METHOD=exdyna
 EXCHANGES="allgather sparse-allreduce dense"
+VALUES=fp32
 while (($# > 0)); do
   case $1 in
     --hosts) HOSTS=$2; shift 2 ;;
@@ -38,6 +41,7 @@ while (($# > 0)); do
     --batch) BATCH=$2; shift 2 ;;
     --method) METHOD=$2; shift 2 ;;
     --exchanges) EXCHANGES=$2; shift 2 ;;
+    --values) VALUES=$2; shift 2 ;;
     *) echo "click-cluster: unknown option '$1'" >&2; usage ;;
   esac
 done
@@ -57,17 +61,19 @@ OUT=$(cd "$OUT" && pwd)
 trap '"$CLUSTER" down >/dev/null 2>&1 || true' EXIT
 
 for exchange in $EXCHANGES; do
-  run=$OUT/$exchange
-  [[ -f $run/summary.json ]] && { echo "click-cluster: $exchange done already"; continue; }
+  name=$exchange
+  [[ $VALUES != fp32 ]] && name=$exchange-$VALUES
+  run=$OUT/$name
+  [[ -f $run/summary.json ]] && { echo "click-cluster: $name done already"; continue; }
   rm -rf "$run"
   steps=$STEPS
   [[ $exchange == dense ]] && steps=$DENSE_STEPS
-  echo "click-cluster: $exchange, $steps steps on $HOSTS hosts at $RATE"
-  "$CLUSTER" counters "$HOSTS" > "$OUT/$exchange.counters-before"
+  echo "click-cluster: $name, $steps steps on $HOSTS hosts at $RATE"
+  "$CLUSTER" counters "$HOSTS" > "$OUT/$name.counters-before"
   "$CLUSTER" run "$HOSTS" "$BIN" train --backend mpi --model dlrm --method "$METHOD" \
-    --embedding-exchange "$exchange" --batch "$BATCH" --max-steps "$steps" \
+    --embedding-exchange "$exchange" --embedding-values "$VALUES" --batch "$BATCH" --max-steps "$steps" \
     --eval-every 1000000 --test-samples 20000 --no-plots --timeout 600 --out "$run" \
-    > "$OUT/$exchange.log" 2>&1
-  "$CLUSTER" counters "$HOSTS" > "$OUT/$exchange.counters-after"
+    > "$OUT/$name.log" 2>&1
+  "$CLUSTER" counters "$HOSTS" > "$OUT/$name.counters-after"
 done
 echo "click-cluster: done; table: scripts/click-table.py $OUT"

@@ -5,8 +5,8 @@ lower bound and against the dense all-reduce of the tables, the wire bytes
 per host and step (NIC counters), and the step time against the run's own
 compute + update time.
 
-Lower bounds, per rank and step, for rows of w floats (4w bytes; indices
-not counted): allgather (n - 1) m 4w received (m: the ranks' mean touched
+Lower bounds, per rank and step, for rows of w values (4w bytes, 2w in bf16
+or fp16; indices not counted): allgather (n - 1) m 4w received (m: the ranks' mean touched
 rows; every rank must receive every other rank's rows); sparse-allreduce
 (n - 1) / n (m + U) 4w received (U: the union; the owner of 1/n of the row
 space receives the other ranks' rows of it, then every rank the other
@@ -37,10 +37,9 @@ def main():
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     rows = []
-    for exchange in ["allgather", "sparse-allreduce", "auto", "dense"]:
-        run = out / exchange
-        if not (run / "summary.json").exists():
-            continue
+    for run in sorted(p.parent for p in out.glob("*/summary.json")):
+        name = run.name
+        exchange = json.loads((run / "config.json").read_text())["embedding_exchange"]
         summary = json.loads((run / "summary.json").read_text())
         steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().split("\n")
                  if line.strip()]
@@ -52,6 +51,8 @@ def main():
         union = statistics.mean(s["embedding"]["union_rows"] for s in steps)
         received = statistics.mean(s["embedding"]["bytes_received"] for s in steps)
         sent = statistics.mean(s["embedding"]["bytes_sent"] for s in steps)
+        values = json.loads((run / "config.json").read_text()).get("embedding_values", "fp32")
+        row_bytes = (4 if values == "fp32" else 2) * e["width"]
         if exchange == "allgather":
             bound = (n - 1) * m * row_bytes
         elif exchange == "dense":
@@ -63,14 +64,14 @@ def main():
         step_s = statistics.mean(walls) if walls else float("nan")
         compute_update = statistics.mean(s["compute_s"] + s["update_s"] for s in timed)
         wire = float("nan")
-        before, after = out / f"{exchange}.counters-before", out / f"{exchange}.counters-after"
+        before, after = out / f"{name}.counters-before", out / f"{name}.counters-after"
         if before.exists() and after.exists():
             b, a = read_counters(before), read_counters(after)
             wire = statistics.mean(a[h][0] - b[h][0] for h in a) / len(steps)
-        rows.append((exchange, n, len(steps), m, union, sent, received, bound,
+        rows.append((name, n, len(steps), m, union, sent, received, bound,
                      e["dense_allreduce_bytes"], wire, step_s, compute_update,
                      summary.get("peak_resident_bytes", 0)))
-    print("| exchange | ranks | steps | touched rows/rank | union rows | table bytes sent / received "
+    print("| run | ranks | steps | touched rows/rank | union rows | table bytes sent / received "
           "per rank | lower bound | received / bound | dense all-reduce / sent | wire bytes/host "
           "(NIC) | step ms | compute + update ms | step / (compute + update) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

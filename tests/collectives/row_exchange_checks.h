@@ -94,10 +94,23 @@ inline RowSparse rank_rows(const RowCase& c, int n, int rank) {
   return g;
 }
 
-// The sum every rank must end with: each touched row summed in rank order from 0.
-inline RowSparse expected_sum(const RowCase& c, int n) {
+// `values` as the receivers of their `encoding` see them.
+inline void round_through(ValueEncoding encoding, UninitVector<float>& values) {
+  std::vector<std::byte> wire(values.size() * value_bytes(encoding));
+  encode_values(values, encoding, wire);
+}
+
+// The sum every rank must end with: each touched row, rounded to the value
+// encoding, summed in rank order from 0; with `round_sum` (the split
+// all-reduce, whose owners send their sums in the encoding) rounded again.
+inline RowSparse expected_sum(const RowCase& c, int n,
+                              ValueEncoding encoding = ValueEncoding::kFloat32,
+                              bool round_sum = false) {
   std::vector<RowSparse> all;
-  for (int r = 0; r < n; ++r) all.push_back(rank_rows(c, n, r));
+  for (int r = 0; r < n; ++r) {
+    all.push_back(rank_rows(c, n, r));
+    round_through(encoding, all.back().values);
+  }
   RowSparse sum;
   sum.reset(c.rows, c.width);
   std::vector<float> row(c.width);
@@ -115,6 +128,7 @@ inline RowSparse expected_sum(const RowCase& c, int n) {
     sum.ids.push_back(static_cast<Index>(id));
     sum.values.insert(sum.values.end(), row.begin(), row.end());
   }
+  if (round_sum) round_through(encoding, sum.values);
   return sum;
 }
 
@@ -134,39 +148,50 @@ inline std::vector<RowCase> row_cases(int n) {
   return cases;
 }
 
-// Every case with both methods: ids and values bit-identical to the
-// expected sum, the report's per-rank counts and union right.
+// Every case with both methods and every value encoding: ids and values
+// bit-identical to the expected sum, the report's per-rank counts and union
+// right, and a 16-bit encoding sending fewer bytes than fp32.
 inline void check_row_sparse_sums(Communicator& comm) {
   const int n = comm.size();
   for (const RowCase& c : row_cases(n)) {
     const RowSparse mine = rank_rows(c, n, comm.rank());
-    const RowSparse want = expected_sum(c, n);
     for (const RowExchange method : {RowExchange::kAllgather, RowExchange::kSparseAllreduce}) {
-      const std::string what =
-          fmt::format("n {} rank {} rows {} width {} {} {}", n, comm.rank(), c.rows, c.width,
-                      row_set_name(c.set), row_exchange_name(method));
-      RowSparse sum;
-      RowExchangeReport report;
-      row_sparse_sum(comm, mine, method, sum, &report);
-      EXPECT_EQ(sum.rows, c.rows) << what;
-      EXPECT_EQ(sum.width, c.width) << what;
-      ASSERT_EQ(std::vector<Index>(sum.ids.begin(), sum.ids.end()),
-                std::vector<Index>(want.ids.begin(), want.ids.end()))
-          << what;
-      ASSERT_EQ(sum.values.size(), want.values.size()) << what;
-      EXPECT_TRUE(std::equal(sum.values.begin(), sum.values.end(), want.values.begin(),
-                             [](float a, float b) {
-                               return std::bit_cast<std::uint32_t>(a) ==
-                                      std::bit_cast<std::uint32_t>(b);
-                             }))
-          << what << ": the sums differ in some bit";
-      EXPECT_EQ(report.union_rows, want.touched()) << what;
-      ASSERT_EQ(report.touched.size(), static_cast<std::size_t>(n)) << what;
-      for (int q = 0; q < n; ++q) {
-        EXPECT_EQ(report.touched[q], rank_rows(c, n, q).touched()) << what << " rank " << q;
-      }
-      if (n > 1 && want.touched() > 0) {
-        EXPECT_GT(report.bytes_received, 0u) << what;
+      std::uint64_t fp32_bytes = 0;
+      for (const ValueEncoding encoding :
+           {ValueEncoding::kFloat32, ValueEncoding::kBFloat16, ValueEncoding::kFloat16}) {
+        const RowSparse want =
+            expected_sum(c, n, encoding, method == RowExchange::kSparseAllreduce);
+        const std::string what = fmt::format(
+            "n {} rank {} rows {} width {} {} {} {}", n, comm.rank(), c.rows, c.width,
+            row_set_name(c.set), row_exchange_name(method), value_encoding_name(encoding));
+        RowSparse sum;
+        RowExchangeReport report;
+        row_sparse_sum(comm, mine, method, sum, &report, encoding);
+        if (encoding == ValueEncoding::kFloat32) {
+          fp32_bytes = report.bytes_sent;
+        } else if (mine.touched() > 0 && n > 1 && method == RowExchange::kAllgather) {
+          EXPECT_LT(report.bytes_sent, fp32_bytes) << what;
+        }
+        EXPECT_EQ(sum.rows, c.rows) << what;
+        EXPECT_EQ(sum.width, c.width) << what;
+        ASSERT_EQ(std::vector<Index>(sum.ids.begin(), sum.ids.end()),
+                  std::vector<Index>(want.ids.begin(), want.ids.end()))
+            << what;
+        ASSERT_EQ(sum.values.size(), want.values.size()) << what;
+        EXPECT_TRUE(std::equal(sum.values.begin(), sum.values.end(), want.values.begin(),
+                               [](float a, float b) {
+                                 return std::bit_cast<std::uint32_t>(a) ==
+                                        std::bit_cast<std::uint32_t>(b);
+                               }))
+            << what << ": the sums differ in some bit";
+        EXPECT_EQ(report.union_rows, want.touched()) << what;
+        ASSERT_EQ(report.touched.size(), static_cast<std::size_t>(n)) << what;
+        for (int q = 0; q < n; ++q) {
+          EXPECT_EQ(report.touched[q], rank_rows(c, n, q).touched()) << what << " rank " << q;
+        }
+        if (n > 1 && want.touched() > 0) {
+          EXPECT_GT(report.bytes_received, 0u) << what;
+        }
       }
     }
   }

@@ -194,7 +194,8 @@ TEST_F(ReportTest, ClickRunsCountTheTablesBytesAndShowLogLossAndAuc) {
                      {"epoch", 0.5 * (s + 1)},
                      {"wall_s", 1.0 * (s + 1)},
                      {"bytes_sent", 1000},
-                     {"embedding", {{"bytes_sent", 5000 + 2000 * s}, {"touched_rows", 70}}}}
+                     {"embedding",
+                      {{"bytes_sent", 5000 + 2000 * s}, {"touched_rows", 70}, {"union_rows", 200}}}}
                     .dump());
   }
   append_line(dir / "metrics.jsonl", json{{"kind", "eval"},
@@ -219,6 +220,11 @@ TEST_F(ReportTest, ClickRunsCountTheTablesBytesAndShowLogLossAndAuc) {
   const std::string table = format_comparison_table(runs);
   EXPECT_NE(table.find("AUC"), std::string::npos) << table;
   EXPECT_NE(table.find("0.7449"), std::string::npos) << table;
+  // The rows per step get their own plot.
+  const std::vector<fs::path> pngs = write_plots(std::span(runs).first(1), root_ / "click plots");
+  EXPECT_TRUE(std::any_of(pngs.begin(), pngs.end(), [](const fs::path& png) {
+    return png.filename() == "embedding_rows.png";
+  }));
   // Image runs alone have no such columns.
   EXPECT_EQ(format_comparison_table(std::span(runs).subspan(1)).find("AUC"), std::string::npos);
 }
@@ -469,11 +475,11 @@ TEST_F(ReportTest, PlotsShowTheOverlapOfPipelinedRuns) {
   std::istringstream fields(line);
   std::vector<std::string> columns;
   for (std::string field; fields >> field;) columns.push_back(field);
-  ASSERT_EQ(columns.size(), 9u) << line;
+  ASSERT_EQ(columns.size(), 12u) << line;
   EXPECT_NEAR(std::stod(columns[7]), 0.25, 1e-12);
   EXPECT_NEAR(std::stod(columns[8]), 0.25, 1e-12);
-  // The unpipelined run's overlap is NaN (a gap in the plot).
-  EXPECT_NE(read_text(out / "run1_steps.dat").find(" NaN NaN\n"), std::string::npos);
+  // The unpipelined run's overlap is NaN (a gap in the plot); no tables.
+  EXPECT_NE(read_text(out / "run1_steps.dat").find(" NaN NaN 0 0 0\n"), std::string::npos);
 }
 
 TEST_F(ReportTest, PlotsSkipWhatARunHasNoDataFor) {

@@ -146,6 +146,30 @@ TEST(ClickTrain, RowSparseExchangesEqualTheDenseAllReduce) {
   }
 }
 
+// bf16 rows on the wire: the rows' bytes halve (ids stay), the tables move
+// a little, the held-out loss barely.
+TEST(ClickTrain, Bf16RowsHalveTheRowBytes) {
+  const testing::ScratchDir scratch("click_bf16");
+  std::vector<nlohmann::json> summaries;
+  for (const std::string values : {"fp32", "bf16"}) {
+    TrainConfig c = click_run(scratch.path() / values, "allgather", 2);
+    c.embedding_values = values;
+    summaries.push_back(run_training(c));
+  }
+  const nlohmann::json& fp32 = summaries[0].at("embedding");
+  const nlohmann::json& bf16 = summaries[1].at("embedding");
+  EXPECT_EQ(bf16.at("values"), "bf16");
+  const double ratio =
+      bf16.at("mean_bytes_sent").get<double>() / fp32.at("mean_bytes_sent").get<double>();
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.6);
+  EXPECT_NE(bf16.at("table_hash"), fp32.at("table_hash"));
+  const std::vector<report::EvalRecord> a = report::load_run(scratch.path() / "fp32").evals;
+  const std::vector<report::EvalRecord> b = report::load_run(scratch.path() / "bf16").evals;
+  ASSERT_FALSE(a.empty() || b.empty());
+  EXPECT_NEAR(a.back().test_loss, b.back().test_loss, 0.01);
+}
+
 TEST(ClickTrain, LearnsAndReportsItsFigures) {
   const testing::ScratchDir scratch("click_learns");
   TrainConfig c = click_run(scratch.path() / "run", "auto", 2);
@@ -179,6 +203,9 @@ TEST(ClickTrain, BadSettingsSayWhatToDo) {
   c.dataset = "fashion-mnist";
   EXPECT_THROW(validate(c), InvalidArgument);
   c = click_run(scratch.path() / "run", "ring", 2);
+  EXPECT_THROW(validate(c), InvalidArgument);
+  c = click_run(scratch.path() / "run", "dense", 2);
+  c.embedding_values = "bf16";  // the dense comparison is fp32
   EXPECT_THROW(validate(c), InvalidArgument);
   c = click_run(scratch.path() / "run", "allgather", 2);
   c.servers = 1;

@@ -288,6 +288,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--embedding-optimizer", c.embedding_optimizer,
                   "dlrm: the tables' lazy optimizer: adagrad (row-wise) | sgd")
       ->capture_default_str();
+  cmd->add_option("--embedding-values", c.embedding_values,
+                  "dlrm: the rows' values on the wire: fp32 | bf16 | fp16 (half the bytes; "
+                  "every rank adds the same rounded rows)")
+      ->capture_default_str();
   cmd->add_option("--embedding-lr", c.embedding_lr,
                   "dlrm: the tables' learning rate (follows --lr's warm-up and decay)")
       ->capture_default_str();
@@ -386,6 +390,7 @@ void add_train_command(CLI::App& app) {
         {"--embedding-exchange", "embedding_exchange"},
         {"--embedding-optimizer", "embedding_optimizer"},
         {"--embedding-lr", "embedding_lr"},
+        {"--embedding-values", "embedding_values"},
         {"--method", "method"},
         {"--density", "density"},
         {"--nonfinite", "nonfinite"},

@@ -112,11 +112,13 @@ double overlap_of(const StepRecord& r) {
 }
 
 // run<i>_steps.dat: step epoch wall_s density_ratio rolling_mean bytes_sent bytes_received
-// overlap overlap_rolling_mean
+// overlap overlap_rolling_mean table_bytes_sent table_touched_rows table_union_rows (the
+// click model's tables; bytes_sent includes table_bytes_sent)
 std::string steps_data(const RunData& run, const std::string& label) {
   std::string out = fmt::format(
       "# {}: step records of {}\n# step epoch wall_s density_ratio density_ratio_mean{} "
-      "bytes_sent bytes_received overlap overlap_mean{}\n",
+      "bytes_sent bytes_received overlap overlap_mean{} table_bytes_sent table_touched_rows "
+      "table_union_rows\n",
       label, run.dir.string(), kRollingWindow, kRollingWindow);
   RollingMean density;
   RollingMean overlap;
@@ -124,9 +126,11 @@ std::string steps_data(const RunData& run, const std::string& label) {
     const double density_mean = density.add(r.density_ratio);
     const double step_overlap = overlap_of(r);
     const double overlap_mean = overlap.add(step_overlap);
-    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {} {} {} {}\n", r.step, num(r.epoch),
-                   num(r.wall_s), num(r.density_ratio), num(density_mean), num(r.bytes_sent),
-                   num(r.bytes_received), num(step_overlap), num(overlap_mean));
+    fmt::format_to(std::back_inserter(out), "{} {} {} {} {} {} {} {} {} {} {} {}\n", r.step,
+                   num(r.epoch), num(r.wall_s), num(r.density_ratio), num(density_mean),
+                   num(r.bytes_sent + r.embedding_bytes_sent), num(r.bytes_received),
+                   num(step_overlap), num(overlap_mean), num(r.embedding_bytes_sent),
+                   num(r.embedding_touched_rows), num(r.embedding_union_rows));
   }
   return out;
 }
@@ -415,6 +419,32 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
           "set title {}\nset xlabel 'step'\nset ylabel 'KiB sent per rank per step (log scale)'\n"
           "set logscale y 10\nset key outside right top\n",
           gp_quote("Bytes per rank per step" + about));
+      plot(items);
+    }
+  }
+
+  // The click model's tables: rows touched per rank and their union per step.
+  {
+    std::vector<std::string> items;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const bool tables =
+          std::any_of(runs[i].steps.begin(), runs[i].steps.end(),
+                      [](const StepRecord& r) { return r.embedding_union_rows > 0; });
+      if (!tables) continue;
+      const std::string name = single ? "" : labels[i] + ": ";
+      items.push_back(
+          fmt::format("'run{}_steps.dat' using 1:11 with lines lw 1 lc rgb '{}' title {}", i,
+                      color(i), gp_quote(name + "touched rows, rank 0")));
+      items.push_back(
+          fmt::format("'run{}_steps.dat' using 1:12 with lines lw 2 dt 2 lc rgb '{}' title {}", i,
+                      color(i), gp_quote(name + "union over ranks")));
+    }
+    if (!items.empty()) {
+      begin_plot("embedding_rows.png");
+      figures += fmt::format(
+          "set title {}\nset xlabel 'step'\nset ylabel 'embedding rows per step'\n"
+          "set key outside right top\n",
+          gp_quote("Embedding rows exchanged" + about));
       plot(items);
     }
   }

@@ -57,7 +57,11 @@ class GnuplotFigures {
 //   accuracy_vs_epoch.png  test accuracy (%) against epoch
 //   density_ratio.png      K/k per step, its 20-step rolling mean, and 1.0
 //   time_breakdown.png     compute/selection/exchange/update seconds per run
-//   bytes_per_step.png     KiB sent per rank per step (log scale)
+//   bytes_per_step.png     KiB sent per rank per step (log scale; the click
+//                          model's tables included)
+//   embedding_rows.png     the click model: rows touched by rank 0 and their
+//                          union over ranks, per step
+//   overlap.png            pipelined runs: communication hidden under backward
 // One line per run, labelled as run_labels() does; comparing several runs,
 // the accuracy plots zoom on the end of training and draw the first run's
 // final accuracy as a dashed line. Returns the PNGs written.

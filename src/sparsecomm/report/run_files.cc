@@ -106,6 +106,7 @@ StepRecord parse_step(const json& o, const std::string& where) {
   if (const auto e = o.find("embedding"); e != o.end() && e->is_object()) {
     r.embedding_bytes_sent = number_field(*e, "bytes_sent", where);
     r.embedding_touched_rows = number_field(*e, "touched_rows", where);
+    r.embedding_union_rows = number_field(*e, "union_rows", where);
   }
   return r;
 }

@@ -36,8 +36,8 @@ struct StepRecord {
   double selected = 0, union_size = 0, target = 0, numel = 0;
   double overlapped_s = 0;  // pipelined: selection + exchange done while backward ran
   // The click model's tables ("embedding" in the line; 0 for other models):
-  // bytes this rank sent for them, and its unique rows.
-  double embedding_bytes_sent = 0, embedding_touched_rows = 0;
+  // bytes this rank sent for them, its unique rows, and the union's rows.
+  double embedding_bytes_sent = 0, embedding_touched_rows = 0, embedding_union_rows = 0;
 };
 
 // One {"kind":"eval"} line; test_accuracy is a fraction in [0, 1].

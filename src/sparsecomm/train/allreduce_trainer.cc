@@ -35,19 +35,8 @@ class RankTrainer {
         steps_(plan, comm.rank(), comm.size(), "rank"),
         straggler_(plan.config, comm.rank(), comm.size(), plan.threads) {
     model_ = make_seeded_model(config_);
-    DataParallelOptions parallel;
-    parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
-    if (config_.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
-    const SchemeOptions method_options(plan.method_options);
-    const NonFinitePolicy nonfinite = parse_nonfinite_policy(config_.nonfinite);
-    ddp_ = std::make_unique<DataParallel>(
-        *model_, comm_,
-        [&] { return make_gradient_sync(config_.method, method_options, nonfinite); }, parallel);
-    SgdOptions sgd;
-    sgd.momentum = ddp_->sync().applies_momentum() ? 0.0 : config_.momentum;
-    sgd.nesterov = config_.nesterov && sgd.momentum > 0.0;
-    sgd.weight_decay = config_.weight_decay;
-    sgd_ = std::make_unique<FlatSgd>(sgd);
+    ddp_ = make_data_parallel(*model_, comm_, plan);
+    sgd_ = make_flat_sgd(config_, ddp_->sync());
 
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
   }

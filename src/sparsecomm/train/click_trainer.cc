@@ -12,8 +12,10 @@
 // a slice of the held-out rows.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -44,6 +46,10 @@ constexpr std::size_t kEvalChunk = 8192;
 // The AUC is computed from histograms of the predicted probability with
 // this many equal bins per label (ties within a bin count half).
 constexpr std::size_t kAucBins = 1 << 14;
+// Held-out lookups are counted by how many steps updated their row before:
+// [0], [1, 10), [10, 100), [100, ...).
+constexpr std::array<std::uint32_t, 3> kUpdateBounds = {1, 10, 100};
+constexpr std::size_t kUpdateBuckets = kUpdateBounds.size() + 1;
 
 // The peak resident set of this process (VmHWM), in bytes; 0 if unknown.
 std::uint64_t peak_resident_bytes() {
@@ -105,19 +111,8 @@ class ClickTrainer {
       shape.width = static_cast<std::size_t>(config_.embedding_dim);
       model_ = std::make_shared<ClickModel>(shape, config_.seed);
     }
-    DataParallelOptions parallel;
-    parallel.bucket_bytes = static_cast<std::size_t>(config_.bucket_mb * 1024.0 * 1024.0);
-    if (config_.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
-    const SchemeOptions method_options(plan.method_options);
-    const NonFinitePolicy nonfinite = parse_nonfinite_policy(config_.nonfinite);
-    ddp_ = std::make_unique<DataParallel>(
-        *model_, comm_,
-        [&] { return make_gradient_sync(config_.method, method_options, nonfinite); }, parallel);
-    SgdOptions sgd;
-    sgd.momentum = ddp_->sync().applies_momentum() ? 0.0 : config_.momentum;
-    sgd.nesterov = config_.nesterov && sgd.momentum > 0.0;
-    sgd.weight_decay = config_.weight_decay;
-    sgd_ = std::make_unique<FlatSgd>(sgd);
+    ddp_ = make_data_parallel(*model_, comm_, plan);
+    sgd_ = make_flat_sgd(config_, ddp_->sync());
     if (config_.embedding_optimizer == "adagrad") {
       adagrad_ = std::make_unique<RowAdagrad>(RowAdagradOptions{});
     } else {
@@ -170,6 +165,7 @@ class ClickTrainer {
         {"parameters", tables.numel()},
         {"exchange", config_.embedding_exchange},
         {"optimizer", config_.embedding_optimizer},
+        {"values", config_.embedding_values},
         {"mean_touched_rows", totals_.touched / steps},
         {"mean_table_touched_rows", table_touched},
         {"mean_union_rows", totals_.union_rows / steps},
@@ -188,6 +184,11 @@ class ClickTrainer {
     if (last_eval_) {
       extra["final_logloss_above_floor"] = last_eval_->test_loss - held_out_.floor_logloss;
       extra["final_test_auc"] = last_eval_->test_auc;
+      // Where the gap to the floor comes from: held-out lookups of rows that
+      // training updated rarely or never.
+      if (!last_lookups_by_updates_.is_null()) {
+        extra["held_out_lookups_by_row_updates"] = last_lookups_by_updates_;
+      }
     }
     finish_run(plan_, info_, wall_s, extra);
   }
@@ -260,7 +261,14 @@ class ClickTrainer {
       record.embedding.update_s = update.seconds();
       record.update_s += record.embedding.update_s;
     }
-    if (config_.embedding_exchange == "dense") restore_dense_buffers();
+    if (config_.embedding_exchange == "dense") {
+      restore_dense_buffers();
+    } else if (!record.sync.skipped_nonfinite && tables_finite) {
+      row_updates_.resize(model_->tables().rows(), 0);
+      for (const Index row : sum_.ids) {
+        if (row_updates_[row] < std::numeric_limits<std::uint16_t>::max()) ++row_updates_[row];
+      }
+    }
 
     if (comm_.rank() == 0) {
       tally(record.embedding);
@@ -302,7 +310,8 @@ class ClickTrainer {
     if (record.exchange == "dense") {
       dense_allreduce(record);
     } else {
-      row_sparse_sum(comm_, mine_, parse_row_exchange(record.exchange), sum_, &last_);
+      row_sparse_sum(comm_, mine_, parse_row_exchange(record.exchange), sum_, &last_,
+                     parse_value_encoding(config_.embedding_values));
       record.union_rows = last_.union_rows;
       record.bytes_sent = last_.bytes_sent;
       record.bytes_received = last_.bytes_received;
@@ -363,8 +372,10 @@ class ClickTrainer {
     const int n = comm_.size();
     const std::uint64_t begin = count * static_cast<std::uint64_t>(comm_.rank()) / n;
     const std::uint64_t end = count * static_cast<std::uint64_t>(comm_.rank() + 1) / n;
-    // [correct, loss x 1e6, train loss x 1e6, train steps, histograms]
-    std::vector<std::int64_t> sums(4 + 2 * kAucBins, 0);
+    // [correct, loss x 1e6, train loss x 1e6, train steps, lookups by their
+    // row's updates, histograms]
+    constexpr std::size_t kHistograms = 4 + kUpdateBuckets;
+    std::vector<std::int64_t> sums(kHistograms + 2 * kAucBins, 0);
     double loss_sum = 0.0;
     {
       const torch::NoGradGuard no_grad;
@@ -384,7 +395,15 @@ class ClickTrainer {
           sums[0] += (p >= 0.5) == clicked ? 1 : 0;
           const auto bin =
               std::min<std::size_t>(kAucBins - 1, static_cast<std::size_t>(p * kAucBins));
-          sums[4 + (clicked ? kAucBins : 0) + bin] += 1;
+          sums[kHistograms + (clicked ? kAucBins : 0) + bin] += 1;
+        }
+        if (!row_updates_.empty()) {
+          for (const Index row : model_->lookups()) {
+            const std::uint16_t updates = row_updates_[row];
+            std::size_t bucket = 0;
+            while (bucket < kUpdateBounds.size() && updates >= kUpdateBounds[bucket]) ++bucket;
+            sums[4 + bucket] += 1;
+          }
         }
       }
       model_->train();
@@ -400,7 +419,16 @@ class ClickTrainer {
     TrainEval eval = make_train_eval(point, static_cast<std::int64_t>(count),
                                      {sums[0], static_cast<double>(sums[1]) * 1e-6},
                                      static_cast<double>(sums[2]) * 1e-6, sums[3]);
-    const std::span<const std::int64_t> histograms(sums.data() + 4, 2 * kAucBins);
+    const std::span<const std::int64_t> histograms(sums.data() + kHistograms, 2 * kAucBins);
+    const double lookups = static_cast<double>(
+        std::accumulate(sums.begin() + 4, sums.begin() + static_cast<std::ptrdiff_t>(kHistograms),
+                        std::int64_t{0}));
+    if (lookups > 0) {
+      last_lookups_by_updates_ = {{"0", static_cast<double>(sums[4]) / lookups},
+                                  {"1-9", static_cast<double>(sums[5]) / lookups},
+                                  {"10-99", static_cast<double>(sums[6]) / lookups},
+                                  {"100+", static_cast<double>(sums[7]) / lookups}};
+    }
     eval.test_auc = histogram_auc(histograms.first(kAucBins), histograms.last(kAucBins));
     plan_.writer->write_eval(eval);
     if (plan_.observer) plan_.observer->on_eval(eval);
@@ -433,6 +461,10 @@ class ClickTrainer {
   RunInfo info_;
   ClickLogStatistics held_out_;  // rank 0
   std::optional<TrainEval> last_eval_;
+  // Steps that updated each row (saturating; row-sparse exchanges only):
+  // how well trained the rows of the held-out lookups are.
+  std::vector<std::uint16_t> row_updates_;
+  nlohmann::json last_lookups_by_updates_;  // rank 0, at the last evaluation
   struct Totals {
     std::int64_t steps = 0;
     double touched = 0.0, union_rows = 0.0, bytes_sent = 0.0, bytes_received = 0.0;

@@ -88,6 +88,27 @@ std::size_t model_numel(const TrainConfig& config) {
   return numel;
 }
 
+std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,
+                                                 const RunPlan& plan) {
+  const TrainConfig& config = plan.config;
+  DataParallelOptions parallel;
+  parallel.bucket_bytes = static_cast<std::size_t>(config.bucket_mb * 1024.0 * 1024.0);
+  if (config.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
+  const SchemeOptions method_options(plan.method_options);
+  const NonFinitePolicy nonfinite = parse_nonfinite_policy(config.nonfinite);
+  return std::make_unique<DataParallel>(
+      module, comm, [&] { return make_gradient_sync(config.method, method_options, nonfinite); },
+      parallel);
+}
+
+std::unique_ptr<FlatSgd> make_flat_sgd(const TrainConfig& config, GradientSync& sync) {
+  SgdOptions sgd;
+  sgd.momentum = sync.applies_momentum() ? 0.0 : config.momentum;
+  sgd.nesterov = config.nesterov && sgd.momentum > 0.0;
+  sgd.weight_decay = config.weight_decay;
+  return std::make_unique<FlatSgd>(sgd);
+}
+
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   const TrainConfig& c = plan.config;
   return {{"model", c.model},

@@ -23,8 +23,10 @@
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/lr_schedule.h"
+#include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/models.h"
 #include "sparsecomm/train/run_writer.h"
 #include "sparsecomm/train/trainer.h"
@@ -105,6 +107,14 @@ std::mutex& model_build_mutex();
 std::shared_ptr<Model> make_seeded_model(const TrainConfig& config);
 // Its parameter count.
 std::size_t model_numel(const TrainConfig& config);
+
+// The configured synchronization of `module`'s parameters (--method, its
+// options, --nonfinite, --bucket-mb) on `comm`, and the optimizer that
+// applies it (FlatSgd with --momentum, --nesterov, --weight-decay; no
+// momentum of its own when the method applies momentum itself, as DGC does).
+std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,
+                                                 const RunPlan& plan);
+std::unique_ptr<FlatSgd> make_flat_sgd(const TrainConfig& config, GradientSync& sync);
 
 // What defines a run's future: a checkpoint only resumes a run that agrees.
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel);

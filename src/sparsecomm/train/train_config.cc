@@ -19,10 +19,11 @@ namespace sparsecomm {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
     test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
-    embedding_lr, method, density, method_options, nonfinite, bucket_mb, servers, sync, staleness,
-    staleness_low, staleness_high, slowdown, epochs, max_steps, batch, lr, momentum, nesterov,
-    weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
-    eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
+    embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb, servers,
+    sync, staleness, staleness_low, staleness_high, slowdown, epochs, max_steps, batch, lr,
+    momentum, nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed,
+    deterministic, eval_every, eval_deferred, out, checkpoint_every, stop_at_step, record_gradients,
+    record_steps, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp",      "cnn",       "resnet18",
@@ -109,6 +110,12 @@ void validate(const TrainConfig& c) {
                         c.embedding_exchange));
     require(one_of(c.embedding_optimizer, {"adagrad", "sgd"}), "embedding-optimizer",
             fmt::format("'{}': valid are adagrad, sgd", c.embedding_optimizer));
+    require(one_of(c.embedding_values, {"fp32", "bf16", "fp16"}), "embedding-values",
+            fmt::format("'{}': valid are fp32, bf16, fp16", c.embedding_values));
+    require(c.embedding_values == "fp32" || c.embedding_exchange != "dense", "embedding-values",
+            fmt::format("--embedding-values {}: the dense comparison all-reduces fp32; use it "
+                        "with allgather, sparse-allreduce or auto",
+                        c.embedding_values));
     require(c.embedding_lr > 0.0 && std::isfinite(c.embedding_lr), "embedding-lr",
             fmt::format("{} must be > 0", c.embedding_lr));
     const std::string_view not_yet = "is not available for the click model (dlrm) yet";
