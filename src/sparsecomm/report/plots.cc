@@ -437,7 +437,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
                       color(i), gp_quote(name + "touched rows, rank 0")));
       items.push_back(
           fmt::format("'run{}_steps.dat' using 1:12 with lines lw 2 dt 2 lc rgb '{}' title {}", i,
-                      color(i), gp_quote(name + "union over ranks")));
+                      color(single ? 1 : i), gp_quote(name + "union over ranks")));
     }
     if (!items.empty()) {
       begin_plot("embedding_rows.png");

@@ -20,6 +20,13 @@ ModelProbe probe_model(const std::string& model, std::int64_t batch, int threads
     throw InvalidArgument(
         fmt::format("unknown model '{}' (models: {})", model, fmt::join(names, ", ")));
   }
+  if (model_reads_clicks(model)) {
+    throw InvalidArgument(fmt::format(
+        "the performance model does not cover {}'s row-sparse embedding tables yet; plan its "
+        "MLPs with --params 57361 and --compute-ms (docs/benchmarks.md, \"The click model\", "
+        "measures the tables' exchanges)",
+        model));
+  }
   if (batch < 1 || threads < 1 || reps < 1) {
     throw InvalidArgument(
         fmt::format("timing a model needs batch, threads and repetitions >= 1, got {}, {} and {}",

@@ -145,6 +145,13 @@ std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes) {
   if (name == "resnet18") return std::make_shared<ResNet18>(classes);
   if (name == "wide-mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>(5, 2048), classes);
   if (name == "char-lstm") return std::make_shared<CharLstm>(classes);
+  if (model_reads_clicks(std::string(name))) {
+    throw InvalidArgument(fmt::format(
+        "model {} is the click model: its embedding tables are not a Model's flat parameters, so "
+        "the click trainer builds it (train/click_model.h); make_model builds the image and text "
+        "models",
+        name));
+  }
   throw InvalidArgument(
       fmt::format("unknown model '{}'; valid: {}", name, fmt::join(model_names(), ", ")));
 }
