@@ -22,12 +22,12 @@ namespace sparsecomm {
 
 // What the run is, once the world and the data are known.
 struct RunInfo {
-  std::string backend;  // thread | mpi
-  int workers = 0;      // all-reduce: ranks; parameter-server mode: workers (W)
-  int servers = 0;      // parameter-server mode: S (the world is W + S ranks); 0: all-reduce
-  std::string sync;     // parameter-server mode: "bsp", "ssp:2", ...; all-reduce: "allreduce"
-  int threads = 0;      // LibTorch intra-op threads per rank
-  std::size_t numel = 0;            // what DataParallel synchronizes
+  std::string backend;    // thread | mpi
+  int workers = 0;        // all-reduce: ranks; parameter-server mode: workers (W)
+  int servers = 0;        // parameter-server mode: S (the world is W + S ranks); 0: all-reduce
+  std::string sync;       // parameter-server mode: "bsp", "ssp:2", ...; all-reduce: "allreduce"
+  int threads = 0;        // LibTorch intra-op threads per rank
+  std::size_t numel = 0;  // what DataParallel synchronizes
   std::size_t embedding_numel = 0;  // the click model's tables (not in numel)
   std::int64_t steps_per_epoch = 0;
   std::int64_t total_steps = 0;
