@@ -13,7 +13,7 @@
 #     --dense-steps 4        steps of the dense all-reduce (1 GB per rank per step)
 #     --batch 256            rows per rank per step
 #     --method exdyna        the MLPs' synchronization
-#     --exchanges "allgather sparse-allreduce dense"
+#     --exchanges "allgather sparse-allreduce dense"   (or sharded, auto)
 #     --values fp32          the rows on the wire (bf16, fp16: half the bytes;
 #                            not for dense); runs go to OUT/<exchange>[-<values>]
 #

@@ -10,8 +10,10 @@ or fp16; indices not counted): allgather (n - 1) m 4w received (m: the ranks' me
 rows; every rank must receive every other rank's rows); sparse-allreduce
 (n - 1) / n (m + U) 4w received (U: the union; the owner of 1/n of the row
 space receives the other ranks' rows of it, then every rank the other
-owners' sums of the union); dense 2 (n - 1) / n R 4w (R: all rows of the
-tables; the ring's reduce-scatter and allgather).
+owners' sums of the union); sharded 2 (n - 1) / n m 4w received (the rows
+of its batch that other ranks own, pulled, and the other ranks' gradient
+rows of its own range, pushed to it); dense 2 (n - 1) / n R 4w (R: all
+rows of the tables; the ring's reduce-scatter and allgather).
 
   scripts/click-table.py OUT [--skip 3]
 """
@@ -57,6 +59,8 @@ def main():
             bound = (n - 1) * m * row_bytes
         elif exchange == "dense":
             bound = 2 * (n - 1) / n * e["rows"] * row_bytes
+        elif exchange == "sharded":
+            bound = 2 * (n - 1) / n * m * row_bytes
         else:
             bound = (n - 1) / n * (m + union) * row_bytes
         timed = steps[args.skip:] if len(steps) > args.skip + 1 else steps

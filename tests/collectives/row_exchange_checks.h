@@ -197,4 +197,79 @@ inline void check_row_sparse_sums(Communicator& comm) {
   }
 }
 
+// The row owners' push and pull, every case and value encoding:
+//  - push: each rank's `owned` is the expected sum's rows of its range, bit
+//    for bit (the sum in rank order of the rounded rows);
+//  - pull: each rank wants its own row set of a table whose row r holds
+//    known values; every wanted row arrives, rounded once by the encoding.
+inline void check_row_owners(Communicator& comm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (const RowCase& c : row_cases(n)) {
+    const RowSparse mine = rank_rows(c, n, r);
+    const std::size_t lo = row_owner_begin(c.rows, n, r);
+    const std::size_t hi = row_owner_begin(c.rows, n, r + 1);
+    // The table the pull reads: row i, column k holds a value with
+    // fractional bits (so rounding shows).
+    const auto table_value = [&](std::size_t i, std::size_t k) {
+      return static_cast<float>(i * 1000 + k) / 7.0f - 3.0f;
+    };
+    std::vector<float> shard;
+    for (std::size_t i = lo; i < hi; ++i) {
+      for (std::size_t k = 0; k < c.width; ++k) shard.push_back(table_value(i, k));
+    }
+    for (const ValueEncoding encoding :
+         {ValueEncoding::kFloat32, ValueEncoding::kBFloat16, ValueEncoding::kFloat16}) {
+      const std::string what =
+          fmt::format("n {} rank {} rows {} width {} {} {}", n, r, c.rows, c.width,
+                      row_set_name(c.set), value_encoding_name(encoding));
+      const RowSparse sum = expected_sum(c, n, encoding);
+      RowSparse want;
+      want.reset(c.rows, c.width);
+      for (std::size_t j = 0; j < sum.touched(); ++j) {
+        if (sum.ids[j] < lo || sum.ids[j] >= hi) continue;
+        want.ids.push_back(sum.ids[j]);
+        want.values.insert(want.values.end(), sum.row(j).begin(), sum.row(j).end());
+      }
+      RowSparse owned;
+      RowExchangeReport report;
+      push_rows_to_owners(comm, mine, owned, &report, encoding);
+      ASSERT_EQ(std::vector<Index>(owned.ids.begin(), owned.ids.end()),
+                std::vector<Index>(want.ids.begin(), want.ids.end()))
+          << what;
+      EXPECT_TRUE(std::equal(
+          owned.values.begin(), owned.values.end(), want.values.begin(), want.values.end(),
+          [](float a, float b) {
+            return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+          }))
+          << what << ": the owned sums differ in some bit";
+      EXPECT_EQ(report.union_rows, want.touched()) << what;
+
+      RowSparse pulled;
+      report = {};
+      pull_rows_from_owners(comm, mine.ids, shard, c.rows, c.width, pulled, &report, encoding);
+      ASSERT_EQ(std::vector<Index>(pulled.ids.begin(), pulled.ids.end()),
+                std::vector<Index>(mine.ids.begin(), mine.ids.end()))
+          << what;
+      UninitVector<float> expected;
+      for (const Index id : mine.ids) {
+        for (std::size_t k = 0; k < c.width; ++k) expected.push_back(table_value(id, k));
+      }
+      round_through(encoding, expected);
+      EXPECT_TRUE(
+          std::equal(pulled.values.begin(), pulled.values.end(), expected.begin(), expected.end(),
+                     [](float a, float b) {
+                       return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+                     }))
+          << what << ": a pulled row differs in some bit";
+      // Rows from other ranks' ranges arrive over the wire.
+      const bool remote = std::any_of(mine.ids.begin(), mine.ids.end(),
+                                      [&](Index id) { return id < lo || id >= hi; });
+      if (remote) {
+        EXPECT_GT(report.bytes_received, 0u) << what;
+      }
+    }
+  }
+}
+
 }  // namespace sparsecomm::testing

@@ -14,5 +14,10 @@ TEST(RowSparseMpi, BothMethodsGiveEveryRankTheRankOrderSumOfEveryTouchedRow) {
   run_on_mpi_world(check_row_sparse_sums);
 }
 
+TEST(RowOwnersMpi, PushSumsEachRangeOnItsOwnerAndPullReturnsEveryWantedRow) {
+  ASSERT_EQ(mpi_world().size(), 4);
+  run_on_mpi_world(check_row_owners);
+}
+
 }  // namespace
 }  // namespace sparsecomm::testing

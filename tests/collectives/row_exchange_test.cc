@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -33,6 +34,39 @@ std::string world_name(const ::testing::TestParamInfo<int>& world) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, RowSparseSum, ::testing::Values(1, 2, 3, 4, 7), world_name);
+
+class RowOwners : public ::testing::TestWithParam<int> {};
+
+TEST_P(RowOwners, PushSumsEachRangeOnItsOwnerAndPullReturnsEveryWantedRow) {
+  run_thread_world(GetParam(), check_row_owners, kWorldTimeout);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, RowOwners, ::testing::Values(1, 2, 3, 4, 7), world_name);
+
+// Bad wanted rows or a shard of the wrong size: InvalidArgument on every
+// rank before any message (every rank passes the same bad input).
+TEST(RowOwners, BadPullsAreRejectedBeforeAnyMessage) {
+  const auto expect_throw = [](std::vector<Index> ids, std::size_t shard_floats) {
+    std::atomic<int> thrown = 0;
+    run_thread_world(
+        2,
+        [&](Communicator& comm) {
+          const std::vector<float> shard(shard_floats);
+          RowSparse out;
+          try {
+            pull_rows_from_owners(comm, ids, shard, 10, 2, out);
+          } catch (const InvalidArgument&) {
+            ++thrown;
+          }
+        },
+        kWorldTimeout);
+    EXPECT_EQ(thrown.load(), 2);
+  };
+  expect_throw({3, 2}, 10);   // not ascending
+  expect_throw({3, 3}, 10);   // repeated
+  expect_throw({3, 10}, 10);  // past the table
+  expect_throw({3}, 8);       // a range of 5 rows x 2 floats is 10
+}
 
 TEST(RowExchange, MalformedGradientsAreRejectedOnEveryRankBeforeAnyMessage) {
   RowSparse unsorted;

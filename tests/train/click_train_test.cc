@@ -47,35 +47,36 @@ ClickBatch tiny_batch() {
   return batch;
 }
 
-double loss_of(ClickModel& model, const ClickBatch& batch) {
+double loss_of(ClickModel& model, const ClickBatch& batch, const RowReader& tables) {
   const torch::NoGradGuard no_grad;
-  return model.forward(batch).to(torch::kFloat64).sum().item<double>();
+  return model.forward(batch, tables).to(torch::kFloat64).sum().item<double>();
 }
 
 TEST(ClickModel, TableGradientMatchesFiniteDifferences) {
   torch::manual_seed(3);
-  ClickModel model(tiny_shape(), 7);
+  ClickModel model(tiny_shape());
+  EmbeddingTables tables(model.layout(), 7);
   const ClickBatch batch = tiny_batch();
-  model.forward(batch).sum().backward();
+  model.forward(batch, tables).sum().backward();
   RowSparse gradient;
   model.table_gradient(gradient);
   // Stacked rows: table 0 rows 0..4, table 1 rows 5..11, table 2 rows 12..14.
   const std::vector<Index> touched = {3, 5 + 1, 5 + 6, 12 + 0, 12 + 2};
   ASSERT_EQ(std::vector<Index>(gradient.ids.begin(), gradient.ids.end()), touched);
-  EXPECT_EQ(model.tables().table_of(11), 1u);
-  EXPECT_EQ(model.tables().table_of(12), 2u);
+  EXPECT_EQ(model.layout().table_of(11), 1u);
+  EXPECT_EQ(model.layout().table_of(12), 2u);
   // Central differences in double of the float model: h = 1e-2 keeps the
   // rounding error near 1e-5 while the model is smooth enough there.
   const double h = 1e-2;
-  std::span<float> values = model.tables().values();
+  std::span<float> values = tables.values();
   for (std::size_t j = 0; j < gradient.touched(); ++j) {
     for (std::size_t c = 0; c < gradient.width; ++c) {
       float& v = values[gradient.ids[j] * gradient.width + c];
       const float saved = v;
       v = saved + static_cast<float>(h);
-      const double up = loss_of(model, batch);
+      const double up = loss_of(model, batch, tables);
       v = saved - static_cast<float>(h);
-      const double down = loss_of(model, batch);
+      const double down = loss_of(model, batch, tables);
       v = saved;
       const double numeric = (up - down) / (2 * h);
       EXPECT_NEAR(gradient.row(j)[c], numeric, 2e-3 + 1e-2 * std::abs(numeric))
@@ -86,14 +87,46 @@ TEST(ClickModel, TableGradientMatchesFiniteDifferences) {
 
 TEST(ClickModel, RejectsABatchOfAnotherShapeOrAnIdOutsideItsTable) {
   torch::manual_seed(3);
-  ClickModel model(tiny_shape(), 7);
+  ClickModel model(tiny_shape());
+  const EmbeddingTables tables(model.layout(), 7);
   ClickBatch batch = tiny_batch();
   batch.ids[1] = 7;  // table 1 has 7 rows
-  EXPECT_THROW(model.forward(batch), InvalidArgument);
+  EXPECT_THROW(model.forward(batch, tables), InvalidArgument);
   batch = tiny_batch();
   batch.fields = 2;
-  EXPECT_THROW(model.forward(batch), InvalidArgument);
-  EXPECT_THROW(EmbeddingTables({4, 0}, 4, 1), InvalidArgument);
+  EXPECT_THROW(model.forward(batch, tables), InvalidArgument);
+  EXPECT_THROW(TableLayout({4, 0}, 4), InvalidArgument);
+  EXPECT_THROW(EmbeddingTables(model.layout(), 1, 3, 16), InvalidArgument);  // 15 rows
+}
+
+// A range of the tables holds the rows the whole tables hold there, and
+// the fingerprints of the ranges add up to the whole's; forward reads the
+// same logits from the tables and from rows pulled out of them.
+TEST(ClickModel, ARangeOfTheTablesIsThatPartOfTheWholeTables) {
+  torch::manual_seed(3);
+  ClickModel model(tiny_shape());
+  const EmbeddingTables whole(model.layout(), 7);
+  const EmbeddingTables low(model.layout(), 7, 0, 6);
+  const EmbeddingTables high(model.layout(), 7, 6, 15);
+  const std::size_t width = model.layout().width();
+  for (Index r = 0; r < 15; ++r) {
+    const EmbeddingTables& part = r < 6 ? low : high;
+    EXPECT_TRUE(std::equal(whole.row(r), whole.row(r) + width, part.row(r))) << r;
+  }
+  EXPECT_EQ(low.row_hash_sum() + high.row_hash_sum(), whole.row_hash_sum());
+  EXPECT_NEAR(low.abs_sum() + high.abs_sum(), whole.abs_sum(), 1e-12);
+
+  const ClickBatch batch = tiny_batch();
+  RowSparse pulled;
+  pulled.reset(15, width);
+  for (const Index r : {3, 6, 11, 12, 14}) {
+    pulled.ids.push_back(r);
+    pulled.values.insert(pulled.values.end(), whole.row(r), whole.row(r) + width);
+  }
+  const torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(model.forward(batch, whole), model.forward(batch, PulledRows(pulled))));
+  pulled.ids[4] = 13;  // row 14 missing
+  EXPECT_THROW(model.forward(batch, PulledRows(pulled)), std::logic_error);
 }
 
 // A small click run: tables capped at 300 rows (so ranks share rows),
@@ -118,15 +151,17 @@ TrainConfig click_run(const fs::path& out, const std::string& exchange, int work
   return c;
 }
 
-// Every row-sparse exchange leaves the tables the dense all-reduce of the
-// whole table gradient leaves: bit for bit on 2 ranks (each sum has two
-// terms, so its order cannot matter), within float rounding on 4 (the ring
-// sums in another order).
+// Every row-sparse exchange, the sharded tables' push and pull included,
+// leaves the tables the dense all-reduce of the whole table gradient
+// leaves: bit for bit on 2 ranks (each sum has two terms, so its order
+// cannot matter), within float rounding on 4 (the ring sums in another
+// order).
 TEST(ClickTrain, RowSparseExchangesEqualTheDenseAllReduce) {
   const testing::ScratchDir scratch("click_exact");
   for (const int workers : {2, 4}) {
     std::vector<nlohmann::json> tables;
-    for (const std::string exchange : {"dense", "allgather", "sparse-allreduce", "auto"}) {
+    for (const std::string exchange :
+         {"dense", "allgather", "sparse-allreduce", "auto", "sharded"}) {
       const nlohmann::json summary = run_training(
           click_run(scratch.path() / fmt::format("{}-{}", exchange, workers), exchange, workers));
       tables.push_back(summary.at("embedding"));
@@ -143,6 +178,14 @@ TEST(ClickTrain, RowSparseExchangesEqualTheDenseAllReduce) {
     // The row-sparse exchanges touch a small share of the table's rows.
     EXPECT_LT(tables[1].at("mean_union_rows").get<double>(),
               tables[0].at("mean_union_rows").get<double>());
+    // The row-sparse exchanges agree on the union; the sharded tables
+    // store 1/n of the rows on each rank.
+    EXPECT_EQ(tables[4].at("mean_union_rows"), tables[1].at("mean_union_rows"));
+    // (rank 0's range: the tables' rows / n, rounded up)
+    EXPECT_NEAR(tables[4].at("resident_parameters_per_rank").get<double>(),
+                tables[0].at("parameters").get<double>() / workers,
+                tables[0].at("width").get<double>());
+    EXPECT_EQ(tables[1].at("resident_parameters_per_rank"), tables[0].at("parameters"));
   }
 }
 

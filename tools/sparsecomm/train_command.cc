@@ -282,8 +282,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--embedding-exchange", c.embedding_exchange,
                   "dlrm: how the tables' touched rows are summed: allgather | sparse-allreduce | "
-                  "dense (the whole table gradient, ring all-reduced: the baseline) | auto (the "
-                  "cheaper of the first two by the last step's rows)")
+                  "sharded (each rank stores 1/n of the rows and serves them: the batch's rows "
+                  "pulled, their gradient pushed) | dense (the whole table gradient, ring "
+                  "all-reduced: the baseline) | auto (the cheaper of the first two by the last "
+                  "step's rows)")
       ->capture_default_str();
   cmd->add_option("--embedding-optimizer", c.embedding_optimizer,
                   "dlrm: the tables' lazy optimizer: adagrad (row-wise) | sgd")

@@ -114,20 +114,52 @@ void allgather_rows(Communicator& comm, const RowSparse& mine, std::span<const s
   add_blocks(runs, recv, byte_counts, mine.width, encoding, sum, scratch);
 }
 
-void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encoding, RowSparse& sum,
-                RowExchangeReport& report) {
-  const int n = comm.size();
-  const auto nn = static_cast<std::size_t>(n);
+// Row q's owner range [owner_begin(q), owner_begin(q + 1)).
+std::size_t owner_begin(const Communicator& comm, std::size_t rows, std::size_t q) {
+  return chunk_begin(rows, comm.size(), static_cast<int>(q));
+}
+
+// Throws InvalidArgument on every rank when a peer's announced table shape
+// differs from this rank's (each rank sees every peer's announcement).
+void check_shape(const Communicator& comm, int peer, std::uint64_t rows, std::uint64_t width,
+                 std::size_t my_rows, std::size_t my_width) {
+  if (rows != my_rows || width != my_width) {
+    throw InvalidArgument(where(comm) + fmt::format("ranks disagree on the table's shape: this "
+                                                    "rank has {} x {}, rank {} has {} x {}",
+                                                    my_rows, my_width, peer, rows, width));
+  }
+}
+
+// The alltoallv of the (count, bytes, rows, width) words that announce the
+// blocks of a pairwise exchange; `in` gets every peer's, shapes checked.
+void exchange_announcements(Communicator& comm, std::span<const std::uint64_t> out,
+                            std::vector<std::uint64_t>& in, std::size_t rows, std::size_t width,
+                            RowExchangeReport& report) {
+  const auto n = static_cast<std::size_t>(comm.size());
+  in.resize(4 * n);
+  const std::vector<std::size_t> counts(n, 4 * sizeof(std::uint64_t));
+  comm.alltoallv(bytes_of(out), counts, writable_bytes_of(std::span<std::uint64_t>(in)), counts);
+  report.bytes_sent += (n - 1) * 4 * sizeof(std::uint64_t);
+  report.bytes_received += (n - 1) * 4 * sizeof(std::uint64_t);
+  for (std::size_t q = 0; q < n; ++q) {
+    check_shape(comm, static_cast<int>(q), in[4 * q + 2], in[4 * q + 3], rows, width);
+  }
+}
+
+// Sends each rank q this rank's rows of q's range; q adds the n blocks of
+// its range in rank order into `owned` (ids global, all inside the range).
+void reduce_to_owners(Communicator& comm, const RowSparse& mine, ValueEncoding encoding,
+                      RowSparse& owned, RowExchangeReport& report) {
+  const auto nn = static_cast<std::size_t>(comm.size());
   const auto r = static_cast<std::size_t>(comm.rank());
   const std::size_t width = mine.width;
-  // 1. This rank's rows of range q, to q: (count, bytes) first, then the blocks.
   UninitVector<std::byte> send;
   UninitVector<float> scratch;
-  std::vector<std::size_t> send_counts(nn), recv_counts(nn);
-  std::vector<std::uint64_t> meta_out(2 * nn), meta_in(2 * nn);
+  std::vector<std::size_t> send_counts(nn), recv_counts(nn), counts(nn);
+  std::vector<std::uint64_t> meta_out(4 * nn), meta_in;
   std::size_t first = 0;
   for (std::size_t q = 0; q < nn; ++q) {
-    const std::size_t range_end = chunk_begin(mine.rows, n, static_cast<int>(q) + 1);
+    const std::size_t range_end = owner_begin(comm, mine.rows, q + 1);
     const auto below =
         std::partition_point(mine.ids.begin() + static_cast<std::ptrdiff_t>(first), mine.ids.end(),
                              [&](Index id) { return id < range_end; });
@@ -135,23 +167,20 @@ void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encodin
     const std::size_t start = send.size();
     append_block(mine, first, last, encoding, send, scratch);
     send_counts[q] = send.size() - start;
-    meta_out[2 * q] = last - first;
-    meta_out[2 * q + 1] = send_counts[q];
+    meta_out[4 * q] = last - first;
+    meta_out[4 * q + 1] = send_counts[q];
+    meta_out[4 * q + 2] = mine.rows;
+    meta_out[4 * q + 3] = width;
     first = last;
   }
-  const std::vector<std::size_t> meta_counts(nn, 2 * sizeof(std::uint64_t));
-  comm.alltoallv(bytes_of(std::span<const std::uint64_t>(meta_out)), meta_counts,
-                 writable_bytes_of(std::span<std::uint64_t>(meta_in)), meta_counts);
-  report.bytes_sent += (nn - 1) * 2 * sizeof(std::uint64_t);
-  report.bytes_received += (nn - 1) * 2 * sizeof(std::uint64_t);
-  const std::size_t lo = chunk_begin(mine.rows, n, static_cast<int>(r));
-  const std::size_t hi = chunk_begin(mine.rows, n, static_cast<int>(r) + 1);
-  std::vector<std::size_t> counts(nn);
+  exchange_announcements(comm, meta_out, meta_in, mine.rows, width, report);
+  const std::size_t lo = owner_begin(comm, mine.rows, r);
+  const std::size_t hi = owner_begin(comm, mine.rows, r + 1);
   for (std::size_t q = 0; q < nn; ++q) {
-    check_announced(comm, static_cast<int>(q), meta_in[2 * q], meta_in[2 * q + 1], width,
+    check_announced(comm, static_cast<int>(q), meta_in[4 * q], meta_in[4 * q + 1], width,
                     value_bytes(encoding), hi - lo);
-    counts[q] = static_cast<std::size_t>(meta_in[2 * q]);
-    recv_counts[q] = static_cast<std::size_t>(meta_in[2 * q + 1]);
+    counts[q] = static_cast<std::size_t>(meta_in[4 * q]);
+    recv_counts[q] = static_cast<std::size_t>(meta_in[4 * q + 1]);
   }
   UninitVector<std::byte> recv(
       std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
@@ -160,13 +189,24 @@ void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encodin
       std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) - send_counts[r];
   report.bytes_received += recv.size() - recv_counts[r];
 
-  // 2. The owner adds the n blocks of its range, in rank order.
   detail::IndexRuns runs;
   runs.decode_blocks(comm, recv, recv_counts, counts, BlockFormat{encoding, true, lo, hi}, width);
   runs.build_union();
+  owned.reset(mine.rows, width);
+  add_blocks(runs, recv, recv_counts, width, encoding, owned, scratch);
+}
+
+void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encoding, RowSparse& sum,
+                RowExchangeReport& report) {
+  const auto nn = static_cast<std::size_t>(comm.size());
+  const std::size_t width = mine.width;
+  // 1-2. Each range reduced on its owner.
   RowSparse reduced;
-  reduced.reset(mine.rows, width);
-  add_blocks(runs, recv, recv_counts, width, encoding, reduced, scratch);
+  reduce_to_owners(comm, mine, encoding, reduced, report);
+  UninitVector<std::byte> send;
+  UninitVector<float> scratch;
+  std::vector<std::size_t> counts(nn), recv_counts(nn);
+  UninitVector<std::byte> recv;
 
   // 3. Every range's sum to every rank; in range order they are the sorted union.
   send.clear();
@@ -179,8 +219,7 @@ void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encodin
   report.bytes_received += (nn - 1) * sizeof head;
   std::size_t union_rows = 0;
   for (std::size_t q = 0; q < nn; ++q) {
-    const std::size_t room = chunk_begin(mine.rows, n, static_cast<int>(q) + 1) -
-                             chunk_begin(mine.rows, n, static_cast<int>(q));
+    const std::size_t room = owner_begin(comm, mine.rows, q + 1) - owner_begin(comm, mine.rows, q);
     check_announced(comm, static_cast<int>(q), heads[2 * q], heads[2 * q + 1], width,
                     value_bytes(encoding), room);
     counts[q] = static_cast<std::size_t>(heads[2 * q]);
@@ -195,8 +234,8 @@ void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encodin
   std::size_t offset = 0;
   std::size_t at = 0;
   for (std::size_t q = 0; q < nn; ++q) {
-    const BlockFormat range{encoding, true, chunk_begin(mine.rows, n, static_cast<int>(q)),
-                            chunk_begin(mine.rows, n, static_cast<int>(q) + 1)};
+    const BlockFormat range{encoding, true, owner_begin(comm, mine.rows, q),
+                            owner_begin(comm, mine.rows, q + 1)};
     try {
       decode_block(std::span<const std::byte>(recv).subspan(offset, recv_counts[q]), range,
                    std::span<Index>(sum.ids).subspan(at, counts[q]),
@@ -266,6 +305,114 @@ void row_sparse_sum(Communicator& comm, const RowSparse& mine, RowExchange metho
     split_rows(comm, mine, values, sum, rep);
   }
   rep.union_rows = sum.touched();
+}
+
+}  // namespace sparsecomm
+
+namespace sparsecomm {
+
+std::size_t row_owner_begin(std::size_t rows, int ranks, int owner) {
+  return chunk_begin(rows, ranks, owner);
+}
+
+void push_rows_to_owners(Communicator& comm, const RowSparse& mine, RowSparse& owned,
+                         RowExchangeReport* report, ValueEncoding values) {
+  check_row_sparse(mine, "push_rows_to_owners: this rank's gradient");
+  if (&owned == &mine) {
+    throw InvalidArgument("[row-sparse] push_rows_to_owners: `owned` must not be `mine`");
+  }
+  RowExchangeReport local;
+  RowExchangeReport& rep = report != nullptr ? *report : local;
+  rep = RowExchangeReport{};
+  reduce_to_owners(comm, mine, values, owned, rep);
+  rep.union_rows = owned.touched();
+}
+
+void pull_rows_from_owners(Communicator& comm, std::span<const Index> ids,
+                           std::span<const float> shard, std::size_t rows, std::size_t width,
+                           RowSparse& out, RowExchangeReport* report, ValueEncoding values) {
+  const auto nn = static_cast<std::size_t>(comm.size());
+  const auto r = static_cast<std::size_t>(comm.rank());
+  const std::size_t lo = owner_begin(comm, rows, r);
+  const std::size_t hi = owner_begin(comm, rows, r + 1);
+  if (shard.size() != (hi - lo) * width) {
+    throw InvalidArgument(where(comm) + fmt::format("pull_rows_from_owners: this rank owns rows "
+                                                    "[{}, {}) of {} floats: {} floats, not {}",
+                                                    lo, hi, width, (hi - lo) * width,
+                                                    shard.size()));
+  }
+  for (std::size_t j = 0; j < ids.size(); ++j) {
+    if (ids[j] >= rows || (j > 0 && ids[j] <= ids[j - 1])) {
+      throw InvalidArgument(where(comm) +
+                            fmt::format("pull_rows_from_owners: wanted row {} is {}; the ids must "
+                                        "be strictly ascending and below the table's {} rows",
+                                        j, ids[j], rows));
+    }
+  }
+  RowExchangeReport local;
+  RowExchangeReport& rep = report != nullptr ? *report : local;
+  rep = RowExchangeReport{};
+  const std::size_t row_bytes = width * value_bytes(values);
+
+  // 1. Each owner learns which of its rows this rank wants (index-only blocks).
+  UninitVector<std::byte> send;
+  std::vector<std::size_t> send_counts(nn), recv_counts(nn), counts(nn), wanted_from(nn);
+  std::vector<std::uint64_t> meta_out(4 * nn), meta_in;
+  std::size_t first = 0;
+  for (std::size_t q = 0; q < nn; ++q) {
+    const std::size_t range_end = owner_begin(comm, rows, q + 1);
+    const auto below = std::partition_point(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                            ids.end(), [&](Index id) { return id < range_end; });
+    const auto last = static_cast<std::size_t>(below - ids.begin());
+    send_counts[q] = encode_indices(ids.subspan(first, last - first), send);
+    wanted_from[q] = last - first;
+    meta_out[4 * q] = last - first;
+    meta_out[4 * q + 1] = send_counts[q];
+    meta_out[4 * q + 2] = rows;
+    meta_out[4 * q + 3] = width;
+    first = last;
+  }
+  exchange_announcements(comm, meta_out, meta_in, rows, width, rep);
+  for (std::size_t q = 0; q < nn; ++q) {
+    check_announced(comm, static_cast<int>(q), meta_in[4 * q], meta_in[4 * q + 1], 0, 0, hi - lo);
+    counts[q] = static_cast<std::size_t>(meta_in[4 * q]);
+    recv_counts[q] = static_cast<std::size_t>(meta_in[4 * q + 1]);
+  }
+  UninitVector<std::byte> recv(
+      std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
+  comm.alltoallv(send, send_counts, recv, recv_counts);
+  rep.bytes_sent +=
+      std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) - send_counts[r];
+  rep.bytes_received += recv.size() - recv_counts[r];
+  detail::IndexRuns runs;
+  runs.decode_blocks(comm, recv, recv_counts, counts, BlockFormat{values, true, lo, hi}, 0);
+
+  // 2. The owner answers each rank with those rows, in the value encoding,
+  // in the order asked (ascending): the asker knows every reply's size.
+  UninitVector<std::byte> reply;
+  UninitVector<float> scratch;
+  for (std::size_t q = 0; q < nn; ++q) {
+    const std::span<const Index> asked = runs.run(q);
+    send_counts[q] = asked.size() * row_bytes;
+    scratch.resize(asked.size() * width);
+    for (std::size_t j = 0; j < asked.size(); ++j) {
+      std::copy_n(shard.data() + (asked[j] - lo) * width, width, scratch.data() + j * width);
+    }
+    const std::size_t at = reply.size();
+    reply.resize(at + send_counts[q]);
+    encode_values(scratch, values, std::span<std::byte>(reply).subspan(at));
+    recv_counts[q] = wanted_from[q] * row_bytes;
+  }
+  recv.resize(ids.size() * row_bytes);
+  comm.alltoallv(reply, send_counts, recv, recv_counts);
+  rep.bytes_sent +=
+      std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) - send_counts[r];
+  rep.bytes_received += recv.size() - recv_counts[r];
+  out.reset(rows, width);
+  out.ids.assign(ids.begin(), ids.end());
+  out.values.resize(ids.size() * width);
+  decode_values(recv, values, out.values);
+  rep.union_rows = ids.size();
 }
 
 }  // namespace sparsecomm

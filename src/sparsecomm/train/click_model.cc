@@ -4,16 +4,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/hash.h"
 #include "sparsecomm/core/rng.h"
 
 namespace sparsecomm {
 
-EmbeddingTables::EmbeddingTables(std::vector<std::size_t> cardinalities, std::size_t width,
-                                 std::uint64_t seed)
+TableLayout::TableLayout(std::vector<std::size_t> cardinalities, std::size_t width)
     : cardinalities_(std::move(cardinalities)), width_(width) {
   if (cardinalities_.empty()) throw InvalidArgument("embedding tables: no table");
   if (width_ == 0) throw InvalidArgument("embedding tables: the row width must be >= 1");
@@ -30,28 +31,88 @@ EmbeddingTables::EmbeddingTables(std::vector<std::size_t> cardinalities, std::si
         "tables' cap)",
         rows(), std::numeric_limits<Index>::max()));
   }
-  values_.resize(rows() * width_);
+}
+
+std::size_t TableLayout::table_of(std::size_t row) const {
+  return static_cast<std::size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), row) -
+                                  offsets_.begin()) -
+         1;
+}
+
+void TableLayout::stack(const ClickBatch& batch, UninitVector<Index>& lookups) const {
+  const std::size_t fields = tables();
+  if (batch.fields != fields) {
+    throw InvalidArgument(fmt::format("the click model has {} tables; the batch has {} fields",
+                                      fields, batch.fields));
+  }
+  const std::size_t rows = batch.rows;
+  lookups.resize(fields * rows);
+  for (std::size_t f = 0; f < fields; ++f) {
+    for (std::size_t j = 0; j < rows; ++j) {
+      const Index id = batch.ids[j * fields + f];
+      if (id >= cardinalities_[f]) {
+        throw InvalidArgument(
+            fmt::format("row {} of the batch: field {} has ID {}, but table {} has {} rows", j, f,
+                        id, f, cardinalities_[f]));
+      }
+      lookups[f * rows + j] = static_cast<Index>(offsets_[f] + id);
+    }
+  }
+}
+
+EmbeddingTables::EmbeddingTables(TableLayout layout, std::uint64_t seed)
+    : EmbeddingTables(layout, seed, 0, layout.rows()) {}
+
+EmbeddingTables::EmbeddingTables(TableLayout layout, std::uint64_t seed, std::size_t first,
+                                 std::size_t last)
+    : layout_(std::move(layout)), first_(first), last_(last) {
+  if (first_ > last_ || last_ > layout_.rows()) {
+    throw InvalidArgument(
+        fmt::format("embedding tables: rows [{}, {}) are not a range of the {} "
+                    "stacked rows",
+                    first_, last_, layout_.rows()));
+  }
+  const std::size_t width = layout_.width();
+  values_.resize((last_ - first_) * width);
   const Philox draws(seed ^ 0x656d626564646e67ULL);  // "embeddng"
-  for (std::size_t f = 0; f < cardinalities_.size(); ++f) {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(cardinalities_[f]));
-    for (std::size_t r = offsets_[f]; r < offsets_[f + 1]; ++r) {
-      float* out = values_.data() + r * width_;
-      for (std::size_t q = 0; q < width_; q += 4) {
-        const Philox::Block block = draws.block(r, q / 4);
-        for (std::size_t i = 0; i < 4 && q + i < width_; ++i) {
-          // 24 random bits -> [0, 1) -> [-scale, scale)
-          const float unit = static_cast<float>(block[i] >> 8) * 0x1p-24f;
-          out[q + i] = (2.0f * unit - 1.0f) * scale;
-        }
+  std::size_t f = first_ < last_ ? layout_.table_of(first_) : 0;
+  for (std::size_t r = first_; r < last_; ++r) {
+    while (r >= layout_.offset(f + 1)) ++f;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(layout_.cardinalities()[f]));
+    float* out = values_.data() + (r - first_) * width;
+    for (std::size_t q = 0; q < width; q += 4) {
+      const Philox::Block block = draws.block(r, q / 4);
+      for (std::size_t i = 0; i < 4 && q + i < width; ++i) {
+        // 24 random bits -> [0, 1) -> [-scale, scale)
+        const float unit = static_cast<float>(block[i] >> 8) * 0x1p-24f;
+        out[q + i] = (2.0f * unit - 1.0f) * scale;
       }
     }
   }
 }
 
-std::size_t EmbeddingTables::table_of(std::size_t row) const {
-  return static_cast<std::size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), row) -
-                                  offsets_.begin()) -
-         1;
+std::uint64_t EmbeddingTables::row_hash_sum() const {
+  const std::size_t width = layout_.width();
+  std::uint64_t sum = 0;
+  for (std::size_t r = first_; r < last_; ++r) {
+    const std::span<const float> row(values_.data() + (r - first_) * width, width);
+    sum += hash_bytes(std::as_bytes(row), r);
+  }
+  return sum;
+}
+
+double EmbeddingTables::abs_sum() const {
+  double sum = 0.0;
+  for (const float v : values_) sum += std::abs(v);
+  return sum;
+}
+
+const float* PulledRows::row(Index stacked) const {
+  const auto it = std::lower_bound(rows_.ids.begin(), rows_.ids.end(), stacked);
+  if (it == rows_.ids.end() || *it != stacked) {
+    throw std::logic_error(fmt::format("PulledRows: row {} was not pulled", stacked));
+  }
+  return rows_.values.data() + static_cast<std::size_t>(it - rows_.ids.begin()) * rows_.width;
 }
 
 namespace {
@@ -70,8 +131,8 @@ std::vector<torch::nn::Linear> make_layers(torch::nn::Module& module, std::strin
 
 }  // namespace
 
-ClickModel::ClickModel(const ClickModelShape& shape, std::uint64_t seed)
-    : shape_(shape), tables_(shape.cardinalities, shape.width, seed) {
+ClickModel::ClickModel(const ClickModelShape& shape)
+    : shape_(shape), layout_(shape.cardinalities, shape.width) {
   const auto width = static_cast<std::int64_t>(shape.width);
   std::vector<std::int64_t> bottom = shape.bottom;
   bottom.push_back(width);  // the bottom output meets the rows in the interaction
@@ -91,33 +152,19 @@ ClickModel::ClickModel(const ClickModelShape& shape, std::uint64_t seed)
   top_ = make_layers(*this, "top", width + static_cast<std::int64_t>(first.size()), top);
 }
 
-torch::Tensor ClickModel::forward(const ClickBatch& batch) {
-  const std::size_t fields = tables_.tables();
-  if (batch.fields != fields || batch.dense_features != shape_.dense_features) {
-    throw InvalidArgument(fmt::format(
-        "the click model has {} tables and {} numeric features; the batch has {} and {}", fields,
-        shape_.dense_features, batch.fields, batch.dense_features));
+torch::Tensor ClickModel::forward(const ClickBatch& batch, const RowReader& tables) {
+  if (batch.dense_features != shape_.dense_features) {
+    throw InvalidArgument(fmt::format("the click model has {} numeric features; the batch has {}",
+                                      shape_.dense_features, batch.dense_features));
   }
+  layout_.stack(batch, lookups_);
   const std::size_t rows = batch.rows;
-  const std::size_t width = tables_.width();
-  lookups_.resize(fields * rows);
-  gathered_ = torch::empty({static_cast<std::int64_t>(fields), static_cast<std::int64_t>(rows),
-                            static_cast<std::int64_t>(width)});
+  const std::size_t width = layout_.width();
+  gathered_ = torch::empty({static_cast<std::int64_t>(layout_.tables()),
+                            static_cast<std::int64_t>(rows), static_cast<std::int64_t>(width)});
   float* out = gathered_.data_ptr<float>();
-  for (std::size_t f = 0; f < fields; ++f) {
-    const std::size_t offset = tables_.offset(f);
-    const std::size_t height = tables_.cardinalities()[f];
-    for (std::size_t j = 0; j < rows; ++j) {
-      const Index id = batch.ids[j * fields + f];
-      if (id >= height) {
-        throw InvalidArgument(
-            fmt::format("row {} of the batch: field {} has ID {}, but table {} has {} rows", j, f,
-                        id, f, height));
-      }
-      const auto stacked = static_cast<Index>(offset + id);
-      lookups_[f * rows + j] = stacked;
-      std::memcpy(out + (f * rows + j) * width, tables_.row(stacked).data(), width * sizeof(float));
-    }
+  for (std::size_t i = 0; i < lookups_.size(); ++i) {
+    std::memcpy(out + i * width, tables.row(lookups_[i]), width * sizeof(float));
   }
   gathered_.requires_grad_(true);
 
@@ -139,14 +186,14 @@ torch::Tensor ClickModel::forward(const ClickBatch& batch) {
 }
 
 void ClickModel::table_gradient(RowSparse& out) const {
-  const std::size_t width = tables_.width();
+  const std::size_t width = layout_.width();
   if (!gathered_.defined() || !gathered_.grad().defined()) {
-    out.reset(tables_.rows(), width);
+    out.reset(layout_.rows(), width);
     return;
   }
   const torch::Tensor grad = gathered_.grad().contiguous();
   coalesce_rows(lookups_, std::span<const float>(grad.data_ptr<float>(), lookups_.size() * width),
-                tables_.rows(), width, out);
+                layout_.rows(), width, out);
 }
 
 }  // namespace sparsecomm

@@ -8,11 +8,15 @@
 // gradient coalesced into touched rows, summed over ranks without
 // densifying (collectives/row_exchange.h) or, for comparison, densified and
 // ring all-reduced, and applied lazily to the touched rows (RowAdagrad or
-// RowSgd). Evaluation: held-out log-loss, AUC and accuracy at 0.5, each rank
-// a slice of the held-out rows.
+// RowSgd). With --embedding-exchange sharded the tables are split over the
+// ranks instead of replicated: each rank pulls its batch's rows from their
+// owners before the forward pass and pushes its gradient rows to them
+// after backward; each owner updates its own rows. Evaluation: held-out
+// log-loss, AUC and accuracy at 0.5, each rank a slice of the held-out rows.
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -26,6 +30,7 @@
 
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/collectives/row_exchange.h"
+#include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/hash.h"
 #include "sparsecomm/core/timer.h"
@@ -109,7 +114,15 @@ class ClickTrainer {
       shape.cardinalities = log_.options().cardinalities;
       shape.dense_features = log_.options().dense_features;
       shape.width = static_cast<std::size_t>(config_.embedding_dim);
-      model_ = std::make_shared<ClickModel>(shape, config_.seed);
+      model_ = std::make_shared<ClickModel>(shape);
+    }
+    if (sharded_) {
+      const std::size_t rows = model_->layout().rows();
+      tables_ = std::make_unique<EmbeddingTables>(
+          model_->layout(), config_.seed, row_owner_begin(rows, comm.size(), comm.rank()),
+          row_owner_begin(rows, comm.size(), comm.rank() + 1));
+    } else {
+      tables_ = std::make_unique<EmbeddingTables>(model_->layout(), config_.seed);
     }
     ddp_ = make_data_parallel(*model_, comm_, plan);
     sgd_ = make_flat_sgd(config_, ddp_->sync());
@@ -121,7 +134,7 @@ class ClickTrainer {
   }
 
   void run() {
-    const EmbeddingTables& tables = model_->tables();
+    const TableLayout& tables = model_->layout();
     if (comm_.rank() == 0) {
       held_out_ = log_.statistics(log_.options().rows, log_.options().held_out_rows);
       info_.backend = std::string(backend_name(plan_.backend));
@@ -147,6 +160,7 @@ class ClickTrainer {
     }
     const double wall_s = clock_.seconds();
     nlohmann::json extra = phase_times_.gather(comm_);
+    const TableFingerprint fingerprint = fingerprint_tables();
     if (comm_.rank() != 0) return;
     const double steps = static_cast<double>(std::max<std::int64_t>(1, totals_.steps));
     const int n = comm_.size();
@@ -158,28 +172,27 @@ class ClickTrainer {
                           {"click_rate", held_out_.click_rate},
                           {"base_entropy", held_out_.base_entropy},
                           {"floor_logloss", held_out_.floor_logloss}};
-    extra["embedding"] = {
-        {"tables", tables.tables()},
-        {"rows", tables.rows()},
-        {"width", tables.width()},
-        {"parameters", tables.numel()},
-        {"exchange", config_.embedding_exchange},
-        {"optimizer", config_.embedding_optimizer},
-        {"values", config_.embedding_values},
-        {"mean_touched_rows", totals_.touched / steps},
-        {"mean_table_touched_rows", table_touched},
-        {"mean_union_rows", totals_.union_rows / steps},
-        {"mean_bytes_sent", totals_.bytes_sent / steps},
-        {"mean_bytes_received", totals_.bytes_received / steps},
-        {"dense_allreduce_bytes", 2.0 * (n - 1) / n * table_bytes},
-        {"mean_exchange_s", totals_.exchange_s / steps},
-        {"mean_update_s", totals_.update_s / steps},
-        {"steps_by_exchange", totals_.by_exchange},
-        // The final tables: a hash of their bits and the sum of |values|,
-        // so that runs can be compared without storing 0.7 GB.
-        {"table_hash", fmt::format("{:016x}", hash_bytes(std::as_bytes(tables.values())))},
-        {"table_abs_sum", std::accumulate(tables.values().begin(), tables.values().end(), 0.0,
-                                          [](double sum, float v) { return sum + std::abs(v); })}};
+    extra["embedding"] = {{"tables", tables.tables()},
+                          {"rows", tables.rows()},
+                          {"width", tables.width()},
+                          {"parameters", tables.numel()},
+                          {"exchange", config_.embedding_exchange},
+                          {"optimizer", config_.embedding_optimizer},
+                          {"values", config_.embedding_values},
+                          {"mean_touched_rows", totals_.touched / steps},
+                          {"mean_table_touched_rows", table_touched},
+                          {"mean_union_rows", totals_.union_rows / steps},
+                          {"mean_bytes_sent", totals_.bytes_sent / steps},
+                          {"mean_bytes_received", totals_.bytes_received / steps},
+                          {"dense_allreduce_bytes", 2.0 * (n - 1) / n * table_bytes},
+                          {"mean_exchange_s", totals_.exchange_s / steps},
+                          {"mean_update_s", totals_.update_s / steps},
+                          {"steps_by_exchange", totals_.by_exchange},
+                          {"resident_parameters_per_rank", tables_->values().size()},
+                          // The final tables: a hash of their bits and the sum of |values|,
+                          // so that runs can be compared without storing 0.7 GB.
+                          {"table_hash", fmt::format("{:016x}", fingerprint.hash)},
+                          {"table_abs_sum", fingerprint.abs_sum}};
     extra["peak_resident_bytes"] = peak_resident_bytes();
     if (last_eval_) {
       extra["final_logloss_above_floor"] = last_eval_->test_loss - held_out_.floor_logloss;
@@ -218,16 +231,21 @@ class ClickTrainer {
     const auto batch = static_cast<std::uint64_t>(config_.batch);
     log_.read((static_cast<std::uint64_t>(in_epoch) * comm_.size() + comm_.rank()) * batch,
               static_cast<std::size_t>(batch), batch_);
+    // Sharded tables: the batch's rows come from their owners first (an
+    // exchange, not compute).
+    const double pull_s = sharded_ ? pull_batch_rows(batch_, record.embedding) : 0.0;
     ddp_->zero_grad();
     const torch::Tensor labels =
         torch::from_blob(batch_.labels.data(), {static_cast<std::int64_t>(batch_.rows)});
+    const PulledRows pulled(pulled_);
+    const RowReader& rows = sharded_ ? static_cast<const RowReader&>(pulled) : *tables_;
     const torch::Tensor loss =
-        torch::binary_cross_entropy_with_logits(model_->forward(batch_), labels);
+        torch::binary_cross_entropy_with_logits(model_->forward(batch_, rows), labels);
     loss.backward();
     record.loss = loss.item<double>();
     model_->table_gradient(mine_);
     straggler_.end_compute();
-    record.compute_s = compute.seconds();
+    record.compute_s = compute.seconds() - pull_s;
 
     record.sync = ddp_->synchronize(steps_.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
@@ -235,9 +253,9 @@ class ClickTrainer {
     record.exchange_s = record.sync.exchange_s + record.embedding.exchange_s;
     phase_times_.add_step(record.compute_s, record.exchange_s);
 
-    // The tables' sum is the same on every rank: all agree on skipping
-    // without a message.
-    const bool tables_finite = all_finite(sum_.values);
+    // Replicated tables: the sum is the same on every rank, so all agree on
+    // skipping without a message; sharded ones agreed in exchange_tables.
+    const bool tables_finite = sharded_ ? owned_finite_everywhere_ : all_finite(sum_.values);
     if (!tables_finite && parse_nonfinite_policy(config_.nonfinite) == NonFinitePolicy::kStop) {
       throw NonFiniteGradient(fmt::format(
           "[train] rank {}: step {}: the embedding tables' summed gradient holds NaN or inf; "
@@ -254,9 +272,9 @@ class ClickTrainer {
       const double table_lr = config_.embedding_lr * record.lr / config_.lr;
       const double mean = 1.0 / comm_.size();
       if (adagrad_) {
-        adagrad_->step(model_->tables().values(), sum_, table_lr, mean);
+        adagrad_->step(tables_->values(), stored_sum(), table_lr, mean);
       } else {
-        row_sgd_->step(model_->tables().values(), sum_, table_lr, mean);
+        row_sgd_->step(tables_->values(), stored_sum(), table_lr, mean);
       }
       record.embedding.update_s = update.seconds();
       record.update_s += record.embedding.update_s;
@@ -264,8 +282,9 @@ class ClickTrainer {
     if (config_.embedding_exchange == "dense") {
       restore_dense_buffers();
     } else if (!record.sync.skipped_nonfinite && tables_finite) {
-      row_updates_.resize(model_->tables().rows(), 0);
-      for (const Index row : sum_.ids) {
+      row_updates_.resize(tables_->last() - tables_->first(), 0);
+      rows_updated_ = true;
+      for (const Index row : stored_sum().ids) {
         if (row_updates_[row] < std::numeric_limits<std::uint16_t>::max()) ++row_updates_[row];
       }
     }
@@ -287,6 +306,7 @@ class ClickTrainer {
   // which also wins a tie (one phase instead of two).
   std::string choose_exchange() const {
     if (config_.embedding_exchange != "auto") return config_.embedding_exchange;
+    // (sharded runs never ask: their tables are split, not replicated)
     if (last_.touched.empty()) return "allgather";
     const double mean_touched = static_cast<double>(std::accumulate(
                                     last_.touched.begin(), last_.touched.end(), std::size_t{0})) /
@@ -296,8 +316,37 @@ class ClickTrainer {
                : "allgather";
   }
 
+  // Sharded tables: `wanted_` = the batch's rows (ascending), pulled_ =
+  // those rows from their owners. Adds the pull's bytes and time to the
+  // record; returns the time.
+  double pull_batch_rows(const ClickBatch& batch, EmbeddingStep& record) {
+    const Stopwatch watch;
+    unique_lookups(batch, wanted_);
+    const TableLayout& layout = model_->layout();
+    RowExchangeReport report;
+    pull_rows_from_owners(comm_, wanted_, tables_->values(), layout.rows(), layout.width(), pulled_,
+                          &report, parse_value_encoding(config_.embedding_values));
+    record.bytes_sent += report.bytes_sent;
+    record.bytes_received += report.bytes_received;
+    const double seconds = watch.seconds();
+    record.exchange_s += seconds;
+    return seconds;
+  }
+
+  // The batch's stacked row ids, ascending, each once.
+  void unique_lookups(const ClickBatch& batch, UninitVector<Index>& ids) const {
+    model_->layout().stack(batch, ids);
+    std::sort(ids.begin(), ids.end());
+    ids.resize(static_cast<std::size_t>(std::unique(ids.begin(), ids.end()) - ids.begin()));
+  }
+
+  // The summed table gradient of the rows this rank stores, ids relative
+  // to tables_->first(): the whole sum for replicated tables, the owned
+  // range's for sharded ones.
+  const RowSparse& stored_sum() const { return sharded_ ? owned_ : sum_; }
+
   void exchange_tables(EmbeddingStep& record) {
-    const EmbeddingTables& tables = model_->tables();
+    const TableLayout& tables = model_->layout();
     record.present = true;
     record.exchange = choose_exchange();
     record.touched_rows = mine_.touched();
@@ -309,6 +358,8 @@ class ClickTrainer {
     const Stopwatch watch;
     if (record.exchange == "dense") {
       dense_allreduce(record);
+    } else if (sharded_) {
+      push_to_owners(record);
     } else {
       row_sparse_sum(comm_, mine_, parse_row_exchange(record.exchange), sum_, &last_,
                      parse_value_encoding(config_.embedding_values));
@@ -316,7 +367,27 @@ class ClickTrainer {
       record.bytes_sent = last_.bytes_sent;
       record.bytes_received = last_.bytes_received;
     }
-    record.exchange_s = watch.seconds();
+    record.exchange_s += watch.seconds();
+  }
+
+  // Sharded tables: this rank's gradient rows to their owners; owned_ gets
+  // the sum of this rank's range (ids made relative to it). The ranks agree
+  // on whether every owner's sum is finite, and learn the union's size, in
+  // one small all-reduce.
+  void push_to_owners(EmbeddingStep& record) {
+    RowExchangeReport report;
+    push_rows_to_owners(comm_, mine_, owned_, &report,
+                        parse_value_encoding(config_.embedding_values));
+    record.bytes_sent += report.bytes_sent;
+    record.bytes_received += report.bytes_received;
+    std::array<std::int64_t, 2> agree{all_finite(owned_.values) ? 0 : 1,
+                                      static_cast<std::int64_t>(owned_.touched())};
+    allreduce(comm_, std::span<std::int64_t>(agree));
+    owned_finite_everywhere_ = agree[0] == 0;
+    record.union_rows = static_cast<std::size_t>(agree[1]);
+    const auto first = static_cast<Index>(tables_->first());
+    for (Index& id : owned_.ids) id -= first;
+    owned_.rows = tables_->last() - tables_->first();
   }
 
   // The comparison: the tables' whole gradient, densified and ring
@@ -364,6 +435,54 @@ class ClickTrainer {
     totals_.by_exchange[e.exchange] = totals_.by_exchange.value(e.exchange, 0) + 1;
   }
 
+  // Adds the last forward's lookups to sums[4 + bucket] by how many steps
+  // updated their row. Replicated tables know every row's count; sharded
+  // ones push the lookups' counts per row to the rows' owners (a
+  // collective: every rank calls it, an empty chunk with no lookups).
+  void count_lookups_by_updates(std::vector<std::int64_t>& sums) {
+    const auto add = [&](std::uint16_t updates, std::int64_t lookups) {
+      std::size_t bucket = 0;
+      while (bucket < kUpdateBounds.size() && updates >= kUpdateBounds[bucket]) ++bucket;
+      sums[4 + bucket] += lookups;
+    };
+    if (!sharded_) {
+      for (const Index row : model_->lookups()) add(row_updates_[row], 1);
+      return;
+    }
+    const std::span<const Index> lookups =
+        eval_batch_.rows > 0 ? model_->lookups() : std::span<const Index>{};
+    const std::vector<float> ones(lookups.size(), 1.0f);
+    RowSparse per_row;
+    coalesce_rows(lookups, ones, model_->layout().rows(), 1, per_row);
+    RowSparse owned;
+    push_rows_to_owners(comm_, per_row, owned);
+    for (std::size_t j = 0; j < owned.touched(); ++j) {
+      add(row_updates_[owned.ids[j] - tables_->first()], std::llround(owned.values[j]));
+    }
+  }
+
+  struct TableFingerprint {
+    std::uint64_t hash = 0;
+    double abs_sum = 0.0;
+  };
+  // Of the whole tables, the same however they are split (a collective for
+  // sharded tables).
+  TableFingerprint fingerprint_tables() {
+    TableFingerprint mine{tables_->row_hash_sum(), tables_->abs_sum()};
+    if (!sharded_) return mine;
+    const auto n = static_cast<std::size_t>(comm_.size());
+    const std::array<std::uint64_t, 2> words{mine.hash, std::bit_cast<std::uint64_t>(mine.abs_sum)};
+    std::vector<std::uint64_t> all(2 * n);
+    comm_.allgather(bytes_of(std::span<const std::uint64_t>(words)),
+                    writable_bytes_of(std::span<std::uint64_t>(all)));
+    TableFingerprint sum;
+    for (std::size_t q = 0; q < n; ++q) {
+      sum.hash += all[2 * q];
+      sum.abs_sum += std::bit_cast<double>(all[2 * q + 1]);
+    }
+    return sum;
+  }
+
   // Held-out log-loss, AUC and accuracy at 0.5 over every held-out row, each
   // rank a slice; integer sums keep the result the same on every backend.
   void evaluate(std::int64_t done) {
@@ -380,10 +499,26 @@ class ClickTrainer {
     {
       const torch::NoGradGuard no_grad;
       model_->eval();
-      for (std::uint64_t at = begin; at < end; at += kEvalChunk) {
+      // Sharded tables pull every chunk's rows, a collective: every rank
+      // takes as many chunks as the largest slice needs (the last ones
+      // maybe empty).
+      const std::uint64_t largest = (count + n - 1) / n;
+      const std::uint64_t chunks = (largest + kEvalChunk - 1) / kEvalChunk;
+      for (std::uint64_t c = 0; c < chunks; ++c) {
+        const std::uint64_t at = std::min(end, begin + c * kEvalChunk);
         const auto rows = static_cast<std::size_t>(std::min<std::uint64_t>(kEvalChunk, end - at));
         log_.read(first + at, rows, eval_batch_);
-        const torch::Tensor logits = model_->forward(eval_batch_).contiguous();
+        if (sharded_) {
+          EmbeddingStep ignored;
+          pull_batch_rows(eval_batch_, ignored);
+        }
+        if (rows == 0) {
+          if (sharded_ && rows_updated_) count_lookups_by_updates(sums);
+          continue;
+        }
+        const PulledRows pulled(pulled_);
+        const RowReader& reader = sharded_ ? static_cast<const RowReader&>(pulled) : *tables_;
+        const torch::Tensor logits = model_->forward(eval_batch_, reader).contiguous();
         const float* z = logits.data_ptr<float>();
         for (std::size_t j = 0; j < rows; ++j) {
           const double logit = z[j];
@@ -397,14 +532,7 @@ class ClickTrainer {
               std::min<std::size_t>(kAucBins - 1, static_cast<std::size_t>(p * kAucBins));
           sums[kHistograms + (clicked ? kAucBins : 0) + bin] += 1;
         }
-        if (!row_updates_.empty()) {
-          for (const Index row : model_->lookups()) {
-            const std::uint16_t updates = row_updates_[row];
-            std::size_t bucket = 0;
-            while (bucket < kUpdateBounds.size() && updates >= kUpdateBounds[bucket]) ++bucket;
-            sums[4 + bucket] += 1;
-          }
-        }
+        if (rows_updated_) count_lookups_by_updates(sums);
       }
       model_->train();
     }
@@ -442,7 +570,10 @@ class ClickTrainer {
   StepPlan steps_;
   LrSchedule lr_;
   Straggler straggler_;
+  // Split over the ranks (--embedding-exchange sharded) or replicated.
+  const bool sharded_ = config_.embedding_exchange == "sharded";
   std::shared_ptr<ClickModel> model_;
+  std::unique_ptr<EmbeddingTables> tables_;  // the rows this rank stores
   std::unique_ptr<DataParallel> ddp_;
   std::unique_ptr<FlatSgd> sgd_;
   std::unique_ptr<RowAdagrad> adagrad_;
@@ -450,7 +581,12 @@ class ClickTrainer {
   ClickBatch batch_;
   ClickBatch eval_batch_;
   RowSparse mine_;  // this rank's coalesced table gradient
-  RowSparse sum_;   // the sum over ranks
+  RowSparse sum_;   // the sum over ranks (replicated tables)
+  // Sharded tables: the batch's rows, fetched; the owned range's sum.
+  UninitVector<Index> wanted_;
+  RowSparse pulled_;
+  RowSparse owned_;
+  bool owned_finite_everywhere_ = true;
   RowExchangeReport last_;
   UninitVector<float> dense_;      // the dense comparison's buffer
   UninitVector<Index> every_row_;  // 0 .. rows - 1, for the dense comparison
@@ -463,7 +599,8 @@ class ClickTrainer {
   std::optional<TrainEval> last_eval_;
   // Steps that updated each row (saturating; row-sparse exchanges only):
   // how well trained the rows of the held-out lookups are.
-  std::vector<std::uint16_t> row_updates_;
+  std::vector<std::uint16_t> row_updates_;  // the stored rows'
+  bool rows_updated_ = false;               // row_updates_ counts (the same on every rank)
   nlohmann::json last_lookups_by_updates_;  // rank 0, at the last evaluation
   struct Totals {
     std::int64_t steps = 0;

@@ -104,17 +104,18 @@ void validate(const TrainConfig& c) {
             fmt::format("{} rows per table: give 1 .. 2^31", c.embedding_cap));
     require(c.embedding_dim >= 1 && c.embedding_dim <= 1024, "embedding-dim",
             fmt::format("{} floats per row: give 1 .. 1024", c.embedding_dim));
-    require(one_of(c.embedding_exchange, {"auto", "allgather", "sparse-allreduce", "dense"}),
-            "embedding-exchange",
-            fmt::format("'{}': valid are auto, allgather, sparse-allreduce, dense",
-                        c.embedding_exchange));
+    require(
+        one_of(c.embedding_exchange, {"auto", "allgather", "sparse-allreduce", "sharded", "dense"}),
+        "embedding-exchange",
+        fmt::format("'{}': valid are auto, allgather, sparse-allreduce, sharded, dense",
+                    c.embedding_exchange));
     require(one_of(c.embedding_optimizer, {"adagrad", "sgd"}), "embedding-optimizer",
             fmt::format("'{}': valid are adagrad, sgd", c.embedding_optimizer));
     require(one_of(c.embedding_values, {"fp32", "bf16", "fp16"}), "embedding-values",
             fmt::format("'{}': valid are fp32, bf16, fp16", c.embedding_values));
     require(c.embedding_values == "fp32" || c.embedding_exchange != "dense", "embedding-values",
             fmt::format("--embedding-values {}: the dense comparison all-reduces fp32; use it "
-                        "with allgather, sparse-allreduce or auto",
+                        "with allgather, sparse-allreduce, sharded or auto",
                         c.embedding_values));
     require(c.embedding_lr > 0.0 && std::isfinite(c.embedding_lr), "embedding-lr",
             fmt::format("{} must be > 0", c.embedding_lr));
