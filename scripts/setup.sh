@@ -20,6 +20,7 @@ PACKAGES=(
   libtorch-dev                                   # LibTorch (torch::topk baseline, training)
   libopenblas0-openmp                            # LibTorch's BLAS; else the reference BLAS (20x slower)
   clang libclang-rt-14-dev                       # libFuzzer and the sanitizers (scripts/fuzz.sh)
+  python3-torch pybind11-dev python3-pytest      # the Python package (python/) and its tests
 )
 
 missing=()

@@ -54,6 +54,9 @@ class SparsifyExchangeStep {
 
   const Sparsifier& sparsifier() const { return *parts_.sparsifier; }
   const GradientMemory& memory() const { return *parts_.memory; }
+  // What the memory kept after the last step (error feedback: the
+  // residual e; DGC: its v), length d; empty before the first step.
+  std::span<const float> kept() const { return parts_.memory->accumulated(); }
   ExchangePattern exchange_pattern() const { return exchanger_->pattern(); }
   // This rank's selection and the exchange's result of the last step that
   // was not skipped (for tests and diagnostics; valid until the next step).

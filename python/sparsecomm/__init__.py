@@ -1,0 +1,24 @@
+"""sparsecomm from PyTorch: sparsified gradient synchronization with error
+feedback for DistributedDataParallel (docs/python.md).
+
+    import sparsecomm
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model)
+    state = sparsecomm.register(ddp_model, "exdyna", density=0.01)
+    # or: state, hook = sparsecomm.ddp_comm_hook(ddp_model, "exdyna", density=0.01)
+    #     ddp_model.register_comm_hook(state, hook)
+
+Every method of the CLI (``sparsecomm.schemes()``) with the CLI's options
+(``-o key=value`` there, keyword arguments here). The exchange runs over the
+DDP process group through sparsecomm's own collectives (point-to-point
+sends over gloo), so it works wherever DDP on CPU works.
+"""
+
+from ._sparsecomm import (  # noqa: F401  (the package's API)
+    CommError,
+    Communicator,
+    InvalidArgument,
+    Synchronizer,
+    allreduce,
+    schemes,
+)
+from .ddp import HookState, ddp_comm_hook, register  # noqa: F401

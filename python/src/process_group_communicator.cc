@@ -1,0 +1,121 @@
+#include "process_group_communicator.h"
+
+#include <chrono>
+#include <vector>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm::python {
+namespace {
+
+// One pending send or recv: the c10d work, and the tensor (and, for an
+// empty message, the byte) it reads or writes.
+class WorkRequest final : public Request::Impl {
+ public:
+  WorkRequest(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors,
+              std::unique_ptr<std::byte> placeholder, std::string what)
+      : work_(std::move(work)),
+        tensors_(std::move(tensors)),
+        placeholder_(std::move(placeholder)),
+        what_(std::move(what)) {}
+
+  // Withdraws a message still pending (an error is unwinding): gloo stops
+  // waiting on the buffer, so nothing is written into it later.
+  ~WorkRequest() override {
+    if (done_) return;
+    try {
+      work_->abort();
+    } catch (...) {  // nothing more can be done while unwinding
+    }
+  }
+
+  // gloo's send and recv work reports completion only through wait(), so a
+  // poll cannot see it: false until waited for. (sparsecomm polls only to
+  // retire sends early; it always waits in the end.)
+  bool test() override { return done_; }
+
+  // c10d's wait(timeout) throws on a timeout as on a failure: the clock
+  // tells them apart.
+  bool wait_until(Clock::time_point deadline) override {
+    if (done_) return true;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      work_->wait(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      if (Clock::now() >= deadline) return false;
+      throw CommError(fmt::format("{} failed: {}", what_, e.what()));
+    }
+    done_ = true;
+    return true;
+  }
+
+  [[noreturn]] void fail_timeout(std::chrono::milliseconds waited) override {
+    throw TimeoutError(fmt::format("{} did not complete in {} ms", what_, waited.count()));
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<at::Tensor> tensors_;
+  std::unique_ptr<std::byte> placeholder_;
+  std::string what_;
+  bool done_ = false;
+};
+
+at::Tensor wrap(std::byte* data, std::size_t bytes) {
+  return torch::from_blob(data, {static_cast<std::int64_t>(bytes)},
+                          torch::TensorOptions().dtype(torch::kUInt8));
+}
+
+}  // namespace
+
+ProcessGroupCommunicator::ProcessGroupCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group)
+    : group_(std::move(group)) {
+  if (!group_) throw InvalidArgument("[torch] the process group is None");
+  rank_ = group_->getRank();
+  size_ = group_->getSize();
+}
+
+Request ProcessGroupCommunicator::isend(std::span<const std::byte> data, int dst, int tag) {
+  check_peer_and_tag(dst, tag, "isend");
+  std::unique_ptr<std::byte> placeholder;
+  // c10d sends from a non-const tensor; the bytes are only read.
+  auto* bytes = const_cast<std::byte*>(data.data());
+  std::size_t size = data.size();
+  if (size == 0) {
+    placeholder = std::make_unique<std::byte>(std::byte{0});
+    bytes = placeholder.get();
+    size = 1;
+  }
+  std::vector<at::Tensor> tensors{wrap(bytes, size)};
+  auto work = group_->send(tensors, dst, tag);
+  return Request(
+      std::make_unique<WorkRequest>(
+          std::move(work), std::move(tensors), std::move(placeholder),
+          fmt::format("{}send of {} bytes to rank {} (tag {})", where(), data.size(), dst, tag)),
+      timeout());
+}
+
+Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
+  check_peer_and_tag(src, tag, "irecv");
+  std::unique_ptr<std::byte> placeholder;
+  std::byte* bytes = data.data();
+  std::size_t size = data.size();
+  if (size == 0) {
+    placeholder = std::make_unique<std::byte>();
+    bytes = placeholder.get();
+    size = 1;
+  }
+  std::vector<at::Tensor> tensors{wrap(bytes, size)};
+  auto work = group_->recv(tensors, src, tag);
+  return Request(
+      std::make_unique<WorkRequest>(
+          std::move(work), std::move(tensors), std::move(placeholder),
+          fmt::format("{}recv of {} bytes from rank {} (tag {})", where(), data.size(), src, tag)),
+      timeout());
+}
+
+}  // namespace sparsecomm::python

@@ -1,0 +1,136 @@
+"""DDP with sparsecomm's communication hook, in real processes over gloo."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import sparsecomm
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _batches(rank, steps):
+    generator = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(16, 20, generator=generator),
+             torch.randint(0, 4, (16,), generator=generator)) for _ in range(steps)]
+
+
+def _run(model, optimizer, batches):
+    for x, y in batches:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def _parameters(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _train(rank, steps, method=None, bucket_cap_mb=25, **options):
+    """`steps` SGD steps of DDP on rank-specific data (small buckets: one
+    per layer or less); the hook's state and the final parameters."""
+    model = DDP(_model(), bucket_cap_mb=bucket_cap_mb)
+    state = sparsecomm.register(model, method, **options) if method else None
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _run(model, optimizer, _batches(rank, steps))
+    return state, _parameters(model)
+
+
+def _density_one_matches_default(rank, world):
+    _, default = _train(rank, 5)
+    state, hooked = _train(rank, 5, "topk", bucket_cap_mb=0.001, density=1.0)
+    # DDP divides before it sums, sparsecomm sums then divides: float rounding.
+    assert torch.allclose(hooked, default, rtol=1e-5, atol=1e-6), (hooked - default).abs().max()
+    assert state.step == 5
+    assert state.metrics["union_size"] == state.metrics["numel"] == default.numel()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_topk_at_density_one_gives_the_default_all_reduce(run_world, world):
+    run_world(world, _density_one_matches_default)
+
+
+def _resume_is_exact(rank, world, method):
+    batches = _batches(rank, 8)
+    options = {"density": 0.05}
+    # Uninterrupted: 8 steps.
+    whole = DDP(_model(), bucket_cap_mb=0.001)
+    sparsecomm.register(whole, method, **options)
+    optimizer = torch.optim.SGD(whole.parameters(), lr=0.1, momentum=0.9)
+    _run(whole, optimizer, batches)
+    # 4 steps, everything saved, then a new model, optimizer and hook (and
+    # DDP's buckets built anew) loaded and run for 4 more.
+    first = DDP(_model(), bucket_cap_mb=0.001)
+    state = sparsecomm.register(first, method, **options)
+    optimizer = torch.optim.SGD(first.parameters(), lr=0.1, momentum=0.9)
+    _run(first, optimizer, batches[:4])
+    saved = (first.state_dict(), optimizer.state_dict(), state.state_dict())
+    resumed = DDP(_model(), bucket_cap_mb=0.001)
+    resumed.load_state_dict(saved[0])
+    state = sparsecomm.register(resumed, method, **options)
+    state.load_state_dict(saved[2])
+    optimizer = torch.optim.SGD(resumed.parameters(), lr=0.1, momentum=0.9)
+    optimizer.load_state_dict(saved[1])
+    _run(resumed, optimizer, batches[4:])
+    assert torch.equal(_parameters(resumed), _parameters(whole)), method
+    # Another method's state is refused with the reason.
+    other = sparsecomm.ddp_comm_hook(resumed, "randomk", density=0.05)[0]
+    with pytest.raises(ValueError, match="method"):
+        other.load_state_dict(saved[2])
+
+
+@pytest.mark.parametrize("method", ["topk", "exdyna"])
+def test_a_state_dict_round_trip_resumes_bit_for_bit(run_world, method):
+    run_world(2, _resume_is_exact, method)
+
+
+def _excluded_layers_are_averaged_densely(rank, world):
+    _, default = _train(rank, 1)
+    # Only the last layer's bias is sparsified (and at density 1 it is
+    # exact too); the rest go through the dense ring.
+    state, hooked = _train(rank, 1, "topk", exclude=["0.*", "2.weight"], density=1.0)
+    assert [name for name, _ in state.sparse] == ["2.bias"]
+    assert state.metrics["numel"] == 4
+    assert torch.allclose(hooked, default, rtol=1e-5, atol=1e-6)
+    state, _ = _train(rank, 1, "topk", min_numel=100, density=0.5)
+    assert [name for name, _ in state.sparse] == ["0.weight", "2.weight"]
+
+
+def test_excluded_layers_are_averaged_densely(run_world):
+    run_world(2, _excluded_layers_are_averaged_densely)
+
+
+def _sparse_steps_send_their_density(rank, world):
+    state, _ = _train(rank, 3, "topk", density=0.05)
+    assert 0 < state.metrics["selected"] <= state.metrics["target"] < state.metrics["numel"]
+    assert state.metrics["bytes_sent"] > 0
+
+
+def test_topk_selects_its_density(run_world):
+    run_world(2, _sparse_steps_send_their_density)
+
+
+def _bad_settings(rank, world):
+    model = _model()
+    with pytest.raises(ValueError, match="topk"):  # the message lists the valid names
+        sparsecomm.ddp_comm_hook(model, "top-k")
+    with pytest.raises(ValueError, match="density"):
+        sparsecomm.ddp_comm_hook(model, "topk", density=2.0)
+    with pytest.raises(ValueError, match="no_such_option"):
+        sparsecomm.ddp_comm_hook(model, "topk", no_such_option=1)
+    with pytest.raises(ValueError, match="no parameter"):
+        sparsecomm.ddp_comm_hook(model, "topk", exclude="*")
+
+
+def test_bad_methods_and_options_raise_value_errors(run_world):
+    run_world(2, _bad_settings)
+
+
+def test_without_a_process_group_the_hook_says_what_to_do():
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        sparsecomm.ddp_comm_hook(_model(), "topk")
