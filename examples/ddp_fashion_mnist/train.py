@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""The CLI's CNN on Fashion-MNIST with PyTorch DDP and a sparsecomm hook.
+
+    /usr/bin/python3 examples/ddp_fashion_mnist/train.py --processes 4 --hook exdyna
+    mpirun -n 4 /usr/bin/python3 examples/ddp_fashion_mnist/train.py --hook exdyna
+    ... --hook default     # DDP's own all-reduce, for comparison
+    torchrun --nproc_per_node 4 examples/ddp_fashion_mnist/train.py   # where torchrun works
+
+(Debian 12's torchrun, torch 1.13 on Python 3.11, fails before it starts
+a worker: "'NoneType' object has no attribute 'get'" in elastic's to_map;
+--processes starts the workers itself.)
+
+Needs PYTHONPATH=build/python (or `cmake --install build`). The model, data
+and optimizer are the CLI's defaults (`sparsecomm train --model cnn`): two
+3x3 convolutions (32, 64 channels) with max-pooling, a 128-unit hidden
+layer; per-process batch 64; SGD with Nesterov momentum 0.9, weight decay
+5e-4, lr 0.1 with a 0.5-epoch linear warm-up and cosine decay; every
+epoch a fresh shuffle split over the processes. Rendezvous: torchrun's
+environment, or under mpirun or with --processes a file in --out (one
+machine) unless MASTER_ADDR/MASTER_PORT are set. Rank 0 writes --out/metrics.jsonl: a
+line per step (loss, lr, the hook's K/k, imbalance, bytes, phase times;
+wall time) and per epoch (test accuracy), and --out/summary.json.
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+DATA = pathlib.Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
+PIXEL_MEAN, PIXEL_STD = 0.2860, 0.3530
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(split):
+    prefix = "train" if split == "train" else "t10k"
+    images = torch.from_numpy(read_idx(DATA / f"{prefix}-images-idx3-ubyte.gz").copy())
+    labels = torch.from_numpy(read_idx(DATA / f"{prefix}-labels-idx1-ubyte.gz").copy())
+    inputs = (images.float().unsqueeze(1) / 255.0 - PIXEL_MEAN) / PIXEL_STD
+    return inputs, labels.long()
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = torch.nn.Linear(64 * 7 * 7, 128)
+        self.fc2 = torch.nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def rendezvous(out, spawned=None):
+    """spawned: (rank, world) of a process --processes started."""
+    if spawned is None and "RANK" in os.environ:  # torchrun
+        dist.init_process_group("gloo", init_method="env://")
+        return
+    if spawned is not None:
+        rank, world = spawned
+        tag = "spawn"
+    elif "OMPI_COMM_WORLD_RANK" in os.environ:  # mpirun: Debian's torch has no MPI backend
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+        tag = "mpirun"
+    else:
+        sys.exit("train.py: give --processes N, or start it with mpirun or torchrun "
+                 "(see the docstring)")
+    method = ("env://" if "MASTER_ADDR" in os.environ
+              else f"file://{out.resolve()}/rendezvous-{tag}")
+    dist.init_process_group("gloo", init_method=method, rank=rank, world_size=world)
+
+
+def learning_rate(step, steps_per_epoch, total_steps, base, warmup_epochs):
+    warmup = warmup_epochs * steps_per_epoch
+    if step < warmup:
+        return base * (step + 1) / warmup
+    progress = (step - warmup) / max(1.0, total_steps - warmup)
+    return base * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hook", default="exdyna",
+                        help="a sparsecomm method (sparsecomm.schemes()), or default, fp16, "
+                             "powersgd (PyTorch's own hooks)")
+    parser.add_argument("--density", type=float, default=0.01)
+    parser.add_argument("-o", "--option", action="append", default=[],
+                        help="the method's options as key=value (the CLI's -o)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=64, help="per process")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--warmup-epochs", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--limit", type=int, default=0,
+                        help="use only the first N training images (0: all 60,000)")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/ddp-example"))
+    parser.add_argument("--processes", type=int, default=0,
+                        help="start this many worker processes on this machine")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.processes > 0:
+        for stale in args.out.glob("rendezvous-*"):
+            stale.unlink()
+        import torch.multiprocessing as mp
+        mp.start_processes(train, args=(args.processes, args), nprocs=args.processes,
+                           start_method="spawn")
+    else:
+        train(None, None, args)
+
+
+def train(spawned_rank, spawned_world, args):
+    torch.set_num_threads(1)
+    rendezvous(args.out, None if spawned_rank is None else (spawned_rank, spawned_world))
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    torch.manual_seed(args.seed)
+    model = DDP(Cnn())
+    state = None
+    if args.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        # Compression from the second step (the default, 1,000, is past
+        # this example's 702 steps).
+        model.register_comm_hook(
+            powerSGD_hook.PowerSGDState(None, matrix_approximation_rank=1, start_powerSGD_iter=2),
+            powerSGD_hook.powerSGD_hook)
+    elif args.hook != "default":
+        import sparsecomm
+        options = dict(item.split("=", 1) for item in args.option)
+        options.setdefault("density", args.density)
+        state = sparsecomm.register(model, args.hook, **options)
+
+    train_x, train_y = load("train")
+    if args.limit > 0:
+        train_x, train_y = train_x[:args.limit], train_y[:args.limit]
+    test_x, test_y = load("test")
+    steps_per_epoch = len(train_x) // (args.batch * world)
+    total_steps = steps_per_epoch * args.epochs
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True,
+                                weight_decay=5e-4)
+    log = open(args.out / "metrics.jsonl", "w") if rank == 0 else None
+    start = time.perf_counter()
+    step = 0
+    accuracy = float("nan")
+    for epoch in range(args.epochs):
+        if state is not None:
+            state.epoch = float(epoch)
+        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))
+        mine = order[rank * steps_per_epoch * args.batch:(rank + 1) * steps_per_epoch * args.batch]
+        model.train()
+        for i in range(steps_per_epoch):
+            lr = learning_rate(step, steps_per_epoch, total_steps, args.lr, args.warmup_epochs)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            rows = mine[i * args.batch:(i + 1) * args.batch]
+            t0 = time.perf_counter()
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(train_x[rows]), train_y[rows])
+            loss.backward()
+            optimizer.step()
+            if log:
+                line = {"kind": "step", "step": step, "epoch": epoch + (i + 1) / steps_per_epoch,
+                        "loss": loss.item(), "lr": lr, "step_s": time.perf_counter() - t0,
+                        "wall_s": time.perf_counter() - start}
+                if state is not None and state.metrics:
+                    line["sync"] = state.metrics
+                log.write(json.dumps(line) + "\n")
+            step += 1
+        model.eval()
+        with torch.no_grad():  # every process evaluates a slice; the counts are summed
+            lo, hi = len(test_x) * rank // world, len(test_x) * (rank + 1) // world
+            correct = torch.tensor([(model(test_x[lo:hi]).argmax(1) == test_y[lo:hi]).sum().item()])
+        dist.all_reduce(correct)
+        accuracy = 100.0 * correct.item() / len(test_x)
+        if log:
+            log.write(json.dumps({"kind": "eval", "epoch": epoch + 1, "test_accuracy": accuracy,
+                                  "wall_s": time.perf_counter() - start}) + "\n")
+            log.flush()
+            print(f"epoch {epoch + 1}: test accuracy {accuracy:.2f}%  "
+                  f"[{time.perf_counter() - start:.0f}s]", flush=True)
+    if log:
+        log.close()
+        summary = {"hook": args.hook, "density": args.density, "options": args.option,
+                   "processes": world, "epochs": args.epochs, "final_test_accuracy": accuracy,
+                   "wall_s": time.perf_counter() - start}
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
