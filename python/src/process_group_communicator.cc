@@ -11,16 +11,31 @@
 namespace sparsecomm::python {
 namespace {
 
-// One pending send or recv: the c10d work, and the tensor (and, for an
-// empty message, the byte) it reads or writes.
+// A message as c10d takes it: one uint8 tensor over the caller's bytes
+// (no copy), or over a one-byte placeholder for an empty message.
+struct Message {
+  std::unique_ptr<std::byte> placeholder;
+  std::vector<at::Tensor> tensors;
+};
+
+Message message_of(std::byte* data, std::size_t size) {
+  Message message;
+  if (size == 0) {
+    message.placeholder = std::make_unique<std::byte>(std::byte{0});
+    data = message.placeholder.get();
+    size = 1;
+  }
+  message.tensors.push_back(torch::from_blob(data, {static_cast<std::int64_t>(size)},
+                                             torch::TensorOptions().dtype(torch::kUInt8)));
+  return message;
+}
+
+// One pending send or recv: the c10d work and the message it reads or
+// writes (kept alive until the work is done or withdrawn).
 class WorkRequest final : public Request::Impl {
  public:
-  WorkRequest(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> tensors,
-              std::unique_ptr<std::byte> placeholder, std::string what)
-      : work_(std::move(work)),
-        tensors_(std::move(tensors)),
-        placeholder_(std::move(placeholder)),
-        what_(std::move(what)) {}
+  WorkRequest(c10::intrusive_ptr<c10d::Work> work, Message message, std::string what)
+      : work_(std::move(work)), message_(std::move(message)), what_(std::move(what)) {}
 
   // Withdraws a message still pending (an error is unwinding): gloo stops
   // waiting on the buffer, so nothing is written into it later.
@@ -59,16 +74,10 @@ class WorkRequest final : public Request::Impl {
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
-  std::vector<at::Tensor> tensors_;
-  std::unique_ptr<std::byte> placeholder_;
+  Message message_;
   std::string what_;
   bool done_ = false;
 };
-
-at::Tensor wrap(std::byte* data, std::size_t bytes) {
-  return torch::from_blob(data, {static_cast<std::int64_t>(bytes)},
-                          torch::TensorOptions().dtype(torch::kUInt8));
-}
 
 }  // namespace
 
@@ -81,39 +90,22 @@ ProcessGroupCommunicator::ProcessGroupCommunicator(c10::intrusive_ptr<c10d::Proc
 
 Request ProcessGroupCommunicator::isend(std::span<const std::byte> data, int dst, int tag) {
   check_peer_and_tag(dst, tag, "isend");
-  std::unique_ptr<std::byte> placeholder;
   // c10d sends from a non-const tensor; the bytes are only read.
-  auto* bytes = const_cast<std::byte*>(data.data());
-  std::size_t size = data.size();
-  if (size == 0) {
-    placeholder = std::make_unique<std::byte>(std::byte{0});
-    bytes = placeholder.get();
-    size = 1;
-  }
-  std::vector<at::Tensor> tensors{wrap(bytes, size)};
-  auto work = group_->send(tensors, dst, tag);
-  return Request(
-      std::make_unique<WorkRequest>(
-          std::move(work), std::move(tensors), std::move(placeholder),
-          fmt::format("{}send of {} bytes to rank {} (tag {})", where(), data.size(), dst, tag)),
-      timeout());
+  Message message = message_of(const_cast<std::byte*>(data.data()), data.size());
+  auto work = group_->send(message.tensors, dst, tag);
+  return Request(std::make_unique<WorkRequest>(std::move(work), std::move(message),
+                                               fmt::format("{}send of {} bytes to rank {} (tag {})",
+                                                           where(), data.size(), dst, tag)),
+                 timeout());
 }
 
 Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
   check_peer_and_tag(src, tag, "irecv");
-  std::unique_ptr<std::byte> placeholder;
-  std::byte* bytes = data.data();
-  std::size_t size = data.size();
-  if (size == 0) {
-    placeholder = std::make_unique<std::byte>();
-    bytes = placeholder.get();
-    size = 1;
-  }
-  std::vector<at::Tensor> tensors{wrap(bytes, size)};
-  auto work = group_->recv(tensors, src, tag);
+  Message message = message_of(data.data(), data.size());
+  auto work = group_->recv(message.tensors, src, tag);
   return Request(
       std::make_unique<WorkRequest>(
-          std::move(work), std::move(tensors), std::move(placeholder),
+          std::move(work), std::move(message),
           fmt::format("{}recv of {} bytes from rank {} (tag {})", where(), data.size(), src, tag)),
       timeout());
 }

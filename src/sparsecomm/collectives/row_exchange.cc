@@ -130,57 +130,61 @@ void check_shape(const Communicator& comm, int peer, std::uint64_t rows, std::ui
   }
 }
 
-// The alltoallv of the (count, bytes, rows, width) words that announce the
-// blocks of a pairwise exchange; `in` gets every peer's, shapes checked.
-void exchange_announcements(Communicator& comm, std::span<const std::uint64_t> out,
-                            std::vector<std::uint64_t>& in, std::size_t rows, std::size_t width,
-                            RowExchangeReport& report) {
-  const auto n = static_cast<std::size_t>(comm.size());
-  in.resize(4 * n);
-  const std::vector<std::size_t> counts(n, 4 * sizeof(std::uint64_t));
-  comm.alltoallv(bytes_of(out), counts, writable_bytes_of(std::span<std::uint64_t>(in)), counts);
-  report.bytes_sent += (n - 1) * 4 * sizeof(std::uint64_t);
-  report.bytes_received += (n - 1) * 4 * sizeof(std::uint64_t);
-  for (std::size_t q = 0; q < n; ++q) {
-    check_shape(comm, static_cast<int>(q), in[4 * q + 2], in[4 * q + 3], rows, width);
+// Where each owner's ids begin in `ids` (ascending): cuts[q] .. cuts[q + 1]
+// are the ids of range q.
+std::vector<std::size_t> owner_cuts(const Communicator& comm, std::span<const Index> ids,
+                                    std::size_t rows) {
+  const auto nn = static_cast<std::size_t>(comm.size());
+  std::vector<std::size_t> cuts(nn + 1, 0);
+  for (std::size_t q = 0; q < nn; ++q) {
+    const std::size_t range_end = owner_begin(comm, rows, q + 1);
+    cuts[q + 1] = static_cast<std::size_t>(
+        std::partition_point(ids.begin() + static_cast<std::ptrdiff_t>(cuts[q]), ids.end(),
+                             [&](Index id) { return id < range_end; }) -
+        ids.begin());
   }
+  return cuts;
 }
 
-// Sends each rank q this rank's rows of q's range; q adds the n blocks of
-// its range in rank order into `owned` (ids global, all inside the range).
-void reduce_to_owners(Communicator& comm, const RowSparse& mine, ValueEncoding encoding,
-                      RowSparse& owned, RowExchangeReport& report) {
+// The pairwise exchange of blocks to the owners of a rows x width table:
+// block q of `send` (send_counts[q] bytes, after the earlier blocks) holds
+// ids[cuts[q] .. cuts[q + 1]) and `values_per_id` values per id (0: ids
+// only). An alltoallv of (count, bytes, rows, width) announcements first
+// (every rank sees every peer's table shape, so ranks whose shapes differ
+// all throw InvalidArgument), each checked against this rank's range;
+// then the blocks. Returns the received blocks (recv_counts[q] bytes from
+// q) with their ids decoded into `runs`.
+UninitVector<std::byte> send_to_owners(Communicator& comm, std::span<const std::byte> send,
+                                       std::span<const std::size_t> send_counts,
+                                       std::span<const std::size_t> cuts, std::size_t rows,
+                                       std::size_t width, std::size_t values_per_id,
+                                       ValueEncoding encoding, detail::IndexRuns& runs,
+                                       std::vector<std::size_t>& recv_counts,
+                                       RowExchangeReport& report) {
   const auto nn = static_cast<std::size_t>(comm.size());
   const auto r = static_cast<std::size_t>(comm.rank());
-  const std::size_t width = mine.width;
-  UninitVector<std::byte> send;
-  UninitVector<float> scratch;
-  std::vector<std::size_t> send_counts(nn), recv_counts(nn), counts(nn);
-  std::vector<std::uint64_t> meta_out(4 * nn), meta_in;
-  std::size_t first = 0;
+  std::vector<std::uint64_t> out(4 * nn), in(4 * nn);
   for (std::size_t q = 0; q < nn; ++q) {
-    const std::size_t range_end = owner_begin(comm, mine.rows, q + 1);
-    const auto below =
-        std::partition_point(mine.ids.begin() + static_cast<std::ptrdiff_t>(first), mine.ids.end(),
-                             [&](Index id) { return id < range_end; });
-    const auto last = static_cast<std::size_t>(below - mine.ids.begin());
-    const std::size_t start = send.size();
-    append_block(mine, first, last, encoding, send, scratch);
-    send_counts[q] = send.size() - start;
-    meta_out[4 * q] = last - first;
-    meta_out[4 * q + 1] = send_counts[q];
-    meta_out[4 * q + 2] = mine.rows;
-    meta_out[4 * q + 3] = width;
-    first = last;
+    out[4 * q] = cuts[q + 1] - cuts[q];
+    out[4 * q + 1] = send_counts[q];
+    out[4 * q + 2] = rows;
+    out[4 * q + 3] = width;
   }
-  exchange_announcements(comm, meta_out, meta_in, mine.rows, width, report);
-  const std::size_t lo = owner_begin(comm, mine.rows, r);
-  const std::size_t hi = owner_begin(comm, mine.rows, r + 1);
+  const std::vector<std::size_t> meta_counts(nn, 4 * sizeof(std::uint64_t));
+  comm.alltoallv(bytes_of(std::span<const std::uint64_t>(out)), meta_counts,
+                 writable_bytes_of(std::span<std::uint64_t>(in)), meta_counts);
+  report.bytes_sent += (nn - 1) * 4 * sizeof(std::uint64_t);
+  report.bytes_received += (nn - 1) * 4 * sizeof(std::uint64_t);
+  const std::size_t lo = owner_begin(comm, rows, r);
+  const std::size_t hi = owner_begin(comm, rows, r + 1);
+  std::vector<std::size_t> counts(nn);
+  recv_counts.resize(nn);
   for (std::size_t q = 0; q < nn; ++q) {
-    check_announced(comm, static_cast<int>(q), meta_in[4 * q], meta_in[4 * q + 1], width,
-                    value_bytes(encoding), hi - lo);
-    counts[q] = static_cast<std::size_t>(meta_in[4 * q]);
-    recv_counts[q] = static_cast<std::size_t>(meta_in[4 * q + 1]);
+    check_shape(comm, static_cast<int>(q), in[4 * q + 2], in[4 * q + 3], rows, width);
+    check_announced(comm, static_cast<int>(q), in[4 * q], in[4 * q + 1], values_per_id,
+                    values_per_id > 0 ? value_bytes(encoding) : 0, hi - lo);
+    counts[q] = static_cast<std::size_t>(in[4 * q]);
+    recv_counts[q] = static_cast<std::size_t>(in[4 * q + 1]);
   }
   UninitVector<std::byte> recv(
       std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
@@ -188,12 +192,32 @@ void reduce_to_owners(Communicator& comm, const RowSparse& mine, ValueEncoding e
   report.bytes_sent +=
       std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) - send_counts[r];
   report.bytes_received += recv.size() - recv_counts[r];
+  runs.decode_blocks(comm, recv, recv_counts, counts, BlockFormat{encoding, true, lo, hi},
+                     values_per_id);
+  return recv;
+}
 
+// Sends each rank q this rank's rows of q's range; q adds the n blocks of
+// its range in rank order into `owned` (ids global, all inside the range).
+void reduce_to_owners(Communicator& comm, const RowSparse& mine, ValueEncoding encoding,
+                      RowSparse& owned, RowExchangeReport& report) {
+  const auto nn = static_cast<std::size_t>(comm.size());
+  const std::vector<std::size_t> cuts = owner_cuts(comm, mine.ids, mine.rows);
+  UninitVector<std::byte> send;
+  UninitVector<float> scratch;
+  std::vector<std::size_t> send_counts(nn), recv_counts;
+  for (std::size_t q = 0; q < nn; ++q) {
+    const std::size_t start = send.size();
+    append_block(mine, cuts[q], cuts[q + 1], encoding, send, scratch);
+    send_counts[q] = send.size() - start;
+  }
   detail::IndexRuns runs;
-  runs.decode_blocks(comm, recv, recv_counts, counts, BlockFormat{encoding, true, lo, hi}, width);
+  const UninitVector<std::byte> recv =
+      send_to_owners(comm, send, send_counts, cuts, mine.rows, mine.width, mine.width, encoding,
+                     runs, recv_counts, report);
   runs.build_union();
-  owned.reset(mine.rows, width);
-  add_blocks(runs, recv, recv_counts, width, encoding, owned, scratch);
+  owned.reset(mine.rows, mine.width);
+  add_blocks(runs, recv, recv_counts, mine.width, encoding, owned, scratch);
 }
 
 void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encoding, RowSparse& sum,
@@ -355,37 +379,14 @@ void pull_rows_from_owners(Communicator& comm, std::span<const Index> ids,
   const std::size_t row_bytes = width * value_bytes(values);
 
   // 1. Each owner learns which of its rows this rank wants (index-only blocks).
+  const std::vector<std::size_t> cuts = owner_cuts(comm, ids, rows);
   UninitVector<std::byte> send;
-  std::vector<std::size_t> send_counts(nn), recv_counts(nn), counts(nn), wanted_from(nn);
-  std::vector<std::uint64_t> meta_out(4 * nn), meta_in;
-  std::size_t first = 0;
+  std::vector<std::size_t> send_counts(nn), recv_counts;
   for (std::size_t q = 0; q < nn; ++q) {
-    const std::size_t range_end = owner_begin(comm, rows, q + 1);
-    const auto below = std::partition_point(ids.begin() + static_cast<std::ptrdiff_t>(first),
-                                            ids.end(), [&](Index id) { return id < range_end; });
-    const auto last = static_cast<std::size_t>(below - ids.begin());
-    send_counts[q] = encode_indices(ids.subspan(first, last - first), send);
-    wanted_from[q] = last - first;
-    meta_out[4 * q] = last - first;
-    meta_out[4 * q + 1] = send_counts[q];
-    meta_out[4 * q + 2] = rows;
-    meta_out[4 * q + 3] = width;
-    first = last;
+    send_counts[q] = encode_indices(ids.subspan(cuts[q], cuts[q + 1] - cuts[q]), send);
   }
-  exchange_announcements(comm, meta_out, meta_in, rows, width, rep);
-  for (std::size_t q = 0; q < nn; ++q) {
-    check_announced(comm, static_cast<int>(q), meta_in[4 * q], meta_in[4 * q + 1], 0, 0, hi - lo);
-    counts[q] = static_cast<std::size_t>(meta_in[4 * q]);
-    recv_counts[q] = static_cast<std::size_t>(meta_in[4 * q + 1]);
-  }
-  UninitVector<std::byte> recv(
-      std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
-  comm.alltoallv(send, send_counts, recv, recv_counts);
-  rep.bytes_sent +=
-      std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) - send_counts[r];
-  rep.bytes_received += recv.size() - recv_counts[r];
   detail::IndexRuns runs;
-  runs.decode_blocks(comm, recv, recv_counts, counts, BlockFormat{values, true, lo, hi}, 0);
+  send_to_owners(comm, send, send_counts, cuts, rows, width, 0, values, runs, recv_counts, rep);
 
   // 2. The owner answers each rank with those rows, in the value encoding,
   // in the order asked (ascending): the asker knows every reply's size.
@@ -401,9 +402,9 @@ void pull_rows_from_owners(Communicator& comm, std::span<const Index> ids,
     const std::size_t at = reply.size();
     reply.resize(at + send_counts[q]);
     encode_values(scratch, values, std::span<std::byte>(reply).subspan(at));
-    recv_counts[q] = wanted_from[q] * row_bytes;
+    recv_counts[q] = (cuts[q + 1] - cuts[q]) * row_bytes;
   }
-  recv.resize(ids.size() * row_bytes);
+  UninitVector<std::byte> recv(ids.size() * row_bytes);
   comm.alltoallv(reply, send_counts, recv, recv_counts);
   rep.bytes_sent +=
       std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) - send_counts[r];
