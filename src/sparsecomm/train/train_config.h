@@ -32,8 +32,8 @@ struct TrainConfig {
                                    // (click-log: the rows generated, 10M and 200k by default)
 
   // The click model's embedding tables (model dlrm; train/click_trainer.cc).
-  std::int64_t embedding_cap = 2000000;         // rows per table at most (Criteo's fields, capped)
-  std::int64_t embedding_dim = 16;              // floats per row
+  std::int64_t embedding_cap = 2000000;     // rows per table at most (Criteo's fields, capped)
+  std::int64_t embedding_dim = 16;          // floats per row
   std::string embedding_exchange = "auto";  // allgather | sparse-allreduce | sharded | dense | auto
   std::string embedding_optimizer = "adagrad";  // adagrad (row-wise) | sgd (lazy, no momentum)
   std::string embedding_values = "fp32";        // the rows on the wire: fp32 | bf16 | fp16
