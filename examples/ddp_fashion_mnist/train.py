@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""The CLI's CNN on Fashion-MNIST with PyTorch DDP and a sparsecomm hook.
+"""The CLI's CNN (or wide MLP) on Fashion-MNIST with PyTorch DDP and a sparsecomm hook.
 
     /usr/bin/python3 examples/ddp_fashion_mnist/train.py --processes 4 --hook exdyna
     mpirun -n 4 /usr/bin/python3 examples/ddp_fashion_mnist/train.py --hook exdyna
     ... --hook default     # DDP's own all-reduce, for comparison
+    ... --model wide-mlp --max-steps 40   # what scripts/ddp-cluster.sh times
     torchrun --nproc_per_node 4 examples/ddp_fashion_mnist/train.py   # where torchrun works
 
 (Debian 12's torchrun, torch 1.13 on Python 3.11, fails before it starts
@@ -19,7 +20,8 @@ epoch a fresh shuffle split over the processes. Rendezvous: torchrun's
 environment, or under mpirun or with --processes a file in --out (one
 machine) unless MASTER_ADDR/MASTER_PORT are set. Rank 0 writes --out/metrics.jsonl: a
 line per step (loss, lr, the hook's K/k, imbalance, bytes, phase times;
-wall time) and per epoch (test accuracy), and --out/summary.json.
+wall time; the bytes the NIC named by GLOO_SOCKET_IFNAME sent) and per
+epoch (test accuracy), and --out/summary.json.
 """
 
 import argparse
@@ -57,6 +59,26 @@ def load(split):
     return inputs, labels.long()
 
 
+class WideMlp(torch.nn.Module):
+    """The CLI's wide-mlp: five 2,048-unit ReLU layers (18.4M parameters), a
+    model whose gradients, not its compute, dominate a step on a slow
+    network."""
+
+    def __init__(self, classes=10, hidden=(2048,) * 5):
+        super().__init__()
+        sizes = (28 * 28,) + tuple(hidden)
+        for i in range(len(hidden)):
+            self.add_module(f"fc{i + 1}", torch.nn.Linear(sizes[i], sizes[i + 1]))
+        self.add_module(f"fc{len(hidden) + 1}", torch.nn.Linear(sizes[-1], classes))
+
+    def forward(self, x):
+        layers = list(self.children())
+        x = x.flatten(1)
+        for layer in layers[:-1]:
+            x = F.relu(layer(x))
+        return layers[-1](x)
+
+
 class Cnn(torch.nn.Module):
     def __init__(self, classes=10):
         super().__init__()
@@ -69,6 +91,9 @@ class Cnn(torch.nn.Module):
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+MODELS = {"cnn": Cnn, "wide-mlp": WideMlp}
 
 
 def rendezvous(out, spawned=None):
@@ -91,6 +116,18 @@ def rendezvous(out, spawned=None):
     dist.init_process_group("gloo", init_method=method, rank=rank, world_size=world)
 
 
+def nic_bytes_sent():
+    """Bytes this host's NIC has sent (Linux counters) when GLOO_SOCKET_IFNAME
+    names the interface gloo uses, as on the emulated cluster; else None."""
+    interface = os.environ.get("GLOO_SOCKET_IFNAME")
+    if not interface:
+        return None
+    try:
+        return int(pathlib.Path(f"/sys/class/net/{interface}/statistics/tx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def learning_rate(step, steps_per_epoch, total_steps, base, warmup_epochs):
     warmup = warmup_epochs * steps_per_epoch
     if step < warmup:
@@ -102,12 +139,19 @@ def learning_rate(step, steps_per_epoch, total_steps, base, warmup_epochs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hook", default="exdyna",
-                        help="a sparsecomm method (sparsecomm.schemes()), or default, fp16, "
+                        help="a sparsecomm method (sparsecomm.methods()), or default, fp16, "
                              "powersgd (PyTorch's own hooks)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="cnn")
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("-o", "--option", action="append", default=[],
                         help="the method's options as key=value (the CLI's -o)")
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="parameter name patterns averaged densely (fnmatch, e.g. 'fc2.*')")
+    parser.add_argument("--min-numel", type=int, default=0,
+                        help="parameters with fewer elements are averaged densely")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, default=0,
+                        help="stop after this many steps (0: run every epoch), then evaluate")
     parser.add_argument("--batch", type=int, default=64, help="per process")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--warmup-epochs", type=float, default=0.5)
@@ -135,7 +179,7 @@ def train(spawned_rank, spawned_world, args):
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(args.seed)
-    model = DDP(Cnn())
+    model = DDP(MODELS[args.model]())
     state = None
     if args.hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -150,8 +194,10 @@ def train(spawned_rank, spawned_world, args):
     elif args.hook != "default":
         import sparsecomm
         options = dict(item.split("=", 1) for item in args.option)
-        options.setdefault("density", args.density)
-        state = sparsecomm.register(model, args.hook, **options)
+        if "density" in sparsecomm.method_options(args.hook):  # not skipreduce's
+            options.setdefault("density", args.density)
+        state = sparsecomm.register(model, args.hook, exclude=args.exclude,
+                                    min_numel=args.min_numel, **options)
 
     train_x, train_y = load("train")
     if args.limit > 0:
@@ -159,8 +205,11 @@ def train(spawned_rank, spawned_world, args):
     test_x, test_y = load("test")
     steps_per_epoch = len(train_x) // (args.batch * world)
     total_steps = steps_per_epoch * args.epochs
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True,
-                                weight_decay=5e-4)
+    # DGC's momentum correction (memory=momentum) applies the momentum in
+    # the hook, as the CLI's trainer does; the optimizer then has none.
+    momentum = 0.0 if state is not None and state.applies_momentum else 0.9
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=momentum,
+                                nesterov=momentum > 0, weight_decay=5e-4)
     log = open(args.out / "metrics.jsonl", "w") if rank == 0 else None
     start = time.perf_counter()
     step = 0
@@ -172,10 +221,13 @@ def train(spawned_rank, spawned_world, args):
         mine = order[rank * steps_per_epoch * args.batch:(rank + 1) * steps_per_epoch * args.batch]
         model.train()
         for i in range(steps_per_epoch):
+            if args.max_steps and step >= args.max_steps:
+                break
             lr = learning_rate(step, steps_per_epoch, total_steps, args.lr, args.warmup_epochs)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             rows = mine[i * args.batch:(i + 1) * args.batch]
+            sent_before = nic_bytes_sent()
             t0 = time.perf_counter()
             optimizer.zero_grad()
             loss = F.cross_entropy(model(train_x[rows]), train_y[rows])
@@ -185,6 +237,8 @@ def train(spawned_rank, spawned_world, args):
                 line = {"kind": "step", "step": step, "epoch": epoch + (i + 1) / steps_per_epoch,
                         "loss": loss.item(), "lr": lr, "step_s": time.perf_counter() - t0,
                         "wall_s": time.perf_counter() - start}
+                if sent_before is not None:
+                    line["nic_bytes_sent"] = nic_bytes_sent() - sent_before
                 if state is not None and state.metrics:
                     line["sync"] = state.metrics
                 log.write(json.dumps(line) + "\n")
@@ -201,10 +255,13 @@ def train(spawned_rank, spawned_world, args):
             log.flush()
             print(f"epoch {epoch + 1}: test accuracy {accuracy:.2f}%  "
                   f"[{time.perf_counter() - start:.0f}s]", flush=True)
+        if args.max_steps and step >= args.max_steps:
+            break
     if log:
         log.close()
         summary = {"hook": args.hook, "density": args.density, "options": args.option,
-                   "processes": world, "epochs": args.epochs, "final_test_accuracy": accuracy,
+                   "exclude": args.exclude, "min_numel": args.min_numel,
+                   "model": args.model, "processes": world, "epochs": args.epochs, "steps": step, "final_test_accuracy": accuracy,
                    "wall_s": time.perf_counter() - start}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     dist.destroy_process_group()

@@ -7,7 +7,7 @@ feedback for DistributedDataParallel (docs/python.md).
     # or: state, hook = sparsecomm.ddp_comm_hook(ddp_model, "exdyna", density=0.01)
     #     ddp_model.register_comm_hook(state, hook)
 
-Every method of the CLI (``sparsecomm.schemes()``) with the CLI's options
+Every method of the CLI (``sparsecomm.methods()``: skipreduce, topk, exdyna, ...) with the CLI's options
 (``-o key=value`` there, keyword arguments here). The exchange runs over the
 DDP process group through sparsecomm's own collectives (point-to-point
 sends over gloo), so it works wherever DDP on CPU works.
@@ -19,6 +19,7 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
     InvalidArgument,
     Synchronizer,
     allreduce,
-    schemes,
+    method_options,
+    methods,
 )
 from .ddp import HookState, ddp_comm_hook, register  # noqa: F401

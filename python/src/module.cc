@@ -5,10 +5,12 @@
 //                                  ProcessGroup (process_group_communicator.h)
 //   Synchronizer(comm, method, options)
 //     .synchronize(tensor, step, epoch) -> metrics (a JSON line)
-//     .kept() -> the memory's vector (the residual), a tensor
+//     .kept() -> what error feedback kept (the residual), a tensor
+//     .applies_momentum              True for DGC's momentum correction
 //     .state() -> bytes, .load_state(bytes)
 //   allreduce(comm, tensor)        sparsecomm's ring all-reduce, in place
-//   schemes() -> [names]
+//   methods() -> [names]           the CLI's synchronization methods
+//   method_options(name) -> [names]  the options a method takes
 //
 // sparsecomm's errors become Python exceptions: InvalidArgument ->
 // ValueError, CommError -> RuntimeError, both with the C++ message.
@@ -25,8 +27,7 @@
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/state_io.h"
-#include "sparsecomm/sparsify/registry.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/sync/step_metrics.h"
 
 namespace py = pybind11;
@@ -45,14 +46,16 @@ std::span<float> floats_of(const at::Tensor& tensor, const char* what) {
   return {tensor.data_ptr<float>(), static_cast<std::size_t>(tensor.numel())};
 }
 
-// One flat gradient's sparsified synchronization: a scheme from the
-// registry (the CLI's names and -o options) with its error feedback.
+// One flat gradient's synchronization by any of the CLI's methods (dense,
+// skipreduce, or a registry scheme with its error feedback), with the CLI's
+// names and -o options.
 class Synchronizer {
  public:
   Synchronizer(std::shared_ptr<ProcessGroupCommunicator> comm, const std::string& method,
                const std::map<std::string, std::string>& options, const std::string& nonfinite)
       : comm_(std::move(comm)),
-        step_(make_scheme(method, SchemeOptions(options)), parse_nonfinite_policy(nonfinite)) {}
+        sync_(make_gradient_sync(method, SchemeOptions(options),
+                                 parse_nonfinite_policy(nonfinite))) {}
 
   // `gradient` (this rank's) is replaced by the average over ranks of the
   // sparsified gradients; returns the step's metrics as one JSON line.
@@ -64,21 +67,24 @@ class Synchronizer {
     ctx.rank = comm_->rank();
     ctx.world = comm_->size();
     const py::gil_scoped_release release;
-    return to_json_line(step_.synchronize(values, ctx, *comm_));
+    return to_json_line(sync_->synchronize(values, ctx, *comm_));
   }
 
-  // A copy of what the memory kept after the last step (error feedback:
-  // the residual), float32, empty before the first step.
+  // A copy of what error feedback kept after the last step (the
+  // residual), float32; empty for methods without memory and before the
+  // first step.
   at::Tensor kept() const {
-    const std::span<const float> kept = step_.kept();
+    const std::span<const float> kept = sync_->kept();
     return torch::from_blob(const_cast<float*>(kept.data()),
                             {static_cast<std::int64_t>(kept.size())})
         .clone();
   }
 
+  bool applies_momentum() const { return sync_->applies_momentum(); }
+
   py::bytes state() const {
     StateWriter writer;
-    step_.save(writer);
+    sync_->save(writer);
     const auto& bytes = writer.bytes();
     return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
@@ -86,12 +92,12 @@ class Synchronizer {
   void load_state(const py::bytes& state) {
     const std::string_view view = state;
     StateReader reader(std::as_bytes(std::span<const char>(view.data(), view.size())));
-    step_.load(reader);
+    sync_->load(reader);
   }
 
  private:
   std::shared_ptr<ProcessGroupCommunicator> comm_;
-  SparsifyExchangeStep step_;
+  std::unique_ptr<GradientSync> sync_;
 };
 
 }  // namespace
@@ -127,6 +133,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def("synchronize", &Synchronizer::synchronize, py::arg("gradient"), py::arg("step"),
            py::arg("epoch") = 0.0)
       .def("kept", &Synchronizer::kept)
+      .def_property_readonly("applies_momentum", &Synchronizer::applies_momentum)
       .def("state", &Synchronizer::state)
       .def("load_state", &Synchronizer::load_state, py::arg("state"));
 
@@ -139,9 +146,23 @@ PYBIND11_MODULE(_sparsecomm, m) {
       },
       py::arg("comm"), py::arg("tensor"));
 
-  m.def("schemes", [] {
+  m.def("methods", [] {
     std::vector<std::string> names;
-    for (const SchemeInfo& info : scheme_registry()) names.push_back(info.name);
+    for (const SyncMethodInfo& info : sync_methods()) names.push_back(info.name);
     return names;
   });
+
+  m.def(
+      "method_options",
+      [](const std::string& method) {
+        for (const SyncMethodInfo& info : sync_methods()) {
+          if (info.name != method) continue;
+          std::vector<std::string> names;
+          for (const OptionSpec& option : info.options) names.push_back(option.name);
+          return names;
+        }
+        throw InvalidArgument("unknown synchronization method '" + method +
+                              "'; valid: " + sync_method_names());
+      },
+      py::arg("method"));
 }

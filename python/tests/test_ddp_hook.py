@@ -54,9 +54,51 @@ def test_topk_at_density_one_gives_the_default_all_reduce(run_world, world):
     run_world(world, _density_one_matches_default)
 
 
+def _skip_reduce_hook(rank, world):
+    _, default = _train(rank, 4)
+    # skip=0 prunes nothing: Skip-Reduce is then the plain ring all-reduce.
+    state, hooked = _train(rank, 4, "skipreduce", skip=0, min_elements=0)
+    assert torch.allclose(hooked, default, rtol=1e-5, atol=1e-6), (hooked - default).abs().max()
+    assert state.metrics["selected"] == state.metrics["numel"] == default.numel()
+    # skip=1 drops one rank's contribution to every chunk; this rank's own
+    # dropped chunks are what it keeps back (memory=ef) and it sends less.
+    state, pruned = _train(rank, 4, "skipreduce", skip=1, min_elements=0, memory="ef")
+    assert state.metrics["selected"] < state.metrics["numel"]
+    assert state.synchronizer.kept().abs().sum() > 0
+    assert not torch.allclose(pruned, default)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_skip_reduce_hook_prunes_inside_the_ring(run_world, world):
+    run_world(world, _skip_reduce_hook)
+
+
+def _momentum_correction_is_reported(rank, world):
+    model = _model()
+    assert sparsecomm.ddp_comm_hook(model, "dgc", density=0.05)[0].applies_momentum
+    assert not sparsecomm.ddp_comm_hook(model, "topk", density=0.05)[0].applies_momentum
+    assert sparsecomm.ddp_comm_hook(model, "topk", density=0.05, memory="momentum")[0].applies_momentum
+
+
+def test_a_hook_that_applies_momentum_says_so(run_world):
+    run_world(2, _momentum_correction_is_reported)
+
+
+def test_every_cli_method_is_listed():
+    methods = sparsecomm.methods()
+    for name in ("dense", "skipreduce", "topk", "exdyna", "micro", "deft", "dgc"):
+        assert name in methods
+    assert "density" in sparsecomm.method_options("exdyna")
+    assert "skip" in sparsecomm.method_options("skipreduce")
+    assert "density" not in sparsecomm.method_options("skipreduce")
+    with pytest.raises(ValueError, match="skipreduce"):  # the valid names
+        sparsecomm.method_options("skip-reduce")
+
+
 def _resume_is_exact(rank, world, method):
     batches = _batches(rank, 8)
-    options = {"density": 0.05}
+    options = ({"skip": 1, "min_elements": 0, "memory": "ef"} if method == "skipreduce"
+               else {"density": 0.05})
     # Uninterrupted: 8 steps.
     whole = DDP(_model(), bucket_cap_mb=0.001)
     sparsecomm.register(whole, method, **options)
@@ -83,7 +125,7 @@ def _resume_is_exact(rank, world, method):
         other.load_state_dict(saved[2])
 
 
-@pytest.mark.parametrize("method", ["topk", "exdyna"])
+@pytest.mark.parametrize("method", ["topk", "exdyna", "skipreduce"])
 def test_a_state_dict_round_trip_resumes_bit_for_bit(run_world, method):
     run_world(2, _resume_is_exact, method)
 

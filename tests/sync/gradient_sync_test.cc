@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -77,7 +78,9 @@ TEST(GradientSync, SkipReduceWithErrorFeedbackConservesGradientMass) {
       const StepMetrics m = sync->synchronize(g, context(comm, step), comm);
       EXPECT_EQ(m.skip_subject, kNumel);
       EXPECT_EQ(m.selected, kNumel - kNumel / 2);  // s = 2 of 4: half of its chunks dropped
-      residuals[static_cast<std::size_t>(comm.rank())] = residual_of(*sync);
+      const std::span<const float> kept = sync->kept();
+      residuals[static_cast<std::size_t>(comm.rank())].assign(kept.begin(), kept.end());
+      EXPECT_EQ(residual_of(*sync), residuals[static_cast<std::size_t>(comm.rank())]);
       outputs[static_cast<std::size_t>(comm.rank())] = g;
       comm.barrier();
       // n * average + all residuals = all gradients + all old residuals.
@@ -102,6 +105,31 @@ TEST(GradientSync, SkipReduceWithErrorFeedbackConservesGradientMass) {
       }
       comm.barrier();
     }
+  });
+}
+
+TEST(GradientSync, KeptIsTheResidualOfMethodsWithMemoryOnly) {
+  constexpr std::size_t kNumel = 500;
+  run_thread_world(2, [&](Communicator& comm) {
+    SchemeOptions sparse;
+    sparse.set("density=0.05");
+    auto dense = make_gradient_sync("dense", SchemeOptions{});
+    auto topk = make_gradient_sync("topk", sparse);
+    EXPECT_TRUE(topk->kept().empty());  // before the first step
+    std::vector<float> g = gradient_of(comm.rank(), 0, kNumel);
+    std::vector<float> h = g;
+    dense->synchronize(g, context(comm, 0), comm);
+    const StepMetrics m = topk->synchronize(h, context(comm, 0), comm);
+    EXPECT_TRUE(dense->kept().empty());
+    ASSERT_EQ(topk->kept().size(), kNumel);
+    // What this rank did not send stays behind: every nonzero element but
+    // its selection (fp32 values leave nothing at the sent positions).
+    std::size_t nonzero_given = 0;
+    for (float v : gradient_of(comm.rank(), 0, kNumel)) nonzero_given += v != 0.0f;
+    std::size_t nonzero_kept = 0;
+    for (float v : topk->kept()) nonzero_kept += v != 0.0f;
+    EXPECT_GT(m.selected, 0u);
+    EXPECT_EQ(nonzero_kept, nonzero_given - m.selected);
   });
 }
 

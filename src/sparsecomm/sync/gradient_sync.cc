@@ -173,6 +173,8 @@ class SkipReduceSync final : public GradientSync {
     return m;
   }
 
+  std::span<const float> kept() const override { return residual_; }
+
   void save(StateWriter& writer) const override {
     writer.tag("skipreduce");
     writer.array<float>(residual_);
@@ -205,6 +207,7 @@ class SparseSchemeSync final : public GradientSync {
     const std::string_view name = method();
     return name != "micro" && name != "exdyna" && name != "exdyna-faithful";
   }
+  std::span<const float> kept() const override { return step_.kept(); }
   void save(StateWriter& writer) const override { step_.save(writer); }
   void load(StateReader& reader) override { step_.load(reader); }
 

@@ -49,6 +49,11 @@ class GradientSync {
   // ExDyna): they run once on the whole gradient after backward.
   virtual bool bucketable() const { return true; }
 
+  // What error feedback kept back after the last step (the residual, one
+  // value per element of the gradient); empty for methods without memory
+  // and before the first step.
+  virtual std::span<const float> kept() const { return {}; }
+
   // Everything needed to resume bit-exactly (residuals, thresholds, ...).
   virtual void save(StateWriter& writer) const = 0;
   virtual void load(StateReader& reader) = 0;
