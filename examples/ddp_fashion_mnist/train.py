@@ -149,6 +149,9 @@ def main():
                         help="parameter name patterns averaged densely (fnmatch, e.g. 'fc2.*')")
     parser.add_argument("--min-numel", type=int, default=0,
                         help="parameters with fewer elements are averaged densely")
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="sparsecomm hooks: exchange groups of at most this size, each with "
+                             "its own scheme (default: the whole model at once)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=0,
                         help="stop after this many steps (0: run every epoch), then evaluate")
@@ -197,7 +200,7 @@ def train(spawned_rank, spawned_world, args):
         if "density" in sparsecomm.method_options(args.hook):  # not skipreduce's
             options.setdefault("density", args.density)
         state = sparsecomm.register(model, args.hook, exclude=args.exclude,
-                                    min_numel=args.min_numel, **options)
+                                    min_numel=args.min_numel, bucket_mb=args.bucket_mb, **options)
 
     train_x, train_y = load("train")
     if args.limit > 0:

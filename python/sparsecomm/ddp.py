@@ -1,29 +1,41 @@
 """DDP communication hooks (torch 1.13's ``register_comm_hook``).
 
-Design (docs/python.md, "DDP hooks"): the hook synchronizes the whole
-model at once, not bucket by bucket. DDP calls it once per bucket, in
-bucket order, with the bucket's flattened gradients; the hook answers the
-first buckets with futures it leaves pending, and at the last bucket
-gathers every parameter's gradient in the model's parameter order (a
-layout DDP's bucket rebuild after the first iteration cannot change),
-runs one sparsified exchange over it, writes the averages back into the
-buckets and completes all the futures. DDP waits for the futures only
-after backward, so nothing blocks. Consequences:
+Design (docs/python.md, "DDP hooks"). The hook exchanges *groups* of
+parameters that it fixes when it is made, never DDP's buckets, which DDP
+rebuilds after the first iteration:
 
-- the scheme's state (residuals, density controller, partitions) belongs
-  to the model's parameters, so ``state_dict()`` / ``load_state_dict()``
-  resume exactly, whatever buckets the new DDP builds;
-- a global scheme (ExDyna, MiCRO) partitions the whole model, as the CLI
-  does without ``--bucket-mb``;
-- the exchange does not overlap the backward pass (the CLI's pipelined
-  buckets do; not built here yet).
+- ``bucket_mb=None`` (the default): one group of every sparsified
+  parameter in the model's order, so a global scheme (ExDyna, MiCRO)
+  partitions the whole model as the CLI does without ``--bucket-mb``.
+- ``bucket_mb=X``: groups of at most X MB in reverse parameter order (the
+  order backward produces gradients), each with its own scheme instance,
+  as the CLI's ``--bucket-mb``. Only for schemes that may run in pieces
+  (not ExDyna or MiCRO).
+
+DDP calls the hook once per bucket, in bucket order, on every rank alike.
+The hook notes the bucket's gradients and exchanges every group they
+complete, in group order (so all ranks exchange in the same order): it
+gathers the group's gradients into a flat buffer kept between steps, runs
+the exchange (the C++ code, without the GIL) and writes the averages back
+into the buckets' gradients. A bucket's future completes once every group
+it touches is done; DDP waits for the futures after backward. Because the
+state (residuals, density controller, partitions) belongs to groups of
+named parameters, ``state_dict()`` / ``load_state_dict()`` resume exactly
+whatever buckets a new DDP builds.
+
+The exchanges run on the thread that runs backward, so they do not
+overlap it yet: completing DDP's futures from a Python worker thread made
+processes abort at exit ("terminate called without an active exception"),
+so that design was set aside (docs/python.md, "Not yet").
 
 Parameters excluded from sparsification (``exclude`` name patterns,
-``min_numel``) are averaged by a dense ring all-reduce in the same hook.
+``min_numel``) form their own groups, averaged by sparsecomm's dense ring
+all-reduce.
 """
 
 import fnmatch
 import json
+import math
 
 import torch
 import torch.distributed as dist
@@ -43,6 +55,67 @@ def _plain_name(name):
     return name[len("module."):] if name.startswith("module.") else name
 
 
+def _split(parameters, cap_bytes):
+    """Consecutive runs of (name, parameter) of at most cap_bytes each (a
+    larger parameter alone); one run of all of them without a cap."""
+    if cap_bytes is None:
+        return [parameters] if parameters else []
+    runs, run, size = [], [], 0
+    for name, parameter in parameters:
+        nbytes = parameter.numel() * parameter.element_size()
+        if run and size + nbytes > cap_bytes:
+            runs.append(run)
+            run, size = [], 0
+        run.append((name, parameter))
+        size += nbytes
+    if run:
+        runs.append(run)
+    return runs
+
+
+class _Group:
+    """Parameters exchanged together, by one synchronizer (a sparsecomm
+    method with its own state) or, for excluded parameters, by the dense
+    ring (synchronizer None)."""
+
+    def __init__(self, parameters, synchronizer):
+        self.names = [name for name, _ in parameters]
+        self.ids = [id(parameter) for _, parameter in parameters]
+        self.synchronizer = synchronizer
+        self.flat = None  # the gathered gradients, made once
+
+    def flatten(self, views):
+        numel = sum(v.numel() for v in views)
+        if self.flat is None or self.flat.numel() != numel or self.flat.dtype != views[0].dtype:
+            self.flat = torch.empty(numel, dtype=views[0].dtype)
+        torch.cat([v.reshape(-1) for v in views], out=self.flat)
+        return self.flat
+
+
+# Metrics that add up over groups; the rest are taken from the first group.
+_SUMMED = ("numel", "target", "selected", "union_size", "bytes_sent", "bytes_received",
+           "index_bytes_raw", "index_bytes_encoded", "skip_subject", "accumulate_s",
+           "selection_s", "exchange_s", "agreement_s", "selection_collective_s",
+           "selection_collectives", "candidate_passes", "overlapped_s")
+
+
+def _combined(metrics):
+    """One step's metrics over its groups (the group's own with one)."""
+    if len(metrics) == 1:
+        return metrics[0]
+    out = dict(metrics[0])
+    for key in _SUMMED:
+        if all(key in m for m in metrics):
+            out[key] = sum(m[key] for m in metrics)
+    if out.get("target"):
+        out["density_ratio"] = out["union_size"] / out["target"]
+    out["imbalance"] = max(m.get("imbalance", 0.0) for m in metrics)
+    out["residual_norm"] = math.sqrt(sum(m.get("residual_norm", 0.0) ** 2 for m in metrics))
+    out["skipped_nonfinite"] = any(m.get("skipped_nonfinite", False) for m in metrics)
+    out["groups"] = len(metrics)
+    return out
+
+
 class HookState:
     """What the hook keeps between steps. ``metrics`` holds the last step's
     figures (a dict: K/k, imbalance, bytes, time per phase; see
@@ -50,7 +123,7 @@ class HookState:
     depends on it (DGC's warm-up)."""
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
-                 **options):
+                 bucket_mb=None, **options):
         if group is None:
             if not dist.is_initialized():
                 raise RuntimeError(
@@ -59,116 +132,192 @@ class HookState:
             group = dist.distributed_c10d._get_default_group()
         if isinstance(exclude, str):
             exclude = (exclude,)
+        if bucket_mb is not None and not (isinstance(bucket_mb, (int, float))
+                                          and math.isfinite(bucket_mb) and bucket_mb > 0):
+            raise ValueError(f"sparsecomm: bucket_mb must be a positive number of MB (or None: "
+                             f"the whole model at once), got {bucket_mb!r}")
         self.comm = Communicator(group)
         self.method = method
         self.options = {key: _option_text(value) for key, value in options.items()}
-        self.sparse, self.dense = [], []
+        self.bucket_mb = bucket_mb
+        sparse, dense = [], []
         for name, parameter in model.named_parameters():
             if not parameter.requires_grad:
                 continue
             name = _plain_name(name)
             excluded = parameter.numel() < min_numel or any(
                 fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
-            (self.dense if excluded else self.sparse).append((name, parameter))
-        if not self.sparse:
+            (dense if excluded else sparse).append((name, parameter))
+        if not sparse:
             raise ValueError(
                 f"sparsecomm: exclude={list(exclude)!r} and min_numel={min_numel} leave no "
                 "parameter to sparsify; exclude fewer")
+        self.sparse, self.dense = sparse, dense
         # Builds the scheme now, so a bad method or option raises ValueError
         # here rather than inside backward.
-        self.synchronizer = Synchronizer(self.comm, method, self.options, nonfinite)
+        first = Synchronizer(self.comm, method, self.options, nonfinite)
+        if bucket_mb is not None and not first.bucketable:
+            raise ValueError(
+                f"sparsecomm: {method} selects over the whole model (its partitions and "
+                "threshold span every parameter), so it cannot run per bucket; leave "
+                "bucket_mb unset")
         # DGC's momentum correction (memory=momentum) applies momentum in
         # the hook: the optimizer must then run without it.
-        self.applies_momentum = self.synchronizer.applies_momentum
+        self.applies_momentum = first.applies_momentum
+        cap = None if bucket_mb is None else int(bucket_mb * 1024 * 1024)
+        order = (lambda ps: ps) if cap is None else (lambda ps: list(reversed(ps)))
+        self._groups = []
+        for index, run in enumerate(_split(order(sparse), cap)):
+            synchronizer = first if index == 0 else Synchronizer(self.comm, method, self.options,
+                                                                  nonfinite)
+            self._groups.append(_Group(run, synchronizer))
+        self._groups += [_Group(run, None) for run in _split(order(dense), cap)]
+        self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
         self.epoch = 0.0
         self.metrics = None
-        self._pending = []  # (bucket, future) of this step's buckets so far
-        # The flat gradients, allocated once: a fresh tensor of the model's
-        # size every step costs its page faults every step (0.25 s for the
-        # wide MLP's 74 MB on a VM here, more than its forward and backward).
-        self._flat = {}
+        self._error = None  # the exception that ended the hook's exchanges
+        self._begin_step()
+
+    @property
+    def groups(self):
+        """The exchange groups: (parameter names, sparsified?) each."""
+        return [(list(g.names), g.synchronizer is not None) for g in self._groups]
+
+    def kept(self):
+        """What error feedback holds back now, per sparsified parameter name
+        (a tensor of the parameter's shape); empty before the first step
+        and for methods without memory."""
+        shapes = dict((name, p.shape) for name, p in self.sparse)
+        out = {}
+        for g in self._groups:
+            if g.synchronizer is None:
+                continue
+            flat = g.synchronizer.kept()
+            offset = 0
+            for name in g.names if flat.numel() else ():
+                numel = math.prod(shapes[name])
+                out[name] = flat[offset:offset + numel].view(shapes[name])
+                offset += numel
+        return out
 
     def state_dict(self):
-        """Everything the next steps depend on: the scheme's state (residuals,
-        thresholds, partitions) and the step counter."""
+        """Everything the next steps depend on: each group's scheme state
+        (residuals, thresholds, partitions) and the step counter."""
         return {"method": self.method, "options": dict(self.options), "step": self.step,
                 "epoch": self.epoch, "sparse": [name for name, _ in self.sparse],
-                "synchronizer": self.synchronizer.state()}
+                "groups": [g.names for g in self._groups],
+                "synchronizers": [g.synchronizer.state() for g in self._groups
+                                  if g.synchronizer is not None]}
 
     def load_state_dict(self, state):
-        """Restores a state_dict() of the same method, options and parameters
-        (ValueError naming the difference otherwise)."""
+        """Restores a state_dict() of the same method, options, parameters and
+        groups (ValueError naming the difference otherwise)."""
         for key, mine in (("method", self.method), ("options", self.options),
-                          ("sparse", [name for name, _ in self.sparse])):
+                          ("sparse", [name for name, _ in self.sparse]),
+                          ("groups", [g.names for g in self._groups])):
             if state.get(key) != mine:
                 raise ValueError(f"sparsecomm: the saved hook state has {key} "
                                  f"{state.get(key)!r}, this hook {mine!r}")
-        self.synchronizer.load_state(state["synchronizer"])
+        synchronizers = [g.synchronizer for g in self._groups if g.synchronizer is not None]
+        for synchronizer, saved in zip(synchronizers, state["synchronizers"]):
+            synchronizer.load_state(saved)
         self.step = state["step"]
         self.epoch = state["epoch"]
 
-    def _synchronize(self):
-        gradients = {}
-        for bucket, _ in self._pending:
-            for parameter, gradient in zip(bucket.parameters(), bucket.gradients()):
-                gradients[id(parameter)] = gradient
-        views = [gradients[id(p)] for _, p in self.sparse]
-        flat = self._flatten("sparse", views)
-        self.metrics = json.loads(self.synchronizer.synchronize(flat, self.step, self.epoch))
-        _scatter(flat, views)
-        if self.dense:
-            views = [gradients[id(p)] for _, p in self.dense]
-            flat = self._flatten("dense", views)
+    # --- one step: buckets arrive, complete groups are exchanged ---
+
+    def _begin_step(self):
+        self._gradients = {}  # id(parameter) -> its gradient view in a bucket
+        self._missing = [len(g.ids) for g in self._groups]
+        self._done = [False] * len(self._groups)
+        self._buckets = []  # [bucket, future, indices of the groups it waits for]
+        self._step_metrics = {}
+
+    def _bucket_ready(self, bucket):
+        future = torch.futures.Future()
+        if self._error is not None:  # the ranks are out of step now: fail, never hang
+            future.set_exception(self._error)
+            return future
+        ready = []
+        waits_for = set()
+        for parameter, gradient in zip(bucket.parameters(), bucket.gradients()):
+            index = self._group_of[id(parameter)]
+            self._gradients[id(parameter)] = gradient
+            waits_for.add(index)
+            self._missing[index] -= 1
+            if self._missing[index] == 0:
+                ready.append(index)
+        self._buckets.append([bucket, future, waits_for])
+        for index in sorted(ready):
+            self._group_ready(index)
+        return future
+
+    def _exchange(self, g):
+        views = [self._gradients[pid] for pid in g.ids]
+        flat = g.flatten(views)
+        metrics = None
+        if g.synchronizer is not None:
+            metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch))
+        else:
             allreduce(self.comm, flat)
             flat /= self.comm.size
-            _scatter(flat, views)
-        for bucket, future in self._pending:
+        offset = 0
+        for view in views:
+            view.copy_(flat[offset:offset + view.numel()].view_as(view))
+            offset += view.numel()
+        return metrics
+
+    def _group_ready(self, index):
+        """Exchanges group `index` (all its gradients are in) and completes
+        the futures of the buckets that waited only for it."""
+        try:
+            metrics = self._exchange(self._groups[index])
+        except Exception as error:
+            # Every pending future fails, and so does every later bucket:
+            # after a failed exchange the ranks no longer agree on where
+            # they are, so the hook stops exchanging for good.
+            self._error = RuntimeError(
+                f"sparsecomm: the hook's exchange failed at step {self.step}: {error}")
+            self._error.__cause__ = error
+            failed, self._buckets = self._buckets, []
+            for _, future, _ in failed:
+                future.set_exception(self._error)
+            return
+        self._done[index] = True
+        if metrics is not None:
+            self._step_metrics[index] = metrics
+        completed, still_waiting = [], []
+        for entry in self._buckets:
+            entry[2].discard(index)
+            (still_waiting if entry[2] else completed).append(entry)
+        self._buckets = still_waiting
+        if all(self._done):
+            self.metrics = _combined([self._step_metrics[i] for i in sorted(self._step_metrics)])
+            self.step += 1
+            self._begin_step()
+        for bucket, future, _ in completed:
             future.set_result(bucket.buffer())
-        self._pending.clear()
-        self.step += 1
-
-    def _flatten(self, part, views):
-        """The views' values, in order, in this part's persistent buffer."""
-        numel = sum(v.numel() for v in views)
-        flat = self._flat.get(part)
-        if flat is None or flat.numel() != numel:
-            flat = self._flat[part] = torch.empty(numel, dtype=views[0].dtype)
-        torch.cat([v.reshape(-1) for v in views], out=flat)
-        return flat
-
-
-def _scatter(flat, views):
-    offset = 0
-    for view in views:
-        view.copy_(flat[offset:offset + view.numel()].view_as(view))
-        offset += view.numel()
 
 
 def _hook(state, bucket):
-    future = torch.futures.Future()
-    state._pending.append((bucket, future))
-    if bucket.is_last():
-        try:
-            state._synchronize()
-        except Exception as error:  # every pending future fails, not only the last
-            for _, pending in state._pending:
-                pending.set_exception(error)
-            state._pending.clear()
-    return future
+    return state._bucket_ready(bucket)
 
 
 def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
-                  **options):
+                  bucket_mb=None, **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``.
 
-    ``model``: the DDP model (or the module it wraps); ``method``: a scheme
-    name (``sparsecomm.methods()``); ``options``: the CLI's ``-o`` options
-    (density=0.01, exchange=..., values=bf16, ...); ``exclude``: parameter
-    name patterns (fnmatch, e.g. ``"fc2.*"``) and ``min_numel``: a size
-    below which a parameter is averaged densely instead. Raises ValueError
-    for an unknown method or option."""
-    return HookState(model, method, group, nonfinite, exclude, min_numel, **options), _hook
+    ``model``: the DDP model (or the module it wraps); ``method``: a
+    method name (``sparsecomm.methods()``); ``options``: the CLI's ``-o``
+    options (density=0.01, exchange=..., values=bf16, ...); ``exclude``:
+    parameter name patterns (fnmatch, e.g. ``"fc2.*"``) and ``min_numel``:
+    a size below which a parameter is averaged densely instead;
+    ``bucket_mb``: exchange groups of at most this size, each with its
+    own scheme instance (None: the whole model at once). Raises
+    ValueError for an unknown method or option."""
+    return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb,
+                     **options), _hook
 
 
 def register(model, method, **kwargs):

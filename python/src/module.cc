@@ -7,6 +7,8 @@
 //     .synchronize(tensor, step, epoch) -> metrics (a JSON line)
 //     .kept() -> what error feedback kept (the residual), a tensor
 //     .applies_momentum              True for DGC's momentum correction
+//     .bucketable                    False for schemes that span the whole
+//                                    gradient (MiCRO, ExDyna)
 //     .state() -> bytes, .load_state(bytes)
 //   allreduce(comm, tensor)        sparsecomm's ring all-reduce, in place
 //   methods() -> [names]           the CLI's synchronization methods
@@ -81,6 +83,7 @@ class Synchronizer {
   }
 
   bool applies_momentum() const { return sync_->applies_momentum(); }
+  bool bucketable() const { return sync_->bucketable(); }
 
   py::bytes state() const {
     StateWriter writer;
@@ -134,6 +137,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
            py::arg("epoch") = 0.0)
       .def("kept", &Synchronizer::kept)
       .def_property_readonly("applies_momentum", &Synchronizer::applies_momentum)
+      .def_property_readonly("bucketable", &Synchronizer::bucketable)
       .def("state", &Synchronizer::state)
       .def("load_state", &Synchronizer::load_state, py::arg("state"));
 
