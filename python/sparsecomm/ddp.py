@@ -139,7 +139,6 @@ class HookState:
         self.comm = Communicator(group)
         self.method = method
         self.options = {key: _option_text(value) for key, value in options.items()}
-        self.bucket_mb = bucket_mb
         sparse, dense = [], []
         for name, parameter in model.named_parameters():
             if not parameter.requires_grad:
@@ -165,13 +164,14 @@ class HookState:
         # the hook: the optimizer must then run without it.
         self.applies_momentum = first.applies_momentum
         cap = None if bucket_mb is None else int(bucket_mb * 1024 * 1024)
-        order = (lambda ps: ps) if cap is None else (lambda ps: list(reversed(ps)))
+        if cap is not None:  # the order backward produces gradients in
+            sparse, dense = sparse[::-1], dense[::-1]
         self._groups = []
-        for index, run in enumerate(_split(order(sparse), cap)):
+        for index, run in enumerate(_split(sparse, cap)):
             synchronizer = first if index == 0 else Synchronizer(self.comm, method, self.options,
                                                                   nonfinite)
             self._groups.append(_Group(run, synchronizer))
-        self._groups += [_Group(run, None) for run in _split(order(dense), cap)]
+        self._groups += [_Group(run, None) for run in _split(dense, cap)]
         self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
         self.epoch = 0.0
@@ -191,11 +191,11 @@ class HookState:
         shapes = dict((name, p.shape) for name, p in self.sparse)
         out = {}
         for g in self._groups:
-            if g.synchronizer is None:
+            flat = g.synchronizer.kept() if g.synchronizer is not None else None
+            if flat is None or flat.numel() == 0:
                 continue
-            flat = g.synchronizer.kept()
             offset = 0
-            for name in g.names if flat.numel() else ():
+            for name in g.names:
                 numel = math.prod(shapes[name])
                 out[name] = flat[offset:offset + numel].view(shapes[name])
                 offset += numel
