@@ -253,12 +253,13 @@ class HookState:
             self._group_ready(index)
         return future
 
-    def _exchange(self, g):
+    def _exchange(self, index):
+        g = self._groups[index]
         views = [self._gradients[pid] for pid in g.ids]
         flat = g.flatten(views)
         metrics = None
         if g.synchronizer is not None:
-            metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch))
+            metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index))
         else:
             allreduce(self.comm, flat)
             flat /= self.comm.size
@@ -272,7 +273,7 @@ class HookState:
         """Exchanges group `index` (all its gradients are in) and completes
         the futures of the buckets that waited only for it."""
         try:
-            metrics = self._exchange(self._groups[index])
+            metrics = self._exchange(index)
         except Exception as error:
             # Every pending future fails, and so does every later bucket:
             # after a failed exchange the ranks no longer agree on where

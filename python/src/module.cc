@@ -4,7 +4,7 @@
 //   Communicator(group)            sparsecomm's collectives over a torch
 //                                  ProcessGroup (process_group_communicator.h)
 //   Synchronizer(comm, method, options)
-//     .synchronize(tensor, step, epoch) -> metrics (a JSON line)
+//     .synchronize(tensor, step, epoch, bucket) -> metrics (a JSON line)
 //     .kept() -> what error feedback kept (the residual), a tensor
 //     .applies_momentum              True for DGC's momentum correction
 //     .bucketable                    False for schemes that span the whole
@@ -61,11 +61,15 @@ class Synchronizer {
 
   // `gradient` (this rank's) is replaced by the average over ranks of the
   // sparsified gradients; returns the step's metrics as one JSON line.
-  std::string synchronize(const at::Tensor& gradient, std::int64_t step, double epoch) {
+  // `bucket`: which piece of the step this is when a step is synchronized
+  // in pieces (Skip-Reduce varies its schedule by it, as the CLI's buckets).
+  std::string synchronize(const at::Tensor& gradient, std::int64_t step, double epoch,
+                          std::int64_t bucket) {
     const std::span<float> values = floats_of(gradient, "the gradient");
     StepContext ctx;
     ctx.step = step;
     ctx.epoch = epoch;
+    ctx.bucket = bucket;
     ctx.rank = comm_->rank();
     ctx.world = comm_->size();
     const py::gil_scoped_release release;
@@ -134,7 +138,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
                     const std::map<std::string, std::string>&, const std::string&>(),
            py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
       .def("synchronize", &Synchronizer::synchronize, py::arg("gradient"), py::arg("step"),
-           py::arg("epoch") = 0.0)
+           py::arg("epoch") = 0.0, py::arg("bucket") = 0)
       .def("kept", &Synchronizer::kept)
       .def_property_readonly("applies_momentum", &Synchronizer::applies_momentum)
       .def_property_readonly("bucketable", &Synchronizer::bucketable)
