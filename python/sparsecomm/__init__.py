@@ -11,6 +11,9 @@ Every method of the CLI (``sparsecomm.methods()``: skipreduce, topk, exdyna, ...
 (``-o key=value`` there, keyword arguments here). The exchange runs over the
 DDP process group through sparsecomm's own collectives (point-to-point
 sends over gloo), so it works wherever DDP on CPU works.
+
+With a training loop and a transport of one's own: ``Sparsifier`` selects
+(with error feedback) and ``decode`` sums the ranks' selections.
 """
 
 from ._sparsecomm import (  # noqa: F401  (the package's API)
@@ -23,3 +26,4 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
     methods,
 )
 from .ddp import HookState, ddp_comm_hook, register  # noqa: F401
+from .sparsifier import Sparsifier, decode  # noqa: F401

@@ -41,12 +41,9 @@ import torch
 import torch.distributed as dist
 
 from ._sparsecomm import Communicator, Synchronizer, allreduce
+from ._common import option_texts
 
 
-def _option_text(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _plain_name(name):
@@ -81,6 +78,7 @@ class _Group:
     def __init__(self, parameters, synchronizer):
         self.names = [name for name, _ in parameters]
         self.ids = [id(parameter) for _, parameter in parameters]
+        self.layers = [parameter.numel() for _, parameter in parameters]  # DEFT's tensors
         self.synchronizer = synchronizer
         self.flat = None  # the gathered gradients, made once
 
@@ -138,7 +136,7 @@ class HookState:
                              f"the whole model at once), got {bucket_mb!r}")
         self.comm = Communicator(group)
         self.method = method
-        self.options = {key: _option_text(value) for key, value in options.items()}
+        self.options = option_texts(options)
         sparse, dense = [], []
         for name, parameter in model.named_parameters():
             if not parameter.requires_grad:
@@ -259,7 +257,8 @@ class HookState:
         flat = g.flatten(views)
         metrics = None
         if g.synchronizer is not None:
-            metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index))
+            metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index,
+                                                            g.layers))
         else:
             allreduce(self.comm, flat)
             flat /= self.comm.size

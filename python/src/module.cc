@@ -4,12 +4,17 @@
 //   Communicator(group)            sparsecomm's collectives over a torch
 //                                  ProcessGroup (process_group_communicator.h)
 //   Synchronizer(comm, method, options)
-//     .synchronize(tensor, step, epoch, bucket) -> metrics (a JSON line)
+//     .synchronize(tensor, step, epoch, bucket, layers) -> metrics (a JSON line)
 //     .kept() -> what error feedback kept (the residual), a tensor
 //     .applies_momentum              True for DGC's momentum correction
 //     .bucketable                    False for schemes that span the whole
 //                                    gradient (MiCRO, ExDyna)
 //     .state() -> bytes, .load_state(bytes)
+//   Sparsifier(comm, method, options, nonfinite)   selection without the
+//     exchange, for callers with their own transport (selection_step.h)
+//     .select(tensor, step, epoch, layers) -> (indices int64, values float32)
+//     .kept(), .counts, .skipped, .state(), .load_state(bytes)
+//   Communicator.single()          a world of one rank (no torch.distributed)
 //   allreduce(comm, tensor)        sparsecomm's ring all-reduce, in place
 //   methods() -> [names]           the CLI's synchronization methods
 //   method_options(name) -> [names]  the options a method takes
@@ -19,7 +24,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -30,6 +37,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/sync/gradient_sync.h"
+#include "sparsecomm/sync/selection_step.h"
 #include "sparsecomm/sync/step_metrics.h"
 
 namespace py = pybind11;
@@ -48,12 +56,80 @@ std::span<float> floats_of(const at::Tensor& tensor, const char* what) {
   return {tensor.data_ptr<float>(), static_cast<std::size_t>(tensor.numel())};
 }
 
+// The tensors a flat gradient is made of, from their sizes (in order, summing
+// to `numel`); none: one tensor. DEFT selects per tensor.
+std::vector<LayerSpan> layer_spans(const std::optional<std::vector<std::int64_t>>& sizes,
+                                   std::size_t numel) {
+  std::vector<LayerSpan> spans;
+  if (!sizes) return spans;
+  std::size_t offset = 0;
+  for (const std::int64_t size : *sizes) {
+    if (size < 0)
+      throw InvalidArgument("layers: a tensor size is negative (" + std::to_string(size) + ")");
+    spans.push_back(
+        {"tensor" + std::to_string(spans.size()), offset, static_cast<std::size_t>(size)});
+    offset += static_cast<std::size_t>(size);
+  }
+  if (offset != numel) {
+    throw InvalidArgument("layers: the tensor sizes sum to " + std::to_string(offset) +
+                          " but the gradient has " + std::to_string(numel) +
+                          " elements; pass each tensor's numel(), in the gradient's order");
+  }
+  return spans;
+}
+
+StepContext context_of(const Communicator& comm, std::int64_t step, double epoch,
+                       std::int64_t bucket) {
+  StepContext ctx;
+  ctx.step = step;
+  ctx.epoch = epoch;
+  ctx.bucket = bucket;
+  ctx.rank = comm.rank();
+  ctx.world = comm.size();
+  return ctx;
+}
+
+// A copy of `values` as a float32 tensor.
+at::Tensor tensor_copy(std::span<const float> values) {
+  return torch::from_blob(const_cast<float*>(values.data()),
+                          {static_cast<std::int64_t>(values.size())})
+      .clone();
+}
+
+py::bytes state_of(const auto& step) {
+  StateWriter writer;
+  step.save(writer);
+  const auto& bytes = writer.bytes();
+  return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+void load_state_into(auto& step, const py::bytes& state) {
+  const std::string_view view = state;
+  StateReader reader(std::as_bytes(std::span<const char>(view.data(), view.size())));
+  step.load(reader);
+}
+
+// The communicator of a Sparsifier used without torch.distributed: a world of
+// one rank, whose collectives never send.
+class SingleRankCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "single"; }
+  Request isend(std::span<const std::byte>, int dst, int) override {
+    throw CommError("[single] a world of one rank has no rank " + std::to_string(dst));
+  }
+  Request irecv(std::span<std::byte>, int src, int) override {
+    throw CommError("[single] a world of one rank has no rank " + std::to_string(src));
+  }
+};
+
 // One flat gradient's synchronization by any of the CLI's methods (dense,
 // skipreduce, or a registry scheme with its error feedback), with the CLI's
 // names and -o options.
 class Synchronizer {
  public:
-  Synchronizer(std::shared_ptr<ProcessGroupCommunicator> comm, const std::string& method,
+  Synchronizer(std::shared_ptr<Communicator> comm, const std::string& method,
                const std::map<std::string, std::string>& options, const std::string& nonfinite)
       : comm_(std::move(comm)),
         sync_(make_gradient_sync(method, SchemeOptions(options),
@@ -64,14 +140,12 @@ class Synchronizer {
   // `bucket`: which piece of the step this is when a step is synchronized
   // in pieces (Skip-Reduce varies its schedule by it, as the CLI's buckets).
   std::string synchronize(const at::Tensor& gradient, std::int64_t step, double epoch,
-                          std::int64_t bucket) {
+                          std::int64_t bucket,
+                          const std::optional<std::vector<std::int64_t>>& layers) {
     const std::span<float> values = floats_of(gradient, "the gradient");
-    StepContext ctx;
-    ctx.step = step;
-    ctx.epoch = epoch;
-    ctx.bucket = bucket;
-    ctx.rank = comm_->rank();
-    ctx.world = comm_->size();
+    const std::vector<LayerSpan> spans = layer_spans(layers, values.size());
+    StepContext ctx = context_of(*comm_, step, epoch, bucket);
+    ctx.layers = spans;
     const py::gil_scoped_release release;
     return to_json_line(sync_->synchronize(values, ctx, *comm_));
   }
@@ -79,32 +153,86 @@ class Synchronizer {
   // A copy of what error feedback kept after the last step (the
   // residual), float32; empty for methods without memory and before the
   // first step.
-  at::Tensor kept() const {
-    const std::span<const float> kept = sync_->kept();
-    return torch::from_blob(const_cast<float*>(kept.data()),
-                            {static_cast<std::int64_t>(kept.size())})
-        .clone();
-  }
+  at::Tensor kept() const { return tensor_copy(sync_->kept()); }
 
   bool applies_momentum() const { return sync_->applies_momentum(); }
   bool bucketable() const { return sync_->bucketable(); }
 
-  py::bytes state() const {
-    StateWriter writer;
-    sync_->save(writer);
-    const auto& bytes = writer.bytes();
-    return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  }
-
-  void load_state(const py::bytes& state) {
-    const std::string_view view = state;
-    StateReader reader(std::as_bytes(std::span<const char>(view.data(), view.size())));
-    sync_->load(reader);
-  }
+  py::bytes state() const { return state_of(*sync_); }
+  void load_state(const py::bytes& state) { load_state_into(*sync_, state); }
 
  private:
-  std::shared_ptr<ProcessGroupCommunicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   std::unique_ptr<GradientSync> sync_;
+};
+
+// The exchange options, which a Sparsifier leaves to the caller's transport.
+constexpr const char* kExchangeOptions[] = {"exchange", "values", "encode_indices"};
+
+// A scheme's selection with its error feedback, without the exchange: the
+// caller moves each rank's (indices, values) and sums them (selection_step.h).
+class StandaloneSparsifier {
+ public:
+  StandaloneSparsifier(std::shared_ptr<Communicator> comm, const std::string& method,
+                       const std::map<std::string, std::string>& options,
+                       const std::string& nonfinite)
+      : comm_(std::move(comm)),
+        step_(make_selection_parts(method, options), parse_nonfinite_policy(nonfinite)) {}
+
+  // This rank's selection from gradient + what was kept: (indices, values),
+  // indices ascending (int64), values float32.
+  py::tuple select(const at::Tensor& gradient, std::int64_t step, double epoch,
+                   const std::optional<std::vector<std::int64_t>>& layers) {
+    const std::span<float> values = floats_of(gradient, "the gradient");
+    const std::vector<LayerSpan> spans = layer_spans(layers, values.size());
+    StepContext ctx = context_of(*comm_, step, epoch, 0);
+    ctx.layers = spans;
+    const SparseSelection* selection = nullptr;
+    {
+      const py::gil_scoped_release release;
+      selection = &step_.select(values, ctx, *comm_);
+    }
+    const auto count = static_cast<std::int64_t>(selection->size());
+    at::Tensor indices = torch::empty({count}, torch::kInt64);
+    std::copy(selection->indices.begin(), selection->indices.end(),
+              indices.data_ptr<std::int64_t>());
+    return py::make_tuple(indices, tensor_copy(selection->values));
+  }
+
+  at::Tensor kept() const { return tensor_copy(step_.kept()); }
+  std::vector<std::size_t> counts() const { return {step_.counts().begin(), step_.counts().end()}; }
+  bool skipped() const { return step_.skipped(); }
+  std::int64_t target(std::int64_t numel, std::int64_t step, double epoch) const {
+    return static_cast<std::int64_t>(step_.sparsifier().target(static_cast<std::size_t>(numel),
+                                                               context_of(*comm_, step, epoch, 0)));
+  }
+  py::bytes state() const { return state_of(step_); }
+  void load_state(const py::bytes& state) { load_state_into(step_, state); }
+
+ private:
+  static SchemeParts make_selection_parts(const std::string& method,
+                                          const std::map<std::string, std::string>& options) {
+    for (const char* key : kExchangeOptions) {
+      if (options.count(key) != 0) {
+        throw InvalidArgument(std::string("[python] Sparsifier: '") + key +
+                              "' is an option of the exchange, which a Sparsifier leaves to your "
+                              "transport; use a Synchronizer for sparsecomm's exchange");
+      }
+    }
+    bool is_scheme = false;
+    for (const SchemeInfo& info : scheme_registry()) is_scheme = is_scheme || info.name == method;
+    bool is_method = false;
+    for (const SyncMethodInfo& info : sync_methods()) is_method = is_method || info.name == method;
+    if (is_method && !is_scheme) {
+      throw InvalidArgument(
+          "[python] Sparsifier: '" + method +
+          "' is an exchange, not a sparsification scheme; valid schemes: " + scheme_names());
+    }
+    return make_scheme(method, SchemeOptions(options));  // unknown names: the registry's message
+  }
+
+  std::shared_ptr<Communicator> comm_;
+  SelectionStep step_;
 };
 
 }  // namespace
@@ -128,26 +256,48 @@ PYBIND11_MODULE(_sparsecomm, m) {
     }
   });
 
-  py::class_<ProcessGroupCommunicator, std::shared_ptr<ProcessGroupCommunicator>>(m, "Communicator")
-      .def(py::init<c10::intrusive_ptr<c10d::ProcessGroup>>(), py::arg("group"))
-      .def_property_readonly("rank", &ProcessGroupCommunicator::rank)
-      .def_property_readonly("size", &ProcessGroupCommunicator::size);
+  py::class_<Communicator, std::shared_ptr<Communicator>>(m, "Communicator")
+      .def(py::init([](c10::intrusive_ptr<c10d::ProcessGroup> group) {
+             return std::shared_ptr<Communicator>(
+                 std::make_shared<ProcessGroupCommunicator>(std::move(group)));
+           }),
+           py::arg("group"))
+      .def_static(
+          "single",
+          [] { return std::shared_ptr<Communicator>(std::make_shared<SingleRankCommunicator>()); })
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size);
 
+  using Sizes = std::optional<std::vector<std::int64_t>>;
   py::class_<Synchronizer>(m, "Synchronizer")
-      .def(py::init<std::shared_ptr<ProcessGroupCommunicator>, const std::string&,
+      .def(py::init<std::shared_ptr<Communicator>, const std::string&,
                     const std::map<std::string, std::string>&, const std::string&>(),
            py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
       .def("synchronize", &Synchronizer::synchronize, py::arg("gradient"), py::arg("step"),
-           py::arg("epoch") = 0.0, py::arg("bucket") = 0)
+           py::arg("epoch") = 0.0, py::arg("bucket") = 0, py::arg("layers") = Sizes{})
       .def("kept", &Synchronizer::kept)
       .def_property_readonly("applies_momentum", &Synchronizer::applies_momentum)
       .def_property_readonly("bucketable", &Synchronizer::bucketable)
       .def("state", &Synchronizer::state)
       .def("load_state", &Synchronizer::load_state, py::arg("state"));
 
+  py::class_<StandaloneSparsifier>(m, "Sparsifier")
+      .def(py::init<std::shared_ptr<Communicator>, const std::string&,
+                    const std::map<std::string, std::string>&, const std::string&>(),
+           py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
+      .def("select", &StandaloneSparsifier::select, py::arg("gradient"), py::arg("step"),
+           py::arg("epoch") = 0.0, py::arg("layers") = Sizes{})
+      .def("kept", &StandaloneSparsifier::kept)
+      .def_property_readonly("counts", &StandaloneSparsifier::counts)
+      .def_property_readonly("skipped", &StandaloneSparsifier::skipped)
+      .def("target", &StandaloneSparsifier::target, py::arg("numel"), py::arg("step") = 0,
+           py::arg("epoch") = 0.0)
+      .def("state", &StandaloneSparsifier::state)
+      .def("load_state", &StandaloneSparsifier::load_state, py::arg("state"));
+
   m.def(
       "allreduce",
-      [](ProcessGroupCommunicator& comm, const at::Tensor& tensor) {
+      [](Communicator& comm, const at::Tensor& tensor) {
         const std::span<float> values = floats_of(tensor, "the tensor");
         const py::gil_scoped_release release;
         allreduce(comm, values);

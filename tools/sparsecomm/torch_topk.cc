@@ -1,4 +1,4 @@
-// The only translation unit that includes LibTorch (see torch_topk.h).
+// The torch::topk baseline of `bench sparsifiers` (see torch_topk.h).
 
 #include "torch_topk.h"
 

@@ -33,6 +33,23 @@ NonFinitePolicy parse_nonfinite_policy(std::string_view name) {
       fmt::format("[sync] unknown non-finite policy '{}'; valid policies: skip, stop", name));
 }
 
+bool agree_all_finite(std::span<const float> gradient, const StepContext& ctx, Communicator& comm,
+                      NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags) {
+  const std::uint8_t finite = all_finite(gradient) ? 1 : 0;
+  finite_flags.resize(static_cast<std::size_t>(comm.size()));
+  comm.allgather(std::as_bytes(std::span<const std::uint8_t>(&finite, 1)),
+                 std::as_writable_bytes(std::span<std::uint8_t>(finite_flags)));
+  if (std::find(finite_flags.begin(), finite_flags.end(), std::uint8_t{0}) == finite_flags.end()) {
+    return true;
+  }
+  if (policy == NonFinitePolicy::kStop) {
+    throw NonFiniteGradient(fmt::format(
+        "[sync] rank {}: step {}: non-finite gradient (NaN or inf) on rank(s) {}; policy 'stop'",
+        comm.rank(), ctx.step, rank_list(finite_flags)));
+  }
+  return false;
+}
+
 SparsifyExchangeStep::SparsifyExchangeStep(SchemeParts parts, NonFinitePolicy policy)
     : parts_(std::move(parts)),
       policy_(policy),
@@ -52,22 +69,11 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.numel = gradient.size();
   metrics.target = parts_.sparsifier->target(gradient.size(), ctx);
 
-  // Every rank learns which ranks had a non-finite gradient, so all take the
-  // same branch below (one all-gather of one byte per rank). It is
-  // communication: its time joins the exchange's.
-  const std::uint8_t finite = all_finite(gradient) ? 1 : 0;
-  finite_flags_.resize(static_cast<std::size_t>(comm.size()));
+  // Agreeing is communication: its time joins the exchange's.
   Stopwatch agreement;
-  comm.allgather(std::as_bytes(std::span<const std::uint8_t>(&finite, 1)),
-                 std::as_writable_bytes(std::span<std::uint8_t>(finite_flags_)));
+  const bool finite = agree_all_finite(gradient, ctx, comm, policy_, finite_flags_);
   const double agreement_s = agreement.seconds();
-  if (std::find(finite_flags_.begin(), finite_flags_.end(), std::uint8_t{0}) !=
-      finite_flags_.end()) {
-    if (policy_ == NonFinitePolicy::kStop) {
-      throw NonFiniteGradient(fmt::format(
-          "[sync] rank {}: step {}: non-finite gradient (NaN or inf) on rank(s) {}; policy 'stop'",
-          comm.rank(), ctx.step, rank_list(finite_flags_)));
-    }
+  if (!finite) {
     std::fill(gradient.begin(), gradient.end(), 0.0f);
     metrics.skipped_nonfinite = true;
     metrics.residual_norm = parts_.memory->residual_norm();
@@ -130,22 +136,26 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
 
 // Layout: tag ("sparse_sync", the name checkpoints have always used),
 // scheme name, memory, sparsifier.
-void SparsifyExchangeStep::save(StateWriter& writer) const {
+void save_scheme_state(const SchemeParts& parts, StateWriter& writer) {
   writer.tag("sparse_sync");
-  writer.string(parts_.sparsifier->name());
-  parts_.memory->save(writer);
-  parts_.sparsifier->save(writer);
+  writer.string(parts.sparsifier->name());
+  parts.memory->save(writer);
+  parts.sparsifier->save(writer);
 }
 
-void SparsifyExchangeStep::load(StateReader& reader) {
+void load_scheme_state(SchemeParts& parts, StateReader& reader) {
   reader.expect_tag("sparse_sync");
   const std::string scheme = reader.string();
-  if (scheme != parts_.sparsifier->name()) {
+  if (scheme != parts.sparsifier->name()) {
     throw Error(fmt::format("[sync] the saved state is of scheme '{}', this run uses '{}'", scheme,
-                            parts_.sparsifier->name()));
+                            parts.sparsifier->name()));
   }
-  parts_.memory->load(reader);
-  parts_.sparsifier->load(reader);
+  parts.memory->load(reader);
+  parts.sparsifier->load(reader);
 }
+
+void SparsifyExchangeStep::save(StateWriter& writer) const { save_scheme_state(parts_, writer); }
+
+void SparsifyExchangeStep::load(StateReader& reader) { load_scheme_state(parts_, reader); }
 
 }  // namespace sparsecomm

@@ -42,6 +42,19 @@ class NonFiniteGradient : public Error {
   using Error::Error;
 };
 
+// Whether every rank's gradient is finite, the same answer on every rank (one
+// all-gather of one byte per rank into `finite_flags`). When some rank's is
+// not: policy kStop throws NonFiniteGradient on every rank, naming the ranks;
+// kSkip returns false.
+bool agree_all_finite(std::span<const float> gradient, const StepContext& ctx, Communicator& comm,
+                      NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags);
+
+// A scheme's state (memory + sparsifier) in the layout checkpoints use;
+// SparsifyExchangeStep and SelectionStep (selection_step.h) share it.
+void save_scheme_state(const SchemeParts& parts, StateWriter& writer);
+// Throws Error when the state is of another scheme.
+void load_scheme_state(SchemeParts& parts, StateReader& reader);
+
 // Runs sparsify + exchange (with error feedback) on one flat gradient per
 // step; owns the scheme's parts and the exchange pattern's scratch.
 class SparsifyExchangeStep {

@@ -1,0 +1,78 @@
+#include "sparsecomm/sync/selection_step.h"
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm {
+namespace {
+
+// `out` = `selection`'s indices and the known ranges' positions, ascending,
+// with their values in `accumulated`.
+void merge_known(const SparseSelection& selection, std::span<const float> accumulated,
+                 SparseSelection& out) {
+  out.clear();
+  std::size_t next = 0;  // next of selection.indices to place
+  const auto take_selected_before = [&](std::size_t end) {
+    for (; next < selection.size() && selection.indices[next] < end; ++next) {
+      out.indices.push_back(selection.indices[next]);
+      out.values.push_back(selection.values[next]);
+    }
+  };
+  for (const Range& range : selection.known) {
+    take_selected_before(range.begin);
+    for (std::size_t i = range.begin; i < range.end; ++i) {
+      out.indices.push_back(static_cast<Index>(i));
+      out.values.push_back(accumulated[i]);
+    }
+  }
+  take_selected_before(accumulated.size());
+}
+
+}  // namespace
+
+SelectionStep::SelectionStep(SchemeParts parts, NonFinitePolicy policy)
+    : parts_(std::move(parts)), policy_(policy) {
+  if (!parts_.sparsifier || !parts_.memory) {
+    throw InvalidArgument("[sync] SelectionStep needs a sparsifier and a memory");
+  }
+}
+
+const SparseSelection& SelectionStep::select(std::span<const float> gradient,
+                                             const StepContext& ctx, Communicator& comm) {
+  skipped_ = !agree_all_finite(gradient, ctx, comm, policy_, finite_flags_);
+  if (skipped_) {
+    selection_.clear();
+    counts_.assign(static_cast<std::size_t>(comm.size()), 0);
+    return selection_;
+  }
+  parts_.memory->accumulate(gradient);
+  const std::span<float> accumulated = parts_.memory->accumulated();
+  parts_.sparsifier->select(accumulated, ctx, comm, selection_);
+  const SparseSelection* sent = &selection_;
+  if (!selection_.known.empty()) {
+    merge_known(selection_, accumulated, merged_);
+    sent = &merged_;
+  }
+  for (std::size_t j = 0; j < sent->size(); ++j) {
+    accumulated[sent->indices[j]] -= sent->values[j];
+  }
+  parts_.memory->after_exchange(sent->indices);
+
+  // The counts exclude the known ranges, as the exchanges' counts do.
+  const std::uint64_t mine = selection_.size();
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&mine, 1)),
+                 std::as_writable_bytes(std::span<std::uint64_t>(all)));
+  counts_.assign(all.begin(), all.end());
+  std::size_t union_size = 0;
+  for (const std::size_t count : counts_) union_size += count;
+  const ExchangeOutcome outcome{counts_, union_size,
+                                parts_.sparsifier->target(gradient.size(), ctx)};
+  parts_.sparsifier->observe(outcome, ctx);
+  return *sent;
+}
+
+void SelectionStep::save(StateWriter& writer) const { save_scheme_state(parts_, writer); }
+
+void SelectionStep::load(StateReader& reader) { load_scheme_state(parts_, reader); }
+
+}  // namespace sparsecomm
