@@ -219,11 +219,7 @@ class StandaloneSparsifier {
                               "transport; use a Synchronizer for sparsecomm's exchange");
       }
     }
-    bool is_scheme = false;
-    for (const SchemeInfo& info : scheme_registry()) is_scheme = is_scheme || info.name == method;
-    bool is_method = false;
-    for (const SyncMethodInfo& info : sync_methods()) is_method = is_method || info.name == method;
-    if (is_method && !is_scheme) {
+    if (find_sync_method(method) != nullptr && find_scheme(method) == nullptr) {
       throw InvalidArgument(
           "[python] Sparsifier: '" + method +
           "' is an exchange, not a sparsification scheme; valid schemes: " + scheme_names());
@@ -313,14 +309,9 @@ PYBIND11_MODULE(_sparsecomm, m) {
   m.def(
       "method_options",
       [](const std::string& method) {
-        for (const SyncMethodInfo& info : sync_methods()) {
-          if (info.name != method) continue;
-          std::vector<std::string> names;
-          for (const OptionSpec& option : info.options) names.push_back(option.name);
-          return names;
-        }
-        throw InvalidArgument("unknown synchronization method '" + method +
-                              "'; valid: " + sync_method_names());
+        std::vector<std::string> names;
+        for (const OptionSpec& option : sync_method(method).options) names.push_back(option.name);
+        return names;
       },
       py::arg("method"));
 }

@@ -111,9 +111,7 @@ std::vector<std::string> resolve_schemes(const SparsifierBenchOptions& options) 
     return names;
   }
   for (const std::string& name : split_list(options.schemes, "--schemes")) {
-    const auto& registry = scheme_registry();
-    if (std::none_of(registry.begin(), registry.end(),
-                     [&](const SchemeInfo& info) { return info.name == name; })) {
+    if (find_scheme(name) == nullptr) {
       throw InvalidArgument(
           fmt::format("--schemes: unknown scheme '{}': valid are {}", name, scheme_names()));
     }

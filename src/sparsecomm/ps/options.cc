@@ -67,11 +67,7 @@ void validate_ps_options(const PsOptions& options) {
           options.push, options.model.name(), joined(kPerWorkerSchemes)));
     }
   } else if (!contains(kPerWorkerSchemes, options.push)) {
-    const auto& registry = scheme_registry();
-    const bool known = std::any_of(registry.begin(), registry.end(), [&](const SchemeInfo& info) {
-      return info.name == options.push;
-    });
-    if (known) {
+    if (find_scheme(options.push) != nullptr) {
       // A registered scheme neither list names (a new one): refuse until
       // someone decides which list it belongs to.
       throw InvalidArgument(

@@ -162,6 +162,13 @@ const std::vector<SchemeInfo>& scheme_registry() {
   return registry;
 }
 
+const SchemeInfo* find_scheme(std::string_view name) {
+  for (const auto& info : scheme_registry()) {
+    if (info.name == name) return &info;
+  }
+  return nullptr;
+}
+
 std::string scheme_names() {
   std::vector<std::string> names;
   for (const auto& info : scheme_registry()) names.push_back(info.name);
@@ -169,20 +176,17 @@ std::string scheme_names() {
 }
 
 bool scheme_applies_momentum(std::string_view name, const SchemeOptions& options) {
-  for (const auto& info : scheme_registry()) {
-    if (info.name != name) continue;
-    if (options.has("memory")) return options.values().at("memory") == "momentum";
-    for (const auto& spec : info.options) {
-      if (spec.name == "memory") return spec.default_value == "momentum";
-    }
+  const SchemeInfo* info = find_scheme(name);
+  if (info == nullptr) return false;
+  if (options.has("memory")) return options.values().at("memory") == "momentum";
+  for (const auto& spec : info->options) {
+    if (spec.name == "memory") return spec.default_value == "momentum";
   }
   return false;
 }
 
 SchemeParts make_scheme(std::string_view name, const SchemeOptions& options) {
-  for (const auto& info : scheme_registry()) {
-    if (info.name == name) return info.make(options);
-  }
+  if (const SchemeInfo* info = find_scheme(name)) return info->make(options);
   throw InvalidArgument(
       fmt::format("[registry] unknown scheme '{}'; valid schemes: {}", name, scheme_names()));
 }

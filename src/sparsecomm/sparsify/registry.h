@@ -38,6 +38,8 @@ const std::vector<OptionSpec>& common_option_specs();
 
 // All registered schemes, in a fixed order.
 const std::vector<SchemeInfo>& scheme_registry();
+// The scheme called `name`, or null.
+const SchemeInfo* find_scheme(std::string_view name);
 
 // Looks up `name` and builds it. Unknown names and invalid or unknown
 // options throw InvalidArgument listing what is valid.

@@ -240,17 +240,26 @@ std::string sync_method_names() {
   return out;
 }
 
+const SyncMethodInfo* find_sync_method(std::string_view name) {
+  for (const SyncMethodInfo& info : sync_methods()) {
+    if (info.name == name) return &info;
+  }
+  return nullptr;
+}
+
+const SyncMethodInfo& sync_method(std::string_view name) {
+  if (const SyncMethodInfo* info = find_sync_method(name)) return *info;
+  throw InvalidArgument(
+      fmt::format("unknown synchronization method '{}'; valid: {}", name, sync_method_names()));
+}
+
 std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
                                                  const SchemeOptions& options,
                                                  NonFinitePolicy nonfinite) {
+  sync_method(method);  // unknown names: InvalidArgument
   if (method == "dense") return std::make_unique<DenseSync>(options, nonfinite);
   if (method == "skipreduce") return std::make_unique<SkipReduceSync>(options, nonfinite);
-  for (const SchemeInfo& scheme : scheme_registry()) {
-    if (scheme.name == method)
-      return std::make_unique<SparseSchemeSync>(method, options, nonfinite);
-  }
-  throw InvalidArgument(
-      fmt::format("unknown synchronization method '{}'; valid: {}", method, sync_method_names()));
+  return std::make_unique<SparseSchemeSync>(method, options, nonfinite);
 }
 
 }  // namespace sparsecomm

@@ -69,6 +69,10 @@ struct SyncMethodInfo {
 const std::vector<SyncMethodInfo>& sync_methods();
 // "dense, skipreduce, topk, ..." for messages.
 std::string sync_method_names();
+// The method called `name`, or null.
+const SyncMethodInfo* find_sync_method(std::string_view name);
+// The method called `name`; InvalidArgument naming the valid ones otherwise.
+const SyncMethodInfo& sync_method(std::string_view name);
 
 std::unique_ptr<GradientSync> make_gradient_sync(
     std::string_view method, const SchemeOptions& options,

@@ -130,9 +130,7 @@ void validate(const TrainConfig& c) {
   }
   require(c.train_samples >= 0, "train-samples", "must be >= 0 (0: all)");
   require(c.test_samples >= 0, "test-samples", "must be >= 0 (0: all)");
-  bool known_method = false;
-  for (const SyncMethodInfo& info : sync_methods()) known_method |= info.name == c.method;
-  require(known_method, "method",
+  require(find_sync_method(c.method) != nullptr, "method",
           fmt::format("'{}' is not a synchronization method; valid: {}", c.method,
                       sync_method_names()));
   require(c.density > 0.0 && c.density <= 1.0, "density",
@@ -304,13 +302,12 @@ void update_from_json(TrainConfig& config, const nlohmann::json& json, const std
 
 std::map<std::string, std::string> effective_method_options(const TrainConfig& config) {
   std::map<std::string, std::string> options = config.method_options;
-  for (const SyncMethodInfo& info : sync_methods()) {
-    if (info.name != config.method) continue;
-    const bool takes_density = std::any_of(info.options.begin(), info.options.end(),
-                                           [](const OptionSpec& s) { return s.name == "density"; });
-    if (takes_density && !options.count("density")) {
-      options["density"] = fmt::format("{}", config.density);
-    }
+  const SyncMethodInfo* info = find_sync_method(config.method);
+  if (info == nullptr) return options;
+  const bool takes_density = std::any_of(info->options.begin(), info->options.end(),
+                                         [](const OptionSpec& s) { return s.name == "density"; });
+  if (takes_density && !options.count("density")) {
+    options["density"] = fmt::format("{}", config.density);
   }
   return options;
 }
