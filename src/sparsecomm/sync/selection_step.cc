@@ -58,11 +58,10 @@ const SparseSelection& SelectionStep::select(std::span<const float> gradient,
   parts_.memory->after_exchange(sent->indices);
 
   // The counts exclude the known ranges, as the exchanges' counts do.
-  const std::uint64_t mine = selection_.size();
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(comm.size()));
-  comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&mine, 1)),
-                 std::as_writable_bytes(std::span<std::uint64_t>(all)));
-  counts_.assign(all.begin(), all.end());
+  const std::size_t mine = selection_.size();
+  counts_.resize(static_cast<std::size_t>(comm.size()));  // no allocation after the first step
+  comm.allgather(std::as_bytes(std::span<const std::size_t>(&mine, 1)),
+                 std::as_writable_bytes(std::span<std::size_t>(counts_)));
   std::size_t union_size = 0;
   for (const std::size_t count : counts_) union_size += count;
   const ExchangeOutcome outcome{counts_, union_size,
