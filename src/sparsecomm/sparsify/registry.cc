@@ -135,8 +135,7 @@ const std::vector<OptionSpec>& common_option_specs() {
        "value precision on the wire: fp32|fp16|bf16 (the residual keeps the "
        "rounding error)"},
       {"encode_indices", "true", "delta-varint indices on the wire"},
-      {"memory", "ef",
-       "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
+      {"memory", "ef", "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
       {"momentum", "0.9",
        "memory=momentum only: m of the correction u = m*u + g, v = v + u, in [0, 1)"},
       {"clip_norm", "0",
