@@ -92,7 +92,7 @@ class _Group:
 
 # Metrics that add up over groups; the rest are taken from the first group.
 _SUMMED = ("numel", "target", "selected", "union_size", "bytes_sent", "bytes_received",
-           "index_bytes_raw", "index_bytes_encoded", "skip_subject", "accumulate_s",
+           "index_bytes_raw", "index_bytes_encoded", "skip_subject", "dense_numel", "accumulate_s",
            "selection_s", "exchange_s", "agreement_s", "selection_collective_s",
            "selection_collectives", "candidate_passes", "overlapped_s")
 

@@ -159,6 +159,7 @@ TEST(Metrics, JsonLineHasEveryField) {
   m.index_bytes_raw = 44;
   m.index_bytes_encoded = 20;
   m.skip_subject = 7;
+  m.dense_numel = 9;
   m.skipped_nonfinite = false;
   EXPECT_EQ(
       to_json_line(m),
@@ -166,7 +167,7 @@ TEST(Metrics, JsonLineHasEveryField) {
       R"("density_ratio":4,"imbalance":0.25,"residual_norm":0.0015,"accumulate_s":0.001,)"
       R"("selection_s":2e-05,"exchange_s":0.5,"agreement_s":0,"selection_collective_s":0,)"
       R"("selection_collectives":0,"candidate_passes":0,"bytes_sent":123,"bytes_received":456,)"
-      R"("index_bytes_raw":44,"index_bytes_encoded":20,"skip_subject":7,)"
+      R"("index_bytes_raw":44,"index_bytes_encoded":20,"skip_subject":7,"dense_numel":9,)"
       R"("overlapped_s":0,"skipped_nonfinite":false})");
   m.residual_norm = std::nan("");
   m.skipped_nonfinite = true;

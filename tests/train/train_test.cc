@@ -354,6 +354,69 @@ TEST(Trainer, BadOptionsFailClearly) {
   EXPECT_NE(message(c).find("already holds a run"), std::string::npos);
 }
 
+// --min-numel / --exclude: the small tensors are averaged densely, k counts
+// only the others, and bad rules are refused before the run directory exists.
+TEST(Trainer, SmallTensorsAreSentDenselyAndBadRulesAreRefused) {
+  const testing::ScratchDir scratch("dense_layers");
+  TrainConfig c = short_run("exdyna", scratch.path() / "run");
+  c.min_numel = 1000;
+  c.max_steps = 6;
+  c.stop_at_step = 3;
+  run_training(c);
+  std::size_t biases = 0, numel = 0;
+  {
+    torch::manual_seed(0);
+    const auto model = make_model("mlp", 10);
+    for (const auto& p : model->parameters()) {
+      numel += static_cast<std::size_t>(p.numel());
+      if (p.numel() < 1000) biases += static_cast<std::size_t>(p.numel());
+    }
+  }
+  ASSERT_GT(biases, 0u);
+  const report::RunData run = report::load_run(c.out);
+  ASSERT_EQ(run.steps.size(), 3u);
+  std::ifstream metrics(fs::path(c.out) / "metrics.jsonl");
+  int step_lines = 0;
+  for (std::string text; std::getline(metrics, text);) {
+    const nlohmann::json line = nlohmann::json::parse(text);
+    if (line.at("kind") != "step") continue;
+    ++step_lines;
+    EXPECT_EQ(line.at("dense_numel").get<std::size_t>(), biases);
+    EXPECT_EQ(line.at("numel").get<std::size_t>(), numel);
+    EXPECT_EQ(line.at("target").get<std::size_t>(), target_count(c.density, numel - biases));
+  }
+  EXPECT_EQ(step_lines, 3);
+  // Resuming without the rule would change the run: refused, naming it.
+  TrainConfig other = c;
+  other.min_numel = 0;
+  other.stop_at_step = 0;
+  other.out.clear();
+  EXPECT_NE(testing::error_message([&] { run_training(other, nullptr, c.out); }).find("min_numel"),
+            std::string::npos);
+
+  auto refused = [&](TrainConfig bad, const std::string& expected) {
+    bad.out = (scratch.path() / "bad").string();
+    const std::string message = testing::error_message([&] { run_training(bad); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+    EXPECT_FALSE(fs::exists(bad.out)) << expected;
+  };
+  TrainConfig bad = short_run("exdyna", "");
+  bad.exclude = {"nosuch.*"};
+  refused(bad, "its tensors (elements) are: fc1.weight (");
+  bad.exclude = {"*"};
+  refused(bad, "no tensor of the mlp model to sparsify");
+  bad.exclude.clear();
+  bad.min_numel = -1;
+  refused(bad, "--min-numel");
+  bad = short_run("dgc", "");
+  bad.min_numel = 1000;
+  refused(bad, "no momentum");
+  bad = short_run("topk", "");
+  bad.min_numel = 1000;
+  bad.servers = 1;
+  refused(bad, "all-reduce mode");
+}
+
 TEST(Trainer, RecordsAGradientTraceInTheTraceFormat) {
   const testing::ScratchDir scratch("trace");
   const auto json = testing::record_trace(short_run("dense", scratch.path() / "run"),

@@ -316,6 +316,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--bucket-mb", c.bucket_mb,
                   "pipelining: synchronize buckets of this many MiB while backward runs (0: off)")
       ->capture_default_str();
+  cmd->add_option("--min-numel", c.min_numel,
+                  "average tensors with fewer elements densely beside the method instead of "
+                  "sparsifying them (biases, small layers; e.g. 1024); the density then counts "
+                  "only the other tensors (0: sparsify every tensor)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--exclude", c.exclude,
+      "average the tensors whose name matches this shell pattern densely (repeatable; "
+      "e.g. 'fc2.*'; a pattern that matches no tensor is an error that lists the names)");
   cmd->add_option("--epochs,-e", c.epochs, "epochs")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps, "total steps instead of whole epochs (0: off)")
       ->capture_default_str();
@@ -397,6 +406,8 @@ void add_train_command(CLI::App& app) {
         {"--density", "density"},
         {"--nonfinite", "nonfinite"},
         {"--bucket-mb", "bucket_mb"},
+        {"--min-numel", "min_numel"},
+        {"--exclude", "exclude"},
         {"--servers", "servers"},
         {"--sync", "sync"},
         {"--staleness", "staleness"},

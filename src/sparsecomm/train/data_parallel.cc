@@ -50,6 +50,7 @@ void accumulate(StepMetrics& total, const StepMetrics& m) {
   total.index_bytes_raw += m.index_bytes_raw;
   total.index_bytes_encoded += m.index_bytes_encoded;
   total.skip_subject += m.skip_subject;
+  total.dense_numel += m.dense_numel;
   total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;
 }
 

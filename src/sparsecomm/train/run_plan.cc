@@ -1,11 +1,13 @@
 #include "sparsecomm/train/run_plan.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
@@ -88,6 +90,41 @@ std::size_t model_numel(const TrainConfig& config) {
   return numel;
 }
 
+DenseLayerRule dense_layer_rule(const TrainConfig& config) {
+  DenseLayerRule rule;
+  rule.min_numel = static_cast<std::size_t>(config.min_numel);
+  rule.patterns = config.exclude;
+  return rule;
+}
+
+void check_dense_layer_rule(const TrainConfig& config, std::span<const LayerSpan> layers) {
+  const DenseLayerRule rule = dense_layer_rule(config);
+  if (rule.empty() || config.method == "dense") return;
+  for (const std::string& pattern : rule.patterns) {
+    DenseLayerRule one;
+    one.patterns = {pattern};
+    if (std::none_of(layers.begin(), layers.end(),
+                     [&](const LayerSpan& layer) { return one.matches(layer); })) {
+      std::vector<std::string> names;
+      for (const LayerSpan& layer : layers) {
+        names.push_back(fmt::format("{} ({})", layer.name, layer.size));
+      }
+      throw InvalidArgument(fmt::format(
+          "--exclude '{}' matches no tensor of the {} model; its tensors (elements) are: {}",
+          pattern, config.model, fmt::join(names, ", ")));
+    }
+  }
+  if (std::all_of(layers.begin(), layers.end(),
+                  [&](const LayerSpan& layer) { return rule.matches(layer); })) {
+    throw InvalidArgument(fmt::format(
+        "{} no tensor of the {} model to sparsify: every tensor would be averaged densely; {}, "
+        "or run -m dense",
+        rule.patterns.empty() ? fmt::format("--min-numel {} leaves", config.min_numel)
+                              : "--min-numel and --exclude leave",
+        config.model, rule.patterns.empty() ? "lower --min-numel" : "exclude fewer tensors"));
+  }
+}
+
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,
                                                  const RunPlan& plan) {
   const TrainConfig& config = plan.config;
@@ -96,9 +133,16 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
   if (config.bucket_mb > 0 && parallel.bucket_bytes == 0) parallel.bucket_bytes = 1;
   const SchemeOptions method_options(plan.method_options);
   const NonFinitePolicy nonfinite = parse_nonfinite_policy(config.nonfinite);
-  return std::make_unique<DataParallel>(
-      module, comm, [&] { return make_gradient_sync(config.method, method_options, nonfinite); },
+  const DenseLayerRule dense = dense_layer_rule(config);
+  auto parallel_module = std::make_unique<DataParallel>(
+      module, comm,
+      [&] {
+        return with_dense_layers(make_gradient_sync(config.method, method_options, nonfinite),
+                                 dense, nonfinite);
+      },
       parallel);
+  check_dense_layer_rule(config, parallel_module->layers());
+  return parallel_module;
 }
 
 std::unique_ptr<FlatSgd> make_flat_sgd(const TrainConfig& config, GradientSync& sync) {
@@ -111,15 +155,19 @@ std::unique_ptr<FlatSgd> make_flat_sgd(const TrainConfig& config, GradientSync& 
 
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   const TrainConfig& c = plan.config;
-  return {{"model", c.model},
-          {"method", c.method},
-          {"method_options", plan.method_options},
-          {"workers", world},
-          {"batch", c.batch},
-          {"seed", c.seed},
-          {"dataset", c.dataset},
-          {"train_samples", c.train_samples},
-          {"numel", numel}};
+  nlohmann::json out = {{"model", c.model},
+                        {"method", c.method},
+                        {"method_options", plan.method_options},
+                        {"workers", world},
+                        {"batch", c.batch},
+                        {"seed", c.seed},
+                        {"dataset", c.dataset},
+                        {"train_samples", c.train_samples},
+                        {"numel", numel}};
+  // Present only when set, so checkpoints written before these options existed still match.
+  if (c.min_numel > 0) out["min_numel"] = c.min_numel;
+  if (!c.exclude.empty()) out["exclude"] = c.exclude;
+  return out;
 }
 
 void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current) {
@@ -129,6 +177,11 @@ void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& curren
       differences +=
           fmt::format("\n  {}: checkpoint {} vs this run {}", key,
                       saved.contains(key) ? saved[key].dump() : "(absent)", value.dump());
+    }
+  }
+  for (const auto& [key, value] : saved.items()) {  // set then, not now (e.g. --min-numel)
+    if (!current.contains(key)) {
+      differences += fmt::format("\n  {}: checkpoint {} vs this run (absent)", key, value.dump());
     }
   }
   if (!differences.empty()) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/sync/dense_layers.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/models.h"
 #include "sparsecomm/train/run_writer.h"
@@ -108,8 +110,14 @@ std::shared_ptr<Model> make_seeded_model(const TrainConfig& config);
 // Its parameter count.
 std::size_t model_numel(const TrainConfig& config);
 
+// --min-numel and --exclude as a rule (sync/dense_layers.h).
+DenseLayerRule dense_layer_rule(const TrainConfig& config);
+// InvalidArgument when a pattern of --exclude matches none of `layers` (the
+// message lists their names) or the rule leaves no tensor to sparsify.
+void check_dense_layer_rule(const TrainConfig& config, std::span<const LayerSpan> layers);
+
 // The configured synchronization of `module`'s parameters (--method, its
-// options, --nonfinite, --bucket-mb) on `comm`, and the optimizer that
+// options, --nonfinite, --bucket-mb, --min-numel, --exclude) on `comm`, and the optimizer that
 // applies it (FlatSgd with --momentum, --nesterov, --weight-decay; no
 // momentum of its own when the method applies momentum itself, as DGC does).
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,

@@ -55,6 +55,7 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"index_bytes_raw", m.index_bytes_raw},
                          {"index_bytes_encoded", m.index_bytes_encoded},
                          {"skip_subject", m.skip_subject},
+                         {"dense_numel", m.dense_numel},
                          {"overlapped_s", number(m.overlapped_s)},
                          {"skipped_nonfinite", m.skipped_nonfinite}};
   if (s.embedding.present) {

@@ -19,11 +19,11 @@ namespace sparsecomm {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
     test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
-    embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb, servers,
-    sync, staleness, staleness_low, staleness_high, slowdown, epochs, max_steps, batch, lr,
-    momentum, nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed,
-    deterministic, eval_every, eval_deferred, out, checkpoint_every, stop_at_step, record_gradients,
-    record_steps, plots)
+    embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb,
+    min_numel, exclude, servers, sync, staleness, staleness_low, staleness_high, slowdown, epochs,
+    max_steps, batch, lr, momentum, nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones,
+    lr_gamma, seed, deterministic, eval_every, eval_deferred, out, checkpoint_every, stop_at_step,
+    record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp",      "cnn",       "resnet18",
@@ -139,6 +139,13 @@ void validate(const TrainConfig& c) {
           fmt::format("'{}': valid are stop, skip", c.nonfinite));
   require(c.bucket_mb >= 0.0 && std::isfinite(c.bucket_mb), "bucket-mb",
           fmt::format("{} MiB: give 0 (no pipelining) or a positive bucket size", c.bucket_mb));
+  require(c.min_numel >= 0, "min-numel",
+          fmt::format("{}: give 0 (sparsify every tensor) or the size below which tensors are "
+                      "averaged densely, e.g. 1024",
+                      c.min_numel));
+  for (const std::string& pattern : c.exclude) {
+    require(!pattern.empty(), "exclude", "an empty name pattern matches nothing; drop it");
+  }
   require(
       c.servers >= 0 && c.servers <= (1 << 24), "servers",
       fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));
@@ -171,6 +178,9 @@ void validate(const TrainConfig& c) {
             "parameter-server mode stops on NaN/inf gradients; drop --nonfinite skip");
     require(c.bucket_mb == 0.0, "bucket-mb",
             "pipelining is not available in parameter-server mode; drop --bucket-mb");
+    require(c.min_numel == 0 && c.exclude.empty(), "min-numel",
+            "dense tensors beside a sparse method (--min-numel, --exclude) are for all-reduce "
+            "mode; parameter-server pushes sparsify the whole gradient");
     require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
             "checkpoints (and --stop-at-step) are not supported in parameter-server mode yet");
     require(c.record_gradients.empty(), "record-gradients",

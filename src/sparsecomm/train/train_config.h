@@ -45,6 +45,11 @@ struct TrainConfig {
   std::map<std::string, std::string> method_options;  // key=value, the method's own
   std::string nonfinite = "stop";                     // stop | skip
   double bucket_mb = 0.0;  // pipelining: bucket size in MiB (0: synchronize after backward)
+  // Tensors averaged densely beside the method instead of sparsified
+  // (sync/dense_layers.h): fewer elements than this (0: none), or a name
+  // matching one of these shell patterns.
+  std::int64_t min_numel = 0;
+  std::vector<std::string> exclude;
 
   // Parameter-server mode (servers > 0): `workers` workers train, `servers`
   // servers own shards of the parameters; the world is workers + servers

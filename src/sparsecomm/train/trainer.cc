@@ -80,7 +80,12 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
     }
     validate_ps_options(ps_options(plan, {}));
   } else {
-    make_gradient_sync(config.method, SchemeOptions(plan.method_options));
+    with_dense_layers(make_gradient_sync(config.method, SchemeOptions(plan.method_options)),
+                      dense_layer_rule(config), NonFinitePolicy::kStop);
+    if (!dense_layer_rule(config).empty() && config.model != "dlrm") {  // dlrm: its MLPs, later
+      FlatModule probe(*make_seeded_model(config));
+      check_dense_layer_rule(config, probe.layers());
+    }
   }
 
   plan.backend = resolve_backend(parse_backend(config.backend));
