@@ -40,11 +40,7 @@ class DenseLayersSync final : public GradientSync {
                           Communicator& comm) override {
     plan(gradient.size(), ctx.layers);
 
-    for (std::size_t i = 0, at = 0; i < dense_runs_.size(); ++i) {
-      const Range r = dense_runs_[i];
-      std::copy(gradient.begin() + r.begin, gradient.begin() + r.end, dense_values_.begin() + at);
-      at += r.end - r.begin;
-    }
+    move_runs(gradient, dense_runs_, dense_values_, /*gather=*/true);
     StepMetrics dense;
     if (!dense_values_.empty()) dense = dense_->synchronize(dense_values_, ctx, comm);
     if (dense.skipped_nonfinite) {  // the same average, so the same decision, on every rank
@@ -76,12 +72,7 @@ class DenseLayersSync final : public GradientSync {
     if (m.skipped_nonfinite) {
       std::fill(gradient.begin(), gradient.end(), 0.0f);
     } else {
-      for (std::size_t i = 0, at = 0; i < dense_runs_.size(); ++i) {
-        const Range r = dense_runs_[i];
-        std::copy(dense_values_.begin() + at, dense_values_.begin() + at + (r.end - r.begin),
-                  gradient.begin() + r.begin);
-        at += r.end - r.begin;
-      }
+      move_runs(gradient, dense_runs_, dense_values_, /*gather=*/false);
     }
     m.numel += dense.numel;
     m.dense_numel = dense.numel;
