@@ -30,7 +30,8 @@ so that design was set aside (docs/python.md, "Not yet").
 
 Parameters excluded from sparsification (``exclude`` name patterns,
 ``min_numel``) form their own groups, averaged by sparsecomm's dense ring
-all-reduce.
+all-reduce, finiteness checked; a non-finite value in any group stops or
+skips the whole step.
 """
 
 import fnmatch
@@ -40,7 +41,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from ._sparsecomm import Communicator, Synchronizer, allreduce
+from ._sparsecomm import Communicator, Synchronizer
 from ._common import option_texts
 
 
@@ -72,14 +73,15 @@ def _split(parameters, cap_bytes):
 
 class _Group:
     """Parameters exchanged together, by one synchronizer (a sparsecomm
-    method with its own state) or, for excluded parameters, by the dense
-    ring (synchronizer None)."""
+    method with its own state) or, for excluded parameters (synchronizer
+    None), by `dense`: sparsecomm's dense ring, which checks finiteness too."""
 
-    def __init__(self, parameters, synchronizer):
+    def __init__(self, parameters, synchronizer, dense=None):
         self.names = [name for name, _ in parameters]
         self.ids = [id(parameter) for _, parameter in parameters]
         self.layers = [parameter.numel() for _, parameter in parameters]  # DEFT's tensors
         self.synchronizer = synchronizer
+        self.dense = dense
         self.flat = None  # the gathered gradients, made once
 
     def flatten(self, views):
@@ -169,7 +171,8 @@ class HookState:
             synchronizer = first if index == 0 else Synchronizer(self.comm, method, self.options,
                                                                   nonfinite)
             self._groups.append(_Group(run, synchronizer))
-        self._groups += [_Group(run, None) for run in _split(dense, cap)]
+        self._groups += [_Group(run, None, Synchronizer(self.comm, "dense", {}, nonfinite))
+                         for run in _split(dense, cap)]
         self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
         self.epoch = 0.0
@@ -255,13 +258,14 @@ class HookState:
         g = self._groups[index]
         views = [self._gradients[pid] for pid in g.ids]
         flat = g.flatten(views)
-        metrics = None
         if g.synchronizer is not None:
             metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index,
                                                             g.layers))
         else:
-            allreduce(self.comm, flat)
-            flat /= self.comm.size
+            metrics = json.loads(g.dense.synchronize(flat, self.step, self.epoch, index))
+            # Counted as dense elements, not as the method's selections (K/k).
+            metrics["dense_numel"] = metrics["numel"]
+            metrics["target"] = metrics["selected"] = metrics["union_size"] = 0
         offset = 0
         for view in views:
             view.copy_(flat[offset:offset + view.numel()].view_as(view))
@@ -294,6 +298,13 @@ class HookState:
         self._buckets = still_waiting
         if all(self._done):
             self.metrics = _combined([self._step_metrics[i] for i in sorted(self._step_metrics)])
+            if self.metrics["skipped_nonfinite"]:
+                # One group's NaN or inf skips the whole step on every rank
+                # (each group's decision is the same on every rank). DDP
+                # reads the buckets after the last hook, so zeroing them here
+                # also reaches the buckets already handed back.
+                for gradient in self._gradients.values():
+                    gradient.zero_()
             self.step += 1
             self._begin_step()
         for bucket, future, _ in completed:

@@ -69,7 +69,9 @@ def _groups_exchange_as_their_gradients_arrive(rank, world):
     # Dense-averaged parameters get groups of their own.
     state, hooked = _train(rank, 2, "topk", bucket_mb=0.0001, exclude="0.*", density=0.1)
     assert state.groups[-2:] == [(["0.bias"], False), (["0.weight"], False)]
-    assert state.metrics["groups"] == 2
+    assert state.metrics["groups"] == 4
+    assert state.metrics["dense_numel"] == 20 * 32 + 32  # counted, not selected
+    assert state.metrics["target"] < state.metrics["numel"] - state.metrics["dense_numel"]
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -180,7 +182,9 @@ def _excluded_layers_are_averaged_densely(rank, world):
     # exact too); the rest go through the dense ring.
     state, hooked = _train(rank, 1, "topk", exclude=["0.*", "2.weight"], density=1.0)
     assert [name for name, _ in state.sparse] == ["2.bias"]
-    assert state.metrics["numel"] == 4
+    assert state.metrics["numel"] == default.numel()
+    assert state.metrics["dense_numel"] == default.numel() - 4
+    assert state.metrics["target"] == state.metrics["union_size"] == 4  # K/k: the method's
     assert torch.allclose(hooked, default, rtol=1e-5, atol=1e-6)
     state, _ = _train(rank, 1, "topk", min_numel=100, density=0.5)
     assert [name for name, _ in state.sparse] == ["0.weight", "2.weight"]
@@ -188,6 +192,32 @@ def _excluded_layers_are_averaged_densely(rank, world):
 
 def test_excluded_layers_are_averaged_densely(run_world):
     run_world(2, _excluded_layers_are_averaged_densely)
+
+
+def _nonfinite_dense_group(rank, world, nonfinite):
+    """A NaN in an excluded (densely averaged) tensor on one rank: the dense
+    group checks it like the method's groups do, and the whole step is
+    skipped or stopped on every rank."""
+    model = DDP(_model())
+    state = sparsecomm.register(model, "topk", density=0.5, min_numel=100, nonfinite=nonfinite)
+    if rank == 0:
+        model.module[2].bias.register_hook(lambda g: g * float("nan"))
+    x, y = _batches(rank, 1)[0]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    if nonfinite == "stop":
+        with pytest.raises(RuntimeError, match="exchange failed at step 0"):
+            loss.backward()
+        return
+    loss.backward()
+    assert state.metrics["skipped_nonfinite"]
+    assert state.metrics["dense_numel"] == 32 + 4  # the two biases
+    for name, parameter in model.named_parameters():
+        assert torch.count_nonzero(parameter.grad) == 0, name
+
+
+@pytest.mark.parametrize("nonfinite", ["skip", "stop"])
+def test_a_nonfinite_excluded_tensor_skips_or_stops_the_whole_step(run_world, nonfinite):
+    run_world(2, _nonfinite_dense_group, nonfinite)
 
 
 def _sparse_steps_send_their_density(rank, world):
