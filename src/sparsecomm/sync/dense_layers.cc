@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "sparsecomm/core/errors.h"
 
@@ -40,7 +39,7 @@ class DenseLayersSync final : public GradientSync {
                           Communicator& comm) override {
     plan(gradient.size(), ctx.layers);
 
-    move_runs(gradient, dense_runs_, dense_values_, /*gather=*/true);
+    gather_runs(gradient, dense_runs_, dense_values_);
     StepMetrics dense;
     if (!dense_values_.empty()) dense = dense_->synchronize(dense_values_, ctx, comm);
     if (dense.skipped_nonfinite) {  // the same average, so the same decision, on every rank
@@ -58,21 +57,20 @@ class DenseLayersSync final : public GradientSync {
       m.step = ctx.step;
     } else {
       const bool in_place = sparse_runs_.size() == 1;
-      std::span<float> part =
-          in_place
-              ? gradient.subspan(sparse_runs_[0].begin, sparse_runs_[0].end - sparse_runs_[0].begin)
-              : std::span<float>(packed_);
-      if (!in_place) move_runs(gradient, sparse_runs_, packed_, /*gather=*/true);
+      std::span<float> part = in_place
+                                  ? gradient.subspan(sparse_runs_[0].begin, sparse_runs_[0].size())
+                                  : std::span<float>(packed_);
+      if (!in_place) gather_runs(gradient, sparse_runs_, packed_);
       StepContext inner_ctx = ctx;
       inner_ctx.layers = sparse_layers_;
       m = inner_->synchronize(part, inner_ctx, comm);
-      if (!in_place) move_runs(gradient, sparse_runs_, packed_, /*gather=*/false);
+      if (!in_place) scatter_runs(packed_, sparse_runs_, gradient);
     }
 
     if (m.skipped_nonfinite) {
       std::fill(gradient.begin(), gradient.end(), 0.0f);
     } else {
-      move_runs(gradient, dense_runs_, dense_values_, /*gather=*/false);
+      scatter_runs(dense_values_, dense_runs_, gradient);
     }
     m.numel += dense.numel;
     m.dense_numel = dense.numel;
@@ -86,12 +84,7 @@ class DenseLayersSync final : public GradientSync {
     const std::span<const float> inner = inner_->kept();
     if (inner.empty()) return {};
     kept_.assign(numel_, 0.0f);
-    for (std::size_t i = 0, at = 0; i < sparse_runs_.size(); ++i) {
-      const Range r = sparse_runs_[i];
-      std::copy(inner.begin() + at, inner.begin() + at + (r.end - r.begin),
-                kept_.begin() + r.begin);
-      at += r.end - r.begin;
-    }
+    scatter_runs(inner, sparse_runs_, kept_);
     return kept_;
   }
 
@@ -166,18 +159,22 @@ class DenseLayersSync final : public GradientSync {
     planned_ = true;
   }
 
-  // Copies the runs of `full` into `packed` (gather) or back.
-  static void move_runs(std::span<float> full, const std::vector<Range>& runs,
-                        std::vector<float>& packed, bool gather) {
+  // Copies the runs of `full` one after another into `packed`.
+  static void gather_runs(std::span<const float> full, const std::vector<Range>& runs,
+                          std::span<float> packed) {
     std::size_t at = 0;
     for (const Range r : runs) {
-      const std::size_t size = r.end - r.begin;
-      if (gather) {
-        std::copy(full.begin() + r.begin, full.begin() + r.end, packed.begin() + at);
-      } else {
-        std::copy(packed.begin() + at, packed.begin() + at + size, full.begin() + r.begin);
-      }
-      at += size;
+      std::copy(full.begin() + r.begin, full.begin() + r.end, packed.begin() + at);
+      at += r.size();
+    }
+  }
+  // The inverse: `packed`, one run after another, back into the runs of `full`.
+  static void scatter_runs(std::span<const float> packed, const std::vector<Range>& runs,
+                           std::span<float> full) {
+    std::size_t at = 0;
+    for (const Range r : runs) {
+      std::copy(packed.begin() + at, packed.begin() + at + r.size(), full.begin() + r.begin);
+      at += r.size();
     }
   }
 

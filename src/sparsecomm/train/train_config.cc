@@ -143,9 +143,6 @@ void validate(const TrainConfig& c) {
           fmt::format("{}: give 0 (sparsify every tensor) or the size below which tensors are "
                       "averaged densely, e.g. 1024",
                       c.min_numel));
-  for (const std::string& pattern : c.exclude) {
-    require(!pattern.empty(), "exclude", "an empty name pattern matches nothing; drop it");
-  }
   require(
       c.servers >= 0 && c.servers <= (1 << 24), "servers",
       fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));
