@@ -92,19 +92,27 @@ void ring_round(Communicator& comm, std::span<const std::byte> out, std::span<st
   send.wait();
 }
 
-// A ring round of `bytes`: the slowest rank's time per iteration, median
-// over iterations.
-double ring_round_seconds(Communicator& comm, std::size_t bytes, int iters) {
+// `rounds` ring rounds of `bytes` back to back after a barrier: the slowest
+// rank's time per round, median over iterations. A collective's rounds
+// follow one another like this, so a chain gives the per-round latency the
+// model charges. One round alone (rounds = 1) also pays every rank's wake-up
+// from the barrier, which where ranks share cores costs more than a round
+// (docs/benchmarks.md, "Alpha from a chain of rounds").
+double ring_round_seconds(Communicator& comm, std::size_t bytes, int rounds, int iters) {
   std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
   std::vector<double> mine;
   for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
     comm.barrier();
     Stopwatch clock;
-    ring_round(comm, out, in);
-    if (it > 0) mine.push_back(clock.seconds());
+    for (int round = 0; round < rounds; ++round) ring_round(comm, out, in);
+    if (it > 0) mine.push_back(clock.seconds() / rounds);
   }
   return median_of_rank_max(comm, mine);
 }
+
+// The chain that measures alpha: about as many rounds as a sparse step's
+// collectives take on a few hosts.
+constexpr int kAlphaChainRounds = 16;
 
 // What this host's NICs have sent, and which host this is. Hosts are told
 // apart by their interfaces' names and hardware addresses, not by hostname:
@@ -162,8 +170,8 @@ std::optional<double> wire_bytes_per_rank(Communicator& comm, const std::functio
 // Framing on the wire, from the NIC counters: bytes per message beyond its
 // payload, from 8-byte ring rounds (a run of `kRounds` against one of a
 // fifth as many, so that the barriers around them cancel), and per payload
-// byte, from two ring all-reduces of `bulk_bytes` (their messages' framing
-// taken out). nullopt when a rank cannot read its NIC counters.
+// byte, from ring all-reduces of `bulk_bytes` (the median of three; their
+// messages' framing taken out). nullopt when a rank cannot read its NIC counters.
 struct WireFraming {
   double per_message = 0.0;
   double per_byte = 0.0;
@@ -180,21 +188,30 @@ std::optional<WireFraming> measure_wire_framing(Communicator& comm, std::size_t 
   };
   const std::optional<double> few = wire_bytes_per_rank(comm, rounds(kRounds / 5));
   const std::optional<double> many = wire_bytes_per_rank(comm, rounds(kRounds));
-  std::vector<float> data(bulk_bytes / sizeof(float), 1.0f);
-  const AllreduceOptions ring;
-  const std::optional<double> bulk = wire_bytes_per_rank(comm, [&] {
-    for (int call = 0; call < 2; ++call) allreduce(comm, std::span<float>(data), ring);
-  });
-  if (!few || !many || !bulk) return std::nullopt;
+  if (!few || !many) return std::nullopt;
   WireFraming framing;
   framing.per_message =
       std::max(0.0, (*many - *few) / (kRounds - kRounds / 5) - static_cast<double>(out.size()));
+  // The bulk overhead is mostly headers and acknowledgements, and how many
+  // acknowledgements TCP sends depends on timing (delayed or immediate):
+  // one all-reduce on a busy host can count 8% where the next counts 5%.
+  // The median of three all-reduces keeps one such outlier out.
+  constexpr int kBulkRepeats = 3;
+  std::vector<float> data(bulk_bytes / sizeof(float), 1.0f);
+  const AllreduceOptions ring;
   const double chunk = static_cast<double>(bulk_bytes) / n;
   const double messages =
       2.0 * (n - 1) * std::ceil(chunk / static_cast<double>(ring.segment_bytes));
   const double payload = 2.0 * (n - 1) * chunk;
-  framing.per_byte =
-      std::max(0.0, (*bulk / 2 - payload - messages * framing.per_message) / payload);
+  std::vector<double> per_byte;
+  for (int repeat = 0; repeat < kBulkRepeats; ++repeat) {
+    const std::optional<double> bulk =
+        wire_bytes_per_rank(comm, [&] { allreduce(comm, std::span<float>(data), ring); });
+    if (!bulk) return std::nullopt;
+    per_byte.push_back(std::max(0.0, (*bulk - payload - messages * framing.per_message) / payload));
+  }
+  std::ranges::nth_element(per_byte, per_byte.begin() + kBulkRepeats / 2);
+  framing.per_byte = per_byte[kBulkRepeats / 2];
   return framing;
 }
 
@@ -413,6 +430,7 @@ void run_calibrate(const CalibrateOptions& o) {
     std::vector<SizeRow> rows;
     perf::CostProfile profile;
     bool beta_is_upper_bound = false;
+    double lone_round_s = 0.0;  // one 8-byte round alone, for the log
     std::optional<WireFraming> framing;
     comm.barrier();
     const HostCosts mine = measure_host(o, d, schemes);
@@ -437,10 +455,11 @@ void run_calibrate(const CalibrateOptions& o) {
     }
     profile.select_s_per_element["default"] = select_default;
     if (!o.host_only) {
-      // alpha: one ring round of 8 bytes. beta: the slope of our ring
-      // all-reduce between the two largest buffers, less its reduction:
-      // t(N) = 2(n-1) alpha + N (2(n-1)/n beta + (n-1)/n gamma/4).
-      profile.alpha_s = ring_round_seconds(comm, 8, o.iters);
+      // alpha: a ring round of 8 bytes within a chain of rounds. beta: the
+      // slope of our ring all-reduce between the two largest buffers, less
+      // its reduction: t(N) = 2(n-1) alpha + N (2(n-1)/n beta + (n-1)/n gamma/4).
+      profile.alpha_s = ring_round_seconds(comm, 8, kAlphaChainRounds, o.iters);
+      lone_round_s = ring_round_seconds(comm, 8, 1, o.iters);
       for (const std::size_t bytes : sizes) {
         rows.push_back(
             {.bytes = bytes, .measured_s = ring_allreduce_seconds(comm, bytes, o.iters)});
@@ -527,9 +546,10 @@ void run_calibrate(const CalibrateOptions& o) {
                    100.0 * (row.fitted_s / row.measured_s - 1.0));
       }
       fmt::print(
-          "alpha {:.2f} us (one ring round of 8 bytes), beta {}{:.4g} ns/byte ({:.3g} Gbit/s "
-          "per direction; {})\n",
-          profile.alpha_s * 1e6, beta_is_upper_bound ? "<= " : "", profile.beta_s_per_byte * 1e9,
+          "alpha {:.2f} us (a ring round of 8 bytes in a chain of {}; one round alone after a "
+          "barrier: {:.2f} us), beta {}{:.4g} ns/byte ({:.3g} Gbit/s per direction; {})\n",
+          profile.alpha_s * 1e6, kAlphaChainRounds, lone_round_s * 1e6,
+          beta_is_upper_bound ? "<= " : "", profile.beta_s_per_byte * 1e9,
           8.0 / profile.beta_s_per_byte / 1e9,
           beta_is_upper_bound ? "the largest buffer's time, all of it charged to bandwidth"
                               : "the all-reduce's slope between the two largest buffers");
