@@ -459,6 +459,25 @@ TEST(MeasuredScaling, BenchRowsReplaceTheBuiltInStatisticsOfTheirSchemes) {
   EXPECT_EQ(predict_step("dense", s, p).statistics, "");
 }
 
+// A mean of 1.5 histogram rounds per step costs half-way between 1 and 2:
+// the second round runs on half of the steps.
+TEST(MeasuredScaling, AFractionalMeanOfSelectionRoundsCostsItsShareOfTheSteps) {
+  auto with_rounds = [](double rounds) {
+    nlohmann::json row = bench_row("micro", 4, 1.0, 250, 0.1);
+    row["selection_collectives_mean"] = rounds;
+    const std::vector<BenchRows> inputs = {{"r.json", nlohmann::json::array({row})}};
+    const MeasuredScaling measured = scaling_from_bench_rows(inputs);
+    Scenario s{.ranks = 4, .numel = 1e5, .density = 0.01};
+    s.statistics = &measured.table;
+    return predict_step("micro", s, unit_profile());
+  };
+  const StepPrediction one = with_rounds(1.0), half = with_rounds(1.5), two = with_rounds(2.0);
+  EXPECT_GT(two.bytes_sent, one.bytes_sent);
+  EXPECT_GT(two.exchange_s, one.exchange_s);
+  EXPECT_NEAR(half.bytes_sent, (one.bytes_sent + two.bytes_sent) / 2, 1e-9);
+  EXPECT_NEAR(half.exchange_s, (one.exchange_s + two.exchange_s) / 2, 1e-12);
+}
+
 TEST(MeasuredScaling, RowsThatAreNotBenchRowsAreRefusedNamingTheFileAndField) {
   auto load = [](nlohmann::json rows) {
     const std::vector<BenchRows> inputs = {{"stats.json", std::move(rows)}};

@@ -23,14 +23,6 @@ CommCost round_of(const CostProfile& p, double sent, double received) {
           .bytes_received = received};
 }
 
-CommCost times(CommCost cost, double count) {
-  cost.seconds *= count;
-  cost.rounds *= count;
-  cost.bytes_sent *= count;
-  cost.bytes_received *= count;
-  return cost;
-}
-
 CommCost reduction(const CostProfile& p, double elements) {
   return {.seconds = elements * p.gamma_s_per_element};
 }
@@ -80,6 +72,14 @@ CommCost& CommCost::operator+=(const CommCost& other) {
 
 CommCost operator+(CommCost a, const CommCost& b) { return a += b; }
 
+CommCost operator*(CommCost cost, double count) {
+  cost.seconds *= count;
+  cost.rounds *= count;
+  cost.bytes_sent *= count;
+  cost.bytes_received *= count;
+  return cost;
+}
+
 int largest_power_of_two(int n) {
   check_world(n);
   return static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
@@ -102,17 +102,15 @@ CommCost ring_allreduce(const CostProfile& p, int n, double bytes) {
   check_world(n);
   if (n == 1) return {};
   const double chunk = bytes / n;
-  return times(round_of(p, chunk, chunk), 2.0 * (n - 1)) +
-         reduction(p, (n - 1) * chunk / kFloatBytes);
+  return round_of(p, chunk, chunk) * (2.0 * (n - 1)) + reduction(p, (n - 1) * chunk / kFloatBytes);
 }
 
 CommCost recursive_doubling_allreduce(const CostProfile& p, int n, double bytes) {
   check_world(n);
   const int pow2 = largest_power_of_two(n);
   const double levels = std::log2(pow2);
-  CommCost cost =
-      times(round_of(p, bytes, bytes), levels) + reduction(p, levels * bytes / kFloatBytes);
-  if (n > pow2) cost += times(round_of(p, bytes, bytes), 2.0) + reduction(p, bytes / kFloatBytes);
+  CommCost cost = round_of(p, bytes, bytes) * levels + reduction(p, levels * bytes / kFloatBytes);
+  if (n > pow2) cost += round_of(p, bytes, bytes) * 2.0 + reduction(p, bytes / kFloatBytes);
   return cost;
 }
 
@@ -124,27 +122,27 @@ CommCost skip_reduce(const CostProfile& p, int n, int skip, double bytes) {
   if (n == 1) return {};
   const double chunk = bytes / n;
   const double scatter_steps = n - 1 - skip;
-  return times(round_of(p, chunk, chunk), scatter_steps + (n - 1)) +
+  return round_of(p, chunk, chunk) * (scatter_steps + (n - 1)) +
          reduction(p, scatter_steps * chunk / kFloatBytes);
 }
 
 CommCost ring_allgatherv(const CostProfile& p, int n, double mean_block, double max_block) {
   check_world(n);
   if (n == 1) return {};
-  CommCost cost = times(round_of(p, mean_block, mean_block), n - 1.0);
+  CommCost cost = round_of(p, mean_block, mean_block) * (n - 1.0);
   cost.seconds = (n - 1) * (p.alpha_s + std::max(mean_block, max_block) * p.beta_s_per_byte);
   return cost;
 }
 
 CommCost alltoallv(const CostProfile& p, int n, double bytes_per_peer) {
   check_world(n);
-  return times(round_of(p, bytes_per_peer, bytes_per_peer), n - 1.0);
+  return round_of(p, bytes_per_peer, bytes_per_peer) * (n - 1.0);
 }
 
 CommCost binomial_broadcast(const CostProfile& p, int n, double bytes) {
   check_world(n);
   const double levels = std::ceil(std::log2(static_cast<double>(n)));
-  CommCost cost = times(round_of(p, bytes, bytes), levels);
+  CommCost cost = round_of(p, bytes, bytes) * levels;
   // Every rank but the root receives the buffer once, and someone sent it.
   cost.bytes_sent = cost.bytes_received = (n - 1.0) / n * bytes;
   return cost;

@@ -25,6 +25,9 @@ struct CommCost {
   CommCost& operator+=(const CommCost& other);
 };
 CommCost operator+(CommCost a, const CommCost& b);
+// `count` times the cost (every field): repeated rounds, or an expected
+// cost when a collective runs on a share of the steps.
+CommCost operator*(CommCost cost, double count);
 
 // Bytes of one 32-bit value and of the header every pattern but `shared`
 // all-gathers first (count, payload bytes, d).

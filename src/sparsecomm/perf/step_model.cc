@@ -132,9 +132,13 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
         call.comm += sparse_allgather(p, n, send);
       } else {
         call.comm += union_allreduce(p, n, send);
-        for (int round = 0; round < std::lround(stats.rounds); ++round) {
+        // stats.rounds is a mean over steps (1.58: some steps need a second
+        // round), so the last round counts by the share of steps that run it.
+        for (int round = 0; round < stats.rounds; ++round) {
           const double copies = round == 0 && shape.capped ? 2 : 1;
-          call.comm += recursive_doubling_allreduce(p, n, copies * kHistogramBytes);
+          const double share_of_steps = std::min(1.0, stats.rounds - round);
+          call.comm +=
+              recursive_doubling_allreduce(p, n, copies * kHistogramBytes) * share_of_steps;
         }
       }
       return call;
