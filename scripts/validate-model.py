@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The table of scripts/validate-model.sh: measured against predicted.
 
-    scripts/validate-model.py OUT [--measured-stats] [--no-spread] [--clusters GLOB]
+    scripts/validate-model.py OUT [--measured-stats] [--no-spread | --rms-spread] [--clusters GLOB]
 
 For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>/result.json
 it asks `sparsecomm plan` (with the cluster's calibrated profile, the
@@ -18,7 +18,11 @@ model alone; without it they also hold the statistics' error.
 The prediction includes the arrival wait (`plan --compute-spread-ms`) with
 the cell's own spread: the spread across ranks within a step (summary.json's
 compute_spread_s) where the cell recorded it, else the standard deviation
-of rank 0's compute time over its timed steps, standing in for it. --no-spread
+of rank 0's compute time over its timed steps, standing in for it. The
+spread across ranks is the mean over steps of their standard deviation
+(summary.json since 2026-11-27, evening); --rms-spread takes its root mean
+square over steps instead (the input before; in older cells
+compute_spread_s was the RMS, so both read the same there). --no-spread
 leaves the wait out (the model before 2026-11-26's revision). --clusters
 takes only the clusters whose directory matches GLOB (e.g. '*-h4-q50').
 
@@ -54,7 +58,9 @@ def stats_file(result, directory):
     """The cell's statistics as one `bench sparsifiers --format json` row."""
     path = os.path.join(directory, "stats.json")
     with open(path, "w") as f:
-        json.dump([{"scheme": result["method"], "numel": result["numel"], "density": 0.01,
+        # The scheme ran on the tensors not sent densely beside it.
+        numel = result["numel"] - result.get("dense_numel", 0)
+        json.dump([{"scheme": result["method"], "numel": numel, "density": 0.01,
                     "workers": result["workers"],
                     "density_ratio_mean": result["density_ratio"],
                     "selected_mean": result["selected"], "imbalance_mean": result["imbalance"],
@@ -63,13 +69,15 @@ def stats_file(result, directory):
     return path
 
 
-def compute_spread(result, cell):
+def compute_spread(result, cell, rms=False):
     """The spread across ranks within a step when the cell has it (runs since
     summary.json reported it; over the timed steps alone in cells with
     steps_skipped, since the untimed first steps spread far more), else the standard deviation of rank 0's
     compute time over the timed steps: result.json's, or from the cell's
     metrics for cells measured before validate-model.sh recorded it (0 when
     neither is there)."""
+    if rms and result.get("compute_spread_rms_s") is not None:
+        return result["compute_spread_rms_s"]
     if result.get("compute_spread_across_ranks_s") is not None:
         return result["compute_spread_across_ranks_s"]
     if "compute_spread_s" in result:
@@ -107,6 +115,8 @@ def predict(profile, result, measured_stats, spread_s):
             "--methods", method, "--format", "json"]
     if method == "ps":
         args += ["--servers", str(result["servers"])]
+    if result.get("dense_numel", 0) > 0:  # validate-model.sh --min-numel
+        args += ["--dense-params", str(result["dense_numel"])]
     if measured_stats and method in STATISTICS_SCHEMES:
         if "density_ratio" not in result:
             sys.exit(f"the {method} cell has no statistics; rerun validate-model.sh")
@@ -126,21 +136,23 @@ def main():
     args = sys.argv[1:]
     measured_stats = "--measured-stats" in args
     no_spread = "--no-spread" in args
-    args = [a for a in args if a not in ("--measured-stats", "--no-spread")]
+    rms_spread = "--rms-spread" in args
+    args = [a for a in args if a not in ("--measured-stats", "--no-spread", "--rms-spread")]
     clusters = "*"
     if "--clusters" in args and args.index("--clusters") + 1 < len(args):
         at = args.index("--clusters")
         clusters = args[at + 1]
         del args[at:at + 2]
     if len(args) != 1 or not os.path.isdir(args[0]):
-        sys.exit("usage: validate-model.py OUT [--measured-stats] [--no-spread] [--clusters GLOB]")
+        sys.exit("usage: validate-model.py OUT [--measured-stats] [--no-spread | --rms-spread] "
+                 "[--clusters GLOB]")
     out_dir = args[0]
     rows = []
     for path in sorted(glob.glob(os.path.join(out_dir, clusters, "*", "result.json"))):
         cluster = os.path.basename(os.path.dirname(os.path.dirname(path)))
         profile = os.path.join(os.path.dirname(os.path.dirname(path)), "profile.json")
         result = mean_over_workers(json.load(open(path)))
-        spread = 0.0 if no_spread else compute_spread(result, os.path.dirname(path))
+        spread = 0.0 if no_spread else compute_spread(result, os.path.dirname(path), rms_spread)
         p = predict(profile, result, measured_stats, spread)
         rows.append((cluster, result, p))
     if not rows:
@@ -171,8 +183,10 @@ def main():
             e_w = error(p["exchange_s"] - p.get("arrival_wait_s", 0.0),
                         r["exchange_s"] - r["agreement_s"] + p["agreement_s"])
         errors["exchange less the wait"].append(abs(e_w))
-        by_method.setdefault(r["method"], []).append((abs(e_x), abs(e_s), abs(e_b), abs(e_w)))
-        print(f"| {cluster} | {r['model']} | {r['method']} "
+        # Cells of validate-model.sh --min-numel name their dense part.
+        label = r["method"] + (f" ({r['dense_numel']} dense)" if r.get("dense_numel") else "")
+        by_method.setdefault(label, []).append((abs(e_x), abs(e_s), abs(e_b), abs(e_w)))
+        print(f"| {cluster} | {r['model']} | {label} "
               f"| {r['exchange_s'] * 1e3:.1f} / {p['exchange_s'] * 1e3:.1f} | {e_x:+.0%} "
               f"| {r['step_s'] * 1e3:.1f} / {p['step_s'] * 1e3:.1f} | {e_s:+.0%} "
               + (f"| {wire:.4g} / {predicted_wire:.4g} | {e_b:+.0%} |" if wire

@@ -14,10 +14,13 @@
 #     --queue-ms 5              each emulated link's queue, in ms of traffic
 #     --delay-us 0              also delay every message this long
 #                               (SPARSECOMM_MESSAGE_DELAY_US: the latency terms)
+#     --min-numel 0             train with --min-numel N (tensors with fewer
+#                               elements averaged densely beside the method);
+#                               cells <model>-<method>-min<N>; not for ps
 #     --threads                 ranks as threads of one process instead (no
 #                               cluster, no root; rates ignored, no wire bytes)
 #
-# Resumable: a cell (OUT/<rate>-h<hosts>[-q<ms>][-delay<us>]/<model>-<method>) whose
+# Resumable: a cell (OUT/<rate>-h<hosts>[-q<ms>][-delay<us>]/<model>-<method>[-min<N>]) whose
 # result.json exists is skipped, and so is a profile already calibrated
 # (remove profile.json to calibrate that cluster again).
 # Wire bytes are the hosts' NIC counters: a run of 3 steps and a run of
@@ -26,7 +29,7 @@
 # 1 and 1 on 2 hosts). The table: scripts/validate-model.py OUT.
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" >&2; exit 2; }
+usage() { sed -n '2,29p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -36,6 +39,7 @@ MODELS="wide-mlp cnn"
 METHODS="dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
 STEPS=6
 DELAY_US=0
+MIN_NUMEL=0
 QUEUE_MS=5
 THREADS=0
 while (($# > 0)); do
@@ -46,6 +50,7 @@ while (($# > 0)); do
     --methods) METHODS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --delay-us) DELAY_US=$2; shift 2 ;;
+    --min-numel) MIN_NUMEL=$2; shift 2 ;;
     --queue-ms) QUEUE_MS=$2; shift 2 ;;
     --threads) THREADS=1; RATES=threads; shift ;;
     *) echo "validate-model: unknown option '$1'" >&2; usage ;;
@@ -54,6 +59,11 @@ done
 [[ $STEPS =~ ^[0-9]+$ ]] && ((STEPS >= 2)) || { echo "validate-model: --steps must be >= 2" >&2; exit 2; }
 [[ $DELAY_US =~ ^[0-9]+$ ]] || { echo "validate-model: --delay-us must be a number" >&2; exit 2; }
 [[ $QUEUE_MS =~ ^[0-9]+$ ]] || { echo "validate-model: --queue-ms must be a number" >&2; exit 2; }
+[[ $MIN_NUMEL =~ ^[0-9]+$ ]] || { echo "validate-model: --min-numel must be a number" >&2; exit 2; }
+if ((MIN_NUMEL > 0)) && [[ " $METHODS " == *" ps "* ]]; then
+  echo "validate-model: --min-numel is for all-reduce methods; drop ps from --methods" >&2
+  exit 2
+fi
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/build/sparsecomm
@@ -85,6 +95,7 @@ train() {
   local hosts=$1 model=$2 method=$3 steps=$4 dir=$5
   local -a args=(--model "$model" --max-steps "$steps" --batch 64 -d 0.01
                  --eval-every 1000000 --eval-deferred --out "$dir")
+  ((MIN_NUMEL > 0)) && args+=(--min-numel "$MIN_NUMEL")
   if [[ $method == ps ]]; then
     local servers=$((hosts / 2))
     args+=(-m dense --servers "$servers" -n $((hosts - servers)))
@@ -104,7 +115,8 @@ for rate in $RATES; do
     [[ -f $cell_dir/profile.json ]] || todo=1  # a removed profile is calibrated again
     for model in $MODELS; do
       for method in $METHODS; do
-        [[ -f $cell_dir/$model-$method/result.json ]] || todo=1
+        [[ -f $cell_dir/$model-$method$( ((MIN_NUMEL > 0)) && echo "-min$MIN_NUMEL")/result.json ]] ||
+          todo=1
       done
     done
     ((todo)) || continue
@@ -120,6 +132,7 @@ for rate in $RATES; do
     for model in $MODELS; do
       for method in $METHODS; do
         cell=$cell_dir/$model-$method
+        ((MIN_NUMEL > 0)) && cell+=-min$MIN_NUMEL
         [[ -f $cell/result.json ]] && continue
         rm -rf "$cell" && mkdir -p "$cell"
         echo "validate-model: $rate, $hosts hosts, $model, $method"
@@ -155,6 +168,8 @@ def over_workers(phase):
     means = summary.get("per_worker_mean_s", {}).get(phase)
     return statistics.mean(means) if means else None
 json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel": summary["numel"],
+           # Of numel, averaged densely beside the method (--min-numel).
+           "dense_numel": timed[0].get("dense_numel", 0),
            "workers": summary["workers"], "servers": summary.get("servers", 0),
            "steps_timed": len(timed), "compute_s": med("compute_s"),
            # The arrival wait's input (plan --compute-spread-ms): rank 0's
@@ -165,6 +180,9 @@ json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel":
            # over all steps of the run, the 3 untimed ones included, before
            # steps_skipped below was recorded; over the timed ones since).
            "compute_spread_across_ranks_s": summary.get("compute_spread_s"),
+           # Its root mean square over the steps instead of the mean (runs
+           # since 2026-11-27, evening; before, compute_spread_s was this).
+           "compute_spread_rms_s": summary.get("compute_spread_rms_s"),
            "arrival_wait_s": summary.get("arrival_wait_s"),
            # Every worker's mean over the steps after the first 3 (the timed
            # ones; summary.json's phase_times_skipped_steps): the model

@@ -353,6 +353,46 @@ TEST(StepModel, SparseStepsPayTheNonFiniteAgreementDenseDoesNot) {
   EXPECT_DOUBLE_EQ(predict_step("dense", s, p).exchange_s, ring_allreduce(p, 8, 4e6).seconds);
 }
 
+TEST(StepModel, TensorsSentDenselyAreARingAllReduceBesideTheMethodOnTheRest) {
+  const CostProfile p = network_profile(10, 5);
+  for (const double bucket_bytes : {0.0, 4e6}) {
+    Scenario with{.ranks = 8,
+                  .numel = 1e7,
+                  .dense_numel = 2e6,
+                  .density = 0.01,
+                  .compute_s = 0.1,
+                  .bucket_bytes = bucket_bytes};
+    // The method alone on the other tensors, in the same number of buckets.
+    Scenario rest = with;
+    rest.numel = 8e6;
+    rest.dense_numel = 0;
+    rest.bucket_bytes = bucket_bytes * 0.8;
+    for (const std::string& method : modeled_methods()) {
+      SCOPED_TRACE(method + (bucket_bytes > 0 ? ", pipelined" : ""));
+      const StepPrediction x = predict_step(method, with, p);
+      if (method == "dense" || method == "ps") {  // every parameter dense anyway
+        Scenario plain = with;
+        plain.dense_numel = 0;
+        EXPECT_DOUBLE_EQ(x.step_s, predict_step(method, plain, p).step_s);
+        continue;
+      }
+      const StepPrediction alone = predict_step(method, rest, p);
+      const double buckets = bucket_bytes > 0 && alone.overlap_s > 0 ? 10 : 1;
+      const CommCost ring = ring_allreduce(p, 8, 4 * 2e6 / buckets) * buckets;
+      EXPECT_NEAR(x.exchange_s, alone.exchange_s + ring.seconds, 1e-12);
+      EXPECT_NEAR(x.bytes_sent, alone.bytes_sent + ring.bytes_sent, 1e-6);
+      EXPECT_DOUBLE_EQ(x.selection_s, alone.selection_s);  // k = c (d - dense)
+      EXPECT_DOUBLE_EQ(x.accumulate_s, alone.accumulate_s);
+      EXPECT_DOUBLE_EQ(x.update_s, 1e7 * p.update_s_per_element);  // every parameter
+    }
+  }
+  Scenario all{.ranks = 8, .numel = 1e7, .dense_numel = 1e7};
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              predict_step("topk", all, p);
+            }).find("sent densely beside the method must be in [0, 1e+07)"),
+            std::string::npos);
+}
+
 TEST(StepModel, TheExpectedMaximumOfNormalsMatchesItsClosedForms) {
   EXPECT_EQ(expected_max_of_normals(1), 0.0);
   const double root_pi = std::sqrt(std::numbers::pi);

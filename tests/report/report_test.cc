@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <numbers>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -130,12 +131,26 @@ TEST(ComputeSpread, IsTheSpreadAcrossRanksWithinEachStepAndTheWaitForTheSlowest)
   // all) is not a spread.
   const std::vector<double> times = {1, 5, 2, 5, 3, 5};
   const report::ComputeSpread spread = report::compute_spread(times, 3);
-  EXPECT_DOUBLE_EQ(spread.spread_s, std::sqrt(0.5));
+  // The mean sd over steps, 0.5, over c4(3) = sqrt(pi)/2; the RMS sqrt(0.5).
+  EXPECT_DOUBLE_EQ(spread.spread_s, 0.5 / (std::sqrt(std::numbers::pi) / 2));
+  EXPECT_DOUBLE_EQ(spread.spread_rms_s, std::sqrt(0.5));
   EXPECT_DOUBLE_EQ(spread.wait_s, 0.5);
   EXPECT_EQ(report::compute_spread(std::vector<double>{4, 7}, 1).spread_s, 0.0);
   EXPECT_EQ(report::compute_spread(std::vector<double>{}, 4).wait_s, 0.0);
   EXPECT_THROW(report::compute_spread(std::vector<double>{1, 2, 3}, 2), InvalidArgument);
   EXPECT_THROW(report::compute_spread(std::vector<double>{}, 0), InvalidArgument);
+}
+
+// Two ranks: the model's wait, E[max of 2 normals] = 1/sqrt(pi) times the
+// spread, is exactly the measured mean wait with the mean spread, whatever
+// the steps; with the RMS it is too large when one step spreads far more.
+TEST(ComputeSpread, ForTwoRanksTheMeanSpreadGivesTheMeasuredWaitAndTheRmsDoesNot) {
+  // Steps 0-2 differ by 0.2 between the ranks, step 3 by 4 (a rank stalled).
+  const std::vector<double> times = {1.0, 1.0, 1.0, 1.0, 1.2, 1.2, 1.2, 5.0};
+  const report::ComputeSpread spread = report::compute_spread(times, 2);
+  EXPECT_DOUBLE_EQ(spread.wait_s, (0.1 + 0.1 + 0.1 + 2.0) / 4);
+  EXPECT_NEAR(spread.spread_s / std::sqrt(std::numbers::pi), spread.wait_s, 1e-12);
+  EXPECT_GT(spread.spread_rms_s / std::sqrt(std::numbers::pi), 1.3 * spread.wait_s);
 }
 
 TEST_F(ReportTest, LoadsAFinishedRun) {

@@ -163,6 +163,27 @@ TEST(DenseLayers, NamePatternsAndSizesPickTheTensors) {
   EXPECT_TRUE(DenseLayerRule{}.empty());
 }
 
+TEST(DenseLayers, TheDenseCountSumsThePickedTensorsAndRefusesRulesThatPickNoneOrAll) {
+  DenseLayerRule rule;
+  EXPECT_EQ(dense_numel(rule, kInterleaved, "toy"), 0u);
+  rule.min_numel = 16;  // the three biases
+  EXPECT_EQ(dense_numel(rule, kInterleaved, "toy"), 4u + 8 + 10);
+  rule.patterns = {"fc.*"};  // and fc.weight
+  EXPECT_EQ(dense_numel(rule, kInterleaved, "toy"), 4u + 8 + 10 + 600);
+  rule.patterns = {"fc.*", "nosuch*"};
+  const std::string unmatched = error_message([&] { dense_numel(rule, kInterleaved, "toy"); });
+  EXPECT_NE(unmatched.find("--exclude 'nosuch*' matches no tensor of the toy model; its tensors "
+                           "(elements) are: conv1.weight (40), conv1.bias (4)"),
+            std::string::npos)
+      << unmatched;
+  rule = DenseLayerRule{};
+  rule.min_numel = 1000;
+  EXPECT_NE(error_message([&] {
+              dense_numel(rule, kInterleaved, "toy");
+            }).find("--min-numel 1000 leaves no tensor of the toy model to sparsify"),
+            std::string::npos);
+}
+
 TEST(DenseLayers, AnEmptyRuleOrTheDenseMethodIsLeftAlone) {
   auto topk = make_gradient_sync("topk", options_of(""));
   GradientSync* raw = topk.get();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
@@ -20,6 +21,7 @@
 #include "sparsecomm/perf/measured_scaling.h"
 #include "sparsecomm/perf/step_model.h"
 #include "sparsecomm/report/plots.h"
+#include "sparsecomm/sync/dense_layers.h"
 #include "sparsecomm/train/model_probe.h"
 
 namespace sparsecomm::cli {
@@ -28,6 +30,11 @@ namespace {
 struct PlanOptions {
   std::string model;
   std::string params;
+  // Tensors averaged densely beside the method: by size and name (with
+  // --model, as train's options), or a count (--dense-params).
+  std::int64_t min_numel = 0;
+  std::vector<std::string> exclude;
+  std::string dense_params;
   std::optional<double> compute_ms;
   double compute_spread_ms = 0.0;  // std. deviation of one rank's compute per step
   std::int64_t batch = 64;
@@ -50,8 +57,9 @@ struct PlanOptions {
 // Compression must beat dense by this much to be called worth it.
 constexpr double kPaysFactor = 1.05;
 
-// "421642", "25M", "1.3B" (decimal units K, M, B or G) -> a count >= 1.
-double parse_count(const std::string& text) {
+// "421642", "25M", "1.3B" (decimal units K, M, B or G) -> a count >= 1;
+// `option` names the option in the error.
+double parse_count(const std::string& text, std::string_view option) {
   double value = 0.0;
   const char* end = text.data() + text.size();
   const auto [rest, error] = std::from_chars(text.data(), end, value);
@@ -66,8 +74,8 @@ double parse_count(const std::string& text) {
   else if (!suffix.empty())
     scale = -1.0;
   if (error != std::errc() || scale < 0 || !(value * scale >= 1) || !std::isfinite(value)) {
-    throw InvalidArgument(
-        fmt::format("--params '{}' is not a parameter count (examples: 421642, 25M, 1.3B)", text));
+    throw InvalidArgument(fmt::format(
+        "{} '{}' is not a parameter count (examples: 421642, 25M, 1.3B)", option, text));
   }
   return std::round(value * scale);
 }
@@ -120,9 +128,52 @@ perf::CostProfile profile_of(const PlanOptions& o) {
 struct Workload {
   std::string what;  // for the header
   double numel = 0.0;
+  double dense_numel = 0.0;  // averaged densely beside the method
+  std::string dense_rule;    // the options that chose them, for the header ("" for none)
   double compute_s = 0.0;
   std::string compute_source;
 };
+
+// The parameters averaged densely beside the method, from --dense-params
+// or, with --model, --min-numel and --exclude as train applies them.
+void set_dense_part(const PlanOptions& o, const ModelProbe* probe, Workload& w) {
+  const bool by_rule = o.min_numel != 0 || !o.exclude.empty();
+  if (o.min_numel < 0) {
+    throw InvalidArgument(fmt::format("--min-numel must be >= 0, got {}", o.min_numel));
+  }
+  if (by_rule && !o.dense_params.empty()) {
+    throw InvalidArgument(
+        "give either --dense-params or --min-numel/--exclude: both say which parameters are "
+        "averaged densely");
+  }
+  if (!o.dense_params.empty()) {
+    w.dense_numel = parse_count(o.dense_params, "--dense-params");
+    w.dense_rule = fmt::format("--dense-params {}", o.dense_params);
+    if (w.dense_numel >= w.numel) {
+      throw InvalidArgument(fmt::format(
+          "--dense-params {} leaves none of the model's {:.4g} parameters to sparsify; give fewer, "
+          "or plan --methods dense alone",
+          o.dense_params, w.numel));
+    }
+  } else if (by_rule) {
+    if (probe == nullptr) {
+      throw InvalidArgument(
+          "--min-numel and --exclude pick tensors by size and name, which --params does not "
+          "give: name one of the tool's models with --model, or give their count with "
+          "--dense-params");
+    }
+    DenseLayerRule rule;
+    rule.min_numel = static_cast<std::size_t>(o.min_numel);
+    rule.patterns = o.exclude;
+    w.dense_numel = static_cast<double>(dense_numel(rule, probe->tensors, o.model));
+    std::vector<std::string> options;
+    if (o.min_numel > 0) options.push_back(fmt::format("--min-numel {}", o.min_numel));
+    for (const std::string& pattern : o.exclude) {
+      options.push_back(fmt::format("--exclude '{}'", pattern));
+    }
+    w.dense_rule = fmt::format("{}", fmt::join(options, " "));
+  }
+}
 
 Workload workload_of(const PlanOptions& o) {
   if (o.model.empty() == o.params.empty()) {
@@ -140,26 +191,27 @@ Workload workload_of(const PlanOptions& o) {
           "--params needs --compute-ms (forward + backward per step on one rank): it cannot be "
           "measured without a model; or name one of the tool's models with --model");
     }
-    w.numel = parse_count(o.params);
+    w.numel = parse_count(o.params, "--params");
     w.what = fmt::format("{:.4g} parameters", w.numel);
     w.compute_s = *o.compute_ms / 1e3;
     w.compute_source = "given";
+    set_dense_part(o, nullptr, w);
     return w;
   }
+  // With --compute-ms, the sizes alone: probe with one timed pass.
+  const ModelProbe probe =
+      o.compute_ms ? probe_model(o.model, 1, 1, 1) : probe_model(o.model, o.batch, o.threads, 5);
+  w.numel = static_cast<double>(probe.numel);
   if (o.compute_ms) {
-    // The parameter count alone: probe with one timed pass.
-    const ModelProbe probe = probe_model(o.model, 1, 1, 1);
-    w.numel = static_cast<double>(probe.numel);
     w.compute_s = *o.compute_ms / 1e3;
     w.compute_source = "given";
   } else {
-    const ModelProbe probe = probe_model(o.model, o.batch, o.threads, 5);
-    w.numel = static_cast<double>(probe.numel);
     w.compute_s = probe.compute_s;
     w.compute_source =
         fmt::format("measured here: batch {}, {} thread(s), median of 5", o.batch, o.threads);
   }
   w.what = fmt::format("{} ({} parameters)", o.model, static_cast<long long>(w.numel));
+  set_dense_part(o, &probe, w);
   return w;
 }
 
@@ -407,6 +459,7 @@ void run_plan(const PlanOptions& o) {
     row.ranks = n;
     const perf::Scenario scenario{.ranks = n,
                                   .numel = work.numel,
+                                  .dense_numel = work.dense_numel,
                                   .density = o.density,
                                   .compute_s = work.compute_s,
                                   .compute_spread_s = o.compute_spread_ms / 1e3,
@@ -430,6 +483,7 @@ void run_plan(const PlanOptions& o) {
     nlohmann::ordered_json j;
     j["model"] = work.what;
     j["numel"] = work.numel;
+    j["dense_numel"] = work.dense_numel;
     j["compute_s"] = work.compute_s;
     j["compute_source"] = work.compute_source;
     j["compute_spread_s"] = o.compute_spread_ms / 1e3;
@@ -457,6 +511,13 @@ void run_plan(const PlanOptions& o) {
                    : "",
                o.density,
                o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb) : "not pipelined");
+    if (work.dense_numel > 0) {
+      fmt::print(
+          "dense beside the method: {:.0f} of the {:.0f} parameters ({}), ring all-reduced; the "
+          "sparse methods and Skip-Reduce run on the other {:.0f} (dgc's default momentum "
+          "correction refuses them: train it with memory=ef)\n",
+          work.dense_numel, work.numel, work.dense_rule, work.numel - work.dense_numel);
+    }
     fmt::print("network: {} (alpha {:.3g} us, {:.3g} Gbit/s per direction; {})\n", profile.name,
                profile.alpha_s * 1e6, 8.0 / profile.beta_s_per_byte / 1e9,
                profile.source.empty() ? "no source given" : profile.source);
@@ -499,11 +560,21 @@ void add_plan_command(CLI::App& app) {
                   "one of the tool's models (its size; its compute time measured here unless "
                   "--compute-ms is given)");
   cmd->add_option("--params", options->params, "a parameter count instead (e.g. 25M, 350M, 1.3B)");
+  cmd->add_option("--min-numel", options->min_numel,
+                  "with --model: tensors with fewer elements are averaged densely beside the "
+                  "method, as train's --min-numel does");
+  cmd->add_option("--exclude", options->exclude,
+                  "with --model: tensors whose name matches one of these shell patterns are "
+                  "averaged densely beside the method, as train's --exclude does");
+  cmd->add_option("--dense-params", options->dense_params,
+                  "parameters averaged densely beside the method, as a count (e.g. 50K; for "
+                  "--params)");
   cmd->add_option("--compute-ms", options->compute_ms,
                   "forward + backward per step on one rank, in ms");
   cmd->add_option("--compute-spread-ms", options->compute_spread_ms,
-                  "standard deviation of one rank's compute time per step, in ms: a synchronous "
-                  "step waits for the slowest of n ranks, about spread x sqrt(2 ln n) longer")
+                  "standard deviation of one rank's compute time per step, in ms (a run's "
+                  "summary.json: compute_spread_s): a synchronous step waits for the slowest of n "
+                  "ranks, about spread x sqrt(2 ln n) longer")
       ->capture_default_str();
   cmd->add_option("--batch", options->batch, "batch of the measured compute time")
       ->capture_default_str();

@@ -155,6 +155,12 @@ void check_scenario(const Scenario& s) {
   if (!(s.numel >= 1) || !std::isfinite(s.numel)) {
     bad(fmt::format("the model needs at least 1 parameter, got {}", s.numel));
   }
+  if (!(s.dense_numel >= 0 && s.dense_numel < s.numel)) {
+    bad(fmt::format(
+        "the parameters sent densely beside the method must be in [0, {:.6g}) (all but at least "
+        "one of the model's), got {:.6g}",
+        s.numel, s.dense_numel));
+  }
   if (!(s.density > 0 && s.density <= 1))
     bad(fmt::format("density must be in (0, 1], got {}", s.density));
   if (!(s.compute_s >= 0) || !std::isfinite(s.compute_s)) {
@@ -225,7 +231,12 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   out.method = std::string(shape.name);
   out.exchange = std::string(shape.exchange);
   out.compute_s = s.compute_s;
-  out.accumulate_s = shape.accumulate * s.numel * p.accumulate_s_per_element;
+  // The tensors sent densely beside the method (the dense-layers
+  // decorator): a ring all-reduce, and the method on the rest.
+  const bool all_dense = shape.kind == Kind::kDense || shape.kind == Kind::kParameterServer;
+  const double dense_numel = all_dense ? 0.0 : s.dense_numel;
+  const double method_numel = s.numel - dense_numel;
+  out.accumulate_s = shape.accumulate * method_numel * p.accumulate_s_per_element;
   out.update_s = shape.kind == Kind::kParameterServer ? 0.0 : s.numel * p.update_s_per_element;
 
   // Pipelined methods run once per bucket on its share of d (each bucket
@@ -233,7 +244,8 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   const bool pipelined = s.bucket_bytes > 0 && shape.bucketable;
   const double buckets =
       pipelined ? std::max(1.0, std::ceil(kFloatBytes * s.numel / s.bucket_bytes)) : 1.0;
-  const CallCost call = one_call(shape, s, p, s.numel / buckets);
+  CallCost call = one_call(shape, s, p, method_numel / buckets);
+  if (dense_numel > 0) call.comm += ring_allreduce(p, s.ranks, kFloatBytes * dense_numel / buckets);
   out.selection_s = buckets * call.selection_s;
   out.exchange_s = buckets * call.comm.seconds;
   out.agreement_s = buckets * call.agreement_s;

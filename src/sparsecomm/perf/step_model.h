@@ -24,6 +24,11 @@ namespace sparsecomm::perf {
 struct Scenario {
   int ranks = 4;           // n (parameter server: workers; servers are extra hosts)
   double numel = 0.0;      // d, parameters
+  // Of d, the parameters averaged densely beside a sparse method or
+  // Skip-Reduce (train's --min-numel, --exclude): a ring all-reduce of
+  // them per call, and the method on the other d - dense_numel, its
+  // k = c (d - dense_numel). Dense and ps send every parameter anyway.
+  double dense_numel = 0.0;
   double density = 0.01;   // c, k = c d
   double compute_s = 0.0;  // forward + backward per step on one rank (its mean)
   // The standard deviation of one rank's compute time per step, ranks
@@ -40,8 +45,8 @@ struct Scenario {
 };
 
 // Throws InvalidArgument naming the field when the scenario is not one the
-// model can predict (ranks < 1, d <= 0, c outside (0, 1], negative times,
-// servers < 1, value width not 2 or 4).
+// model can predict (ranks < 1, d <= 0, dense_numel outside [0, d),
+// c outside (0, 1], negative times, servers < 1, value width not 2 or 4).
 void check_scenario(const Scenario& scenario);
 
 struct StepPrediction {

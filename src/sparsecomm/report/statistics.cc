@@ -27,6 +27,7 @@ ComputeSpread compute_spread(std::span<const double> times, int ranks) {
   const std::size_t steps = times.size() / n;
   ComputeSpread out;
   if (steps == 0 || n == 1) return out;
+  double deviation_sum = 0.0;
   double variance_sum = 0.0;
   double wait_sum = 0.0;
   for (std::size_t t = 0; t < steps; ++t) {
@@ -43,9 +44,16 @@ ComputeSpread compute_spread(std::span<const double> times, int ranks) {
       squares += deviation * deviation;
     }
     variance_sum += squares / static_cast<double>(n - 1);
+    deviation_sum += std::sqrt(squares / static_cast<double>(n - 1));
     wait_sum += slowest - step_mean;  // the mean over ranks of (slowest - own)
   }
-  out.spread_s = std::sqrt(variance_sum / static_cast<double>(steps));
+  // c4(n) = sqrt(2 / (n-1)) Gamma(n/2) / Gamma((n-1)/2): the mean of the
+  // sample standard deviation of n normal values over their sigma.
+  const double ranks_d = static_cast<double>(n);
+  const double c4 = std::sqrt(2.0 / (ranks_d - 1.0)) *
+                    std::exp(std::lgamma(ranks_d / 2.0) - std::lgamma((ranks_d - 1.0) / 2.0));
+  out.spread_s = deviation_sum / static_cast<double>(steps) / c4;
+  out.spread_rms_s = std::sqrt(variance_sum / static_cast<double>(steps));
   out.wait_s = wait_sum / static_cast<double>(steps);
   return out;
 }

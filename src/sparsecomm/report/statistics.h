@@ -24,9 +24,18 @@ double median(std::vector<double> values);
 // How far the ranks' compute times spread within each step of a
 // synchronous run (the performance model's arrival wait).
 struct ComputeSpread {
-  // Root mean square over the steps of the sample standard deviation
-  // across ranks: `plan --compute-spread-ms`. 0 for one rank.
+  // The mean over the steps of the sample standard deviation across ranks,
+  // divided by c4(n) (its mean for normal times, 0.80 for 2 ranks, 0.92
+  // for 4): an estimate of the ranks' mean standard deviation per step,
+  // `plan --compute-spread-ms`. The model's wait for the slowest rank is
+  // proportional to a step's spread, so its mean over steps follows the
+  // mean spread. 0 for one rank.
   double spread_s = 0.0;
+  // The root mean square over the steps of the same sample standard
+  // deviation (the model's input before 2026-11-27): a few steps that
+  // spread far more than the rest, a rank descheduled, raise it well
+  // above the mean spread and the wait it predicts above the wait.
+  double spread_rms_s = 0.0;
   // Mean over steps and ranks of the slowest rank's time less the rank's
   // own: how long a rank waited for the slowest to arrive.
   double wait_s = 0.0;

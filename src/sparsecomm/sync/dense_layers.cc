@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sparsecomm/core/errors.h"
 
@@ -16,6 +17,40 @@ bool DenseLayerRule::matches(const LayerSpan& layer) const {
   return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& pattern) {
     return fnmatch(pattern.c_str(), layer.name.c_str(), 0) == 0;
   });
+}
+
+std::size_t dense_numel(const DenseLayerRule& rule, std::span<const LayerSpan> layers,
+                        std::string_view model) {
+  if (rule.empty()) return 0;
+  for (const std::string& pattern : rule.patterns) {
+    DenseLayerRule one;
+    one.patterns = {pattern};
+    if (std::none_of(layers.begin(), layers.end(),
+                     [&](const LayerSpan& layer) { return one.matches(layer); })) {
+      std::vector<std::string> names;
+      for (const LayerSpan& layer : layers) {
+        names.push_back(fmt::format("{} ({})", layer.name, layer.size));
+      }
+      throw InvalidArgument(fmt::format(
+          "--exclude '{}' matches no tensor of the {} model; its tensors (elements) are: {}",
+          pattern, model, fmt::join(names, ", ")));
+    }
+  }
+  std::size_t dense = 0;
+  std::size_t total = 0;
+  for (const LayerSpan& layer : layers) {
+    total += layer.size;
+    if (rule.matches(layer)) dense += layer.size;
+  }
+  if (dense == total) {
+    throw InvalidArgument(fmt::format(
+        "{} no tensor of the {} model to sparsify: every tensor would be averaged densely; {}, "
+        "or run -m dense",
+        rule.patterns.empty() ? fmt::format("--min-numel {} leaves", rule.min_numel)
+                              : "--min-numel and --exclude leave",
+        model, rule.patterns.empty() ? "lower --min-numel" : "exclude fewer tensors"));
+  }
+  return dense;
 }
 
 namespace {

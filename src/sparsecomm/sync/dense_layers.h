@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sparsecomm/core/sparse.h"
@@ -29,6 +30,14 @@ struct DenseLayerRule {
   bool empty() const { return min_numel == 0 && patterns.empty(); }
   bool matches(const LayerSpan& layer) const;
 };
+
+// The elements of `layers` that `rule` sends densely (0 for an empty
+// rule). InvalidArgument when a pattern matches none of the tensors (the
+// message lists them) or when the rule leaves no tensor to sparsify;
+// `model` names the model in the messages, which speak of the options
+// --min-numel and --exclude that set the rule.
+std::size_t dense_numel(const DenseLayerRule& rule, std::span<const LayerSpan> layers,
+                        std::string_view model);
 
 // Wraps `inner` when the rule selects anything; returns `inner` unchanged
 // for an empty rule and for the method "dense" (which already averages

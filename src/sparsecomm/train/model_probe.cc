@@ -44,9 +44,10 @@ ModelProbe probe_model(const std::string& model, std::int64_t batch, int threads
   probe.model = model;
   probe.batch = batch;
   probe.threads = threads;
-  for (const torch::Tensor& p : net->parameters()) {
-    probe.tensor_numels.push_back(p.numel());
-    probe.numel += p.numel();
+  for (const auto& item : net->named_parameters(/*recurse=*/true)) {
+    const auto size = static_cast<std::size_t>(item.value().numel());
+    probe.tensors.push_back({item.key(), static_cast<std::size_t>(probe.numel), size});
+    probe.numel += item.value().numel();
   }
   constexpr std::int64_t kTextWindow = 32;  // TextCorpusOptions' default window
   const torch::Tensor inputs = text ? torch::randint(static_cast<std::int64_t>(kTextVocabularySize),

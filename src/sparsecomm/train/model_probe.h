@@ -1,11 +1,13 @@
 #pragma once
 // What the performance model needs to know about one of `sparsecomm
-// train`'s models: its parameter count, its tensors' sizes, and the time of
+// train`'s models: its parameter count, its tensors' names and sizes, and the time of
 // one forward + backward pass on this machine (LibTorch).
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "sparsecomm/core/sparse.h"
 
 namespace sparsecomm {
 
@@ -14,7 +16,7 @@ struct ModelProbe {
   std::int64_t batch = 0;
   int threads = 1;
   std::int64_t numel = 0;                   // d
-  std::vector<std::int64_t> tensor_numels;  // in registration order
+  std::vector<LayerSpan> tensors;           // named and laid out as the trainer packs them
   double compute_s = 0.0;                   // median forward + backward of one batch
 };
 

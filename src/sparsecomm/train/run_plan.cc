@@ -98,31 +98,8 @@ DenseLayerRule dense_layer_rule(const TrainConfig& config) {
 }
 
 void check_dense_layer_rule(const TrainConfig& config, std::span<const LayerSpan> layers) {
-  const DenseLayerRule rule = dense_layer_rule(config);
-  if (rule.empty() || config.method == "dense") return;
-  for (const std::string& pattern : rule.patterns) {
-    DenseLayerRule one;
-    one.patterns = {pattern};
-    if (std::none_of(layers.begin(), layers.end(),
-                     [&](const LayerSpan& layer) { return one.matches(layer); })) {
-      std::vector<std::string> names;
-      for (const LayerSpan& layer : layers) {
-        names.push_back(fmt::format("{} ({})", layer.name, layer.size));
-      }
-      throw InvalidArgument(fmt::format(
-          "--exclude '{}' matches no tensor of the {} model; its tensors (elements) are: {}",
-          pattern, config.model, fmt::join(names, ", ")));
-    }
-  }
-  if (std::all_of(layers.begin(), layers.end(),
-                  [&](const LayerSpan& layer) { return rule.matches(layer); })) {
-    throw InvalidArgument(fmt::format(
-        "{} no tensor of the {} model to sparsify: every tensor would be averaged densely; {}, "
-        "or run -m dense",
-        rule.patterns.empty() ? fmt::format("--min-numel {} leaves", config.min_numel)
-                              : "--min-numel and --exclude leave",
-        config.model, rule.patterns.empty() ? "lower --min-numel" : "exclude fewer tensors"));
-  }
+  if (config.method == "dense") return;
+  dense_numel(dense_layer_rule(config), layers, config.model);
 }
 
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,

@@ -35,7 +35,9 @@ nlohmann::json WorkerPhaseTimes::gather(Communicator& comm) const {
     workers.push_back(r);
     common = std::min(common, static_cast<std::size_t>(counts[r]));
   }
-  if (workers.empty()) return {{"compute_spread_s", 0.0}, {"arrival_wait_s", 0.0}};
+  if (workers.empty()) {
+    return {{"compute_spread_s", 0.0}, {"compute_spread_rms_s", 0.0}, {"arrival_wait_s", 0.0}};
+  }
   // The first steps allocate, fault pages in and start thread pools, and
   // spread far more than the rest: left out when later steps remain.
   const std::size_t skipped = common > kWarmupSteps ? kWarmupSteps : 0;
@@ -53,6 +55,7 @@ nlohmann::json WorkerPhaseTimes::gather(Communicator& comm) const {
   const report::ComputeSpread spread =
       report::compute_spread(compute, static_cast<int>(workers.size()));
   return {{"compute_spread_s", spread.spread_s},
+          {"compute_spread_rms_s", spread.spread_rms_s},
           {"arrival_wait_s", spread.wait_s},
           {"per_worker_mean_s", {{"compute", compute_means}, {"exchange", exchange_means}}},
           {"phase_times_skipped_steps", skipped}};

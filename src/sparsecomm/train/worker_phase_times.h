@@ -31,7 +31,8 @@ class WorkerPhaseTimes {
   // parameter servers) take part with none and are left out. When workers
   // trained different numbers of steps, their common first steps count.
   // Rank 0 gets summary.json's fields, the other ranks an empty object:
-  //   compute_spread_s, arrival_wait_s   report::compute_spread of compute;
+  //   compute_spread_s, compute_spread_rms_s, arrival_wait_s
+  //       report::compute_spread of compute;
   //   per_worker_mean_s.compute / .exchange   each worker's mean per step;
   //   phase_times_skipped_steps   the warm-up steps left out (0 or 3).
   nlohmann::json gather(Communicator& comm) const;
