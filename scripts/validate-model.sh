@@ -158,12 +158,14 @@ med = lambda key: statistics.median(r.get(key, 0.0) for r in timed)
 def selected_mean(r):
     # Every rank's mean selection, from rank 0's view of the allgather: it
     # receives every block but its own, so the blocks sum to what it
-    # received plus its own block (encoded indices and 4-byte values).
+    # received plus its own block (encoded indices and 4-byte values),
+    # less the ring all-reduce of the tensors sent densely (--min-numel).
     n, own = summary["workers"], r.get("selected", 0)
     if method not in ("topk", "dgc", "gaussiank") or own <= 0 or n < 2:
         return own
     own_block = r.get("index_bytes_encoded", 4 * own) + 4 * own
-    return own * (r.get("bytes_received", 0) + own_block) / n / own_block
+    dense_ring = 2 * (n - 1) / n * 4 * r.get("dense_numel", 0)
+    return own * (r.get("bytes_received", 0) - dense_ring + own_block) / n / own_block
 def over_workers(phase):
     means = summary.get("per_worker_mean_s", {}).get(phase)
     return statistics.mean(means) if means else None

@@ -167,11 +167,13 @@ std::optional<double> wire_bytes_per_rank(Communicator& comm, const std::functio
   return total / comm.size();
 }
 
-// Framing on the wire, from the NIC counters: bytes per message beyond its
-// payload, from 8-byte ring rounds (a run of `kRounds` against one of a
-// fifth as many, so that the barriers around them cancel), and per payload
-// byte, from ring all-reduces of `bulk_bytes` (the median of three; their
-// messages' framing taken out). nullopt when a rank cannot read its NIC counters.
+// Framing on the wire, from the NIC counters: bytes per short message
+// beyond its payload, from 8-byte ring rounds (a run of `kRounds` against
+// one of a fifth as many, so that the barriers around them cancel), and
+// per payload byte, from ring all-reduces of `bulk_bytes` (the median of
+// three). The model charges a message the larger of the two
+// (perf/collective_cost.cc), so the bulk figure keeps its messages' own. nullopt when a rank cannot
+// read its NIC counters.
 struct WireFraming {
   double per_message = 0.0;
   double per_byte = 0.0;
@@ -199,16 +201,13 @@ std::optional<WireFraming> measure_wire_framing(Communicator& comm, std::size_t 
   constexpr int kBulkRepeats = 3;
   std::vector<float> data(bulk_bytes / sizeof(float), 1.0f);
   const AllreduceOptions ring;
-  const double chunk = static_cast<double>(bulk_bytes) / n;
-  const double messages =
-      2.0 * (n - 1) * std::ceil(chunk / static_cast<double>(ring.segment_bytes));
-  const double payload = 2.0 * (n - 1) * chunk;
+  const double payload = 2.0 * (n - 1) * static_cast<double>(bulk_bytes) / n;
   std::vector<double> per_byte;
   for (int repeat = 0; repeat < kBulkRepeats; ++repeat) {
     const std::optional<double> bulk =
         wire_bytes_per_rank(comm, [&] { allreduce(comm, std::span<float>(data), ring); });
     if (!bulk) return std::nullopt;
-    per_byte.push_back(std::max(0.0, (*bulk - payload - messages * framing.per_message) / payload));
+    per_byte.push_back(std::max(0.0, (*bulk - payload) / payload));
   }
   std::ranges::nth_element(per_byte, per_byte.begin() + kBulkRepeats / 2);
   framing.per_byte = per_byte[kBulkRepeats / 2];

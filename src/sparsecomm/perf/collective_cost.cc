@@ -15,12 +15,21 @@ void check_world(int n) {
   if (n < 1) throw InvalidArgument(fmt::format("a world has at least 1 rank, got {}", n));
 }
 
+// A message of `bytes` on the wire: a short one pays one packet's headers
+// and an acknowledgement (wire_bytes_per_message), a long one its per-byte
+// share (a header per packet, an acknowledgement per few), which already
+// holds its first packet's and an acknowledgement: the larger, not the sum.
+double framed(const CostProfile& p, double bytes) {
+  return bytes + std::max(p.wire_bytes_per_message, p.wire_overhead_per_byte * bytes);
+}
+
 // One round: send `sent`, receive `received` at the same time.
 CommCost round_of(const CostProfile& p, double sent, double received) {
   return {.seconds = p.alpha_s + std::max(sent, received) * p.beta_s_per_byte,
           .rounds = 1,
           .bytes_sent = sent,
-          .bytes_received = received};
+          .bytes_received = received,
+          .wire_bytes_sent = framed(p, sent)};
 }
 
 CommCost reduction(const CostProfile& p, double elements) {
@@ -67,6 +76,7 @@ CommCost& CommCost::operator+=(const CommCost& other) {
   rounds += other.rounds;
   bytes_sent += other.bytes_sent;
   bytes_received += other.bytes_received;
+  wire_bytes_sent += other.wire_bytes_sent;
   return *this;
 }
 
@@ -77,6 +87,7 @@ CommCost operator*(CommCost cost, double count) {
   cost.rounds *= count;
   cost.bytes_sent *= count;
   cost.bytes_received *= count;
+  cost.wire_bytes_sent *= count;
   return cost;
 }
 
@@ -143,8 +154,10 @@ CommCost binomial_broadcast(const CostProfile& p, int n, double bytes) {
   check_world(n);
   const double levels = std::ceil(std::log2(static_cast<double>(n)));
   CommCost cost = round_of(p, bytes, bytes) * levels;
-  // Every rank but the root receives the buffer once, and someone sent it.
+  // Every rank but the root receives the buffer once, and someone sent it:
+  // (n-1)/n messages per rank.
   cost.bytes_sent = cost.bytes_received = (n - 1.0) / n * bytes;
+  cost.wire_bytes_sent = (n - 1.0) / n * framed(p, bytes);
   return cost;
 }
 

@@ -21,6 +21,10 @@ struct CommCost {
   double rounds = 0.0;          // latency-bound steps (each costs alpha)
   double bytes_sent = 0.0;      // by this rank
   double bytes_received = 0.0;  // by this rank
+  // What this rank's NIC sends: each message's payload with the profile's
+  // framing (cost_profile.h), the larger of its per-message and per-byte
+  // figures.
+  double wire_bytes_sent = 0.0;
 
   CommCost& operator+=(const CommCost& other);
 };

@@ -51,9 +51,10 @@ struct CostProfile {
   double merge_s_per_element = 0.0;
 
   // Framing on the rank's NIC beyond the payload, as its counters show:
-  // bytes per message (the transport's headers, the acknowledgement the
-  // receiver returns) and per payload byte (packet headers of a bulk
-  // transfer). Only the predicted wire bytes use them; 0 (absent from older
+  // bytes per short message (the transport's headers, the acknowledgement
+  // the receiver returns) and per payload byte of a bulk transfer (a header
+  // per packet, an acknowledgement per few). A message pays the larger of
+  // the two. Only the predicted wire bytes use them; 0 (absent from older
   // profiles, or where calibrate could not read the counters) counts the
   // payload alone.
   double wire_bytes_per_message = 0.0;

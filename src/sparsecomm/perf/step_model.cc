@@ -251,8 +251,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   out.agreement_s = buckets * call.agreement_s;
   out.bytes_sent = buckets * call.comm.bytes_sent;
   out.bytes_received = buckets * call.comm.bytes_received;
-  out.wire_bytes_sent = out.bytes_sent * (1.0 + p.wire_overhead_per_byte) +
-                        buckets * call.comm.rounds * p.wire_bytes_per_message;
+  out.wire_bytes_sent = buckets * call.comm.wire_bytes_sent;
   out.density_ratio = call.density_ratio;
   out.imbalance = call.imbalance;
   out.statistics = call.statistics;

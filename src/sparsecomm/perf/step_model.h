@@ -64,8 +64,8 @@ struct StepPrediction {
   double bytes_sent = 0.0;  // per rank and step: payload
   double bytes_received = 0.0;
   // What the rank's NIC sends per step: the payload with the profile's
-  // framing (wire_overhead_per_byte of it, and wire_bytes_per_message for
-  // each message, one per round).
+  // framing, per message (one per round) the larger of
+  // wire_bytes_per_message and wire_overhead_per_byte of its payload.
   double wire_bytes_sent = 0.0;
   double density_ratio = 1.0;  // K/k (1 for dense and Skip-Reduce)
   double imbalance = 0.0;
