@@ -60,6 +60,8 @@ done
 [[ $DELAY_US =~ ^[0-9]+$ ]] || { echo "validate-model: --delay-us must be a number" >&2; exit 2; }
 [[ $QUEUE_MS =~ ^[0-9]+$ ]] || { echo "validate-model: --queue-ms must be a number" >&2; exit 2; }
 [[ $MIN_NUMEL =~ ^[0-9]+$ ]] || { echo "validate-model: --min-numel must be a number" >&2; exit 2; }
+CELL_SUFFIX=""  # cells trained with --min-numel are named apart
+((MIN_NUMEL == 0)) || CELL_SUFFIX=-min$MIN_NUMEL
 if ((MIN_NUMEL > 0)) && [[ " $METHODS " == *" ps "* ]]; then
   echo "validate-model: --min-numel is for all-reduce methods; drop ps from --methods" >&2
   exit 2
@@ -95,7 +97,7 @@ train() {
   local hosts=$1 model=$2 method=$3 steps=$4 dir=$5
   local -a args=(--model "$model" --max-steps "$steps" --batch 64 -d 0.01
                  --eval-every 1000000 --eval-deferred --out "$dir")
-  ((MIN_NUMEL > 0)) && args+=(--min-numel "$MIN_NUMEL")
+  ((MIN_NUMEL == 0)) || args+=(--min-numel "$MIN_NUMEL")
   if [[ $method == ps ]]; then
     local servers=$((hosts / 2))
     args+=(-m dense --servers "$servers" -n $((hosts - servers)))
@@ -115,8 +117,7 @@ for rate in $RATES; do
     [[ -f $cell_dir/profile.json ]] || todo=1  # a removed profile is calibrated again
     for model in $MODELS; do
       for method in $METHODS; do
-        [[ -f $cell_dir/$model-$method$( ((MIN_NUMEL > 0)) && echo "-min$MIN_NUMEL")/result.json ]] ||
-          todo=1
+        [[ -f $cell_dir/$model-$method$CELL_SUFFIX/result.json ]] || todo=1
       done
     done
     ((todo)) || continue
@@ -131,8 +132,7 @@ for rate in $RATES; do
     fi
     for model in $MODELS; do
       for method in $METHODS; do
-        cell=$cell_dir/$model-$method
-        ((MIN_NUMEL > 0)) && cell+=-min$MIN_NUMEL
+        cell=$cell_dir/$model-$method$CELL_SUFFIX
         [[ -f $cell/result.json ]] && continue
         rm -rf "$cell" && mkdir -p "$cell"
         echo "validate-model: $rate, $hosts hosts, $model, $method"

@@ -22,8 +22,8 @@ namespace sparsecomm::perf {
 
 // What is trained and on what: one prediction's input.
 struct Scenario {
-  int ranks = 4;           // n (parameter server: workers; servers are extra hosts)
-  double numel = 0.0;      // d, parameters
+  int ranks = 4;       // n (parameter server: workers; servers are extra hosts)
+  double numel = 0.0;  // d, parameters
   // Of d, the parameters averaged densely beside a sparse method or
   // Skip-Reduce (train's --min-numel, --exclude): a ring all-reduce of
   // them per call, and the method on the other d - dense_numel, its

@@ -1,7 +1,7 @@
 #pragma once
 // What the performance model needs to know about one of `sparsecomm
-// train`'s models: its parameter count, its tensors' names and sizes, and the time of
-// one forward + backward pass on this machine (LibTorch).
+// train`'s models: its parameter count, its tensors' names and sizes, and
+// the time of one forward + backward pass on this machine (LibTorch).
 
 #include <cstdint>
 #include <string>
@@ -15,9 +15,9 @@ struct ModelProbe {
   std::string model;
   std::int64_t batch = 0;
   int threads = 1;
-  std::int64_t numel = 0;                   // d
-  std::vector<LayerSpan> tensors;           // named and laid out as the trainer packs them
-  double compute_s = 0.0;                   // median forward + backward of one batch
+  std::int64_t numel = 0;          // d
+  std::vector<LayerSpan> tensors;  // named and laid out as the trainer packs them
+  double compute_s = 0.0;          // median forward + backward of one batch
 };
 
 // Builds `model` (model_names() in train_config.h) and times forward,
