@@ -273,12 +273,14 @@ inline void check_barrier(Communicator& comm) {
   EXPECT_TRUE(same_bytes(in, pattern((r - 1 + n) % n, 51, 100))) << "rank " << r;
 }
 
-// Broadcast from every root at sizes from 0 bytes to just above 64 KiB.
+// Broadcast from every root at sizes from 0 bytes to 128 KiB and 3 bytes:
+// a binomial tree below blocks of 16 KiB, a scatter and ring allgather of
+// uneven blocks above (up to 8 ranks; broadcast_rule.h).
 // `native`: the backend's native_broadcast instead of broadcast.
 inline void check_broadcast_of(Communicator& comm, bool native) {
   const int r = comm.rank();
   for (int root = 0; root < comm.size(); ++root) {
-    for (const std::size_t bytes : {0u, 1u, 7u, 4096u, 65537u}) {
+    for (const std::size_t bytes : {0u, 1u, 7u, 4096u, 65537u, 131075u}) {
       std::vector<std::byte> data = r == root ? pattern(root, 77, bytes) : garbage(bytes);
       if (native) {
         comm.native_broadcast(data, root);

@@ -92,6 +92,30 @@ TEST(CollectiveCost, AnAllgathervRoundLastsAsLongAsItsLargestBlock) {
   EXPECT_NEAR(skewed.seconds, 7 * (p.alpha_s + 3e5 * p.beta_s_per_byte), 1e-15);
 }
 
+// A broadcast takes the algorithm Communicator::broadcast takes: a binomial
+// tree (log2 n rounds of the whole buffer) for small blocks, a scatter and
+// ring allgather (2(n-1) rounds of 1/n of it) from 16 KiB blocks on.
+TEST(CollectiveCost, ABroadcastScattersAndAllgathersOnceItsBlocksAreLarge) {
+  const CostProfile p = unit_profile();
+  const double small = 8 * 16384.0 - 8;
+  const CommCost tree = binomial_broadcast(p, 8, small);
+  EXPECT_DOUBLE_EQ(tree.rounds, 3);
+  EXPECT_NEAR(tree.seconds, 3 * (p.alpha_s + small * p.beta_s_per_byte), 1e-15);
+  EXPECT_DOUBLE_EQ(broadcast(p, 8, small).seconds, tree.seconds);
+
+  const double large = 8 * 16384.0 * 10;
+  const CommCost scatter = broadcast(p, 8, large);
+  EXPECT_DOUBLE_EQ(scatter.rounds, 14);
+  EXPECT_NEAR(scatter.seconds, 14 * (p.alpha_s + large / 8 * p.beta_s_per_byte), 1e-15);
+  // The root's n-1 blocks, then n-1 blocks per rank in the ring.
+  EXPECT_NEAR(scatter.bytes_sent, 7.0 / 8 * large / 8 + 7.0 / 8 * large, 1e-6);
+  EXPECT_DOUBLE_EQ(scatter.bytes_received, scatter.bytes_sent);
+  EXPECT_LT(scatter.seconds, binomial_broadcast(p, 8, large).seconds);
+  // Two ranks send the buffer once either way; one rank sends nothing.
+  EXPECT_DOUBLE_EQ(broadcast(p, 2, large).seconds, p.alpha_s + large * p.beta_s_per_byte);
+  EXPECT_DOUBLE_EQ(broadcast(p, 1, large).seconds, 0.0);
+}
+
 TEST(CollectiveCost, VarintIndicesFollowTheGeometricGapLaw) {
   // 1 byte plus P(gap - 1 >= 128) = (1 - c)^128 for the second byte, ...
   EXPECT_NEAR(varint_index_bytes(0.01), 1 + std::pow(0.99, 128) + std::pow(0.99, 16384), 1e-12);

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/comm/broadcast_rule.h"
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm {
@@ -58,10 +59,18 @@ void Communicator::barrier() {
   }
 }
 
-// Binomial tree rooted at `root`, in ranks relative to the root.
 void Communicator::broadcast(std::span<std::byte> data, int root) {
-  const int n = size();
   check_peer_and_tag(root, tags::kBroadcast, "broadcast");
+  if (broadcast_scatters(size(), data.size())) {
+    scatter_allgather_broadcast(data, root);
+  } else {
+    binomial_broadcast(data, root);
+  }
+}
+
+// Binomial tree rooted at `root`, in ranks relative to the root.
+void Communicator::binomial_broadcast(std::span<std::byte> data, int root) {
+  const int n = size();
   const int relative = (rank() - root + n) % n;
   int mask = 1;
   while (mask < n) {
@@ -76,12 +85,39 @@ void Communicator::broadcast(std::span<std::byte> data, int root) {
   }
 }
 
+// The root sends rank q its block q (blocks as even as the bytes allow),
+// then the ranks ring-allgather the blocks in place.
+void Communicator::scatter_allgather_broadcast(std::span<std::byte> data, int root) {
+  const int n = size();
+  const int r = rank();
+  const std::size_t base = data.size() / static_cast<std::size_t>(n);
+  const std::size_t extra = data.size() % static_cast<std::size_t>(n);
+  std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1, 0);
+  for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) {
+    offsets[q + 1] = offsets[q] + base + (q < extra ? 1 : 0);
+  }
+  const auto block = [&](int q) {
+    const auto i = static_cast<std::size_t>(q);
+    return data.subspan(offsets[i], offsets[i + 1] - offsets[i]);
+  };
+  if (r == root) {
+    std::vector<Request> sent;
+    sent.reserve(static_cast<std::size_t>(n) - 1);
+    for (int q = 0; q < n; ++q) {
+      if (q != root) sent.push_back(isend(block(q), q, tags::kBroadcast));
+    }
+    for (Request& request : sent) request.wait();
+  } else {
+    recv(block(r), root, tags::kBroadcast);
+  }
+  ring_allgather_in_place(data, offsets, tags::kBroadcast);
+}
+
 void Communicator::allgather(std::span<const std::byte> mine, std::span<std::byte> all) {
   const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), mine.size());
   allgatherv(mine, all, counts);
 }
 
-// Ring: in step j every rank forwards the block it received in step j-1.
 void Communicator::allgatherv(std::span<const std::byte> mine, std::span<std::byte> all,
                               std::span<const std::size_t> counts) {
   const int n = size();
@@ -99,14 +135,23 @@ void Communicator::allgatherv(std::span<const std::byte> mine, std::span<std::by
                     mine.size(), all.size(), counts[r], offsets.back()));
   }
   if (!mine.empty()) std::memcpy(all.data() + offsets[r], mine.data(), mine.size());
+  ring_allgather_in_place(all, offsets, tags::kAllgather);
+}
+
+// Ring: in step j every rank forwards the block it received in step j-1.
+void Communicator::ring_allgather_in_place(std::span<std::byte> all,
+                                           std::span<const std::size_t> offsets, int tag) {
+  const int n = size();
+  const int r = rank();
+  const auto block = [&](int q) {
+    const auto i = static_cast<std::size_t>(q);
+    return all.subspan(offsets[i], offsets[i + 1] - offsets[i]);
+  };
   const int next = (r + 1) % n;
   const int prev = (r - 1 + n) % n;
   for (int step = 0; step + 1 < n; ++step) {
-    const int send_block = (r - step + n) % n;
-    const int recv_block = (r - step - 1 + n) % n;
-    Request sent =
-        isend(all.subspan(offsets[send_block], counts[send_block]), next, tags::kAllgather);
-    recv(all.subspan(offsets[recv_block], counts[recv_block]), prev, tags::kAllgather);
+    Request sent = isend(block((r - step + n) % n), next, tag);
+    recv(block((r - step - 1 + n) % n), prev, tag);
     sent.wait();
   }
 }

@@ -119,6 +119,8 @@ class Communicator {
   // --- collectives; the defaults are built on point-to-point ---
   virtual void barrier();
   // `data` has the same size on every rank; root's content ends up everywhere.
+  // A binomial tree, or a scatter and ring allgather for large buffers
+  // (broadcast_rule.h says which).
   virtual void broadcast(std::span<std::byte> data, int root);
   // `all.size() == size() * mine.size()`; rank r's bytes land at r*mine.size().
   virtual void allgather(std::span<const std::byte> mine, std::span<std::byte> all);
@@ -154,6 +156,13 @@ class Communicator {
   void check_peer_and_tag(int peer, int tag, std::string_view op) const;
 
  private:
+  // The ring allgather of allgatherv, in place: rank r's block
+  // [offsets[r], offsets[r+1]) of `all` is already there.
+  void ring_allgather_in_place(std::span<std::byte> all, std::span<const std::size_t> offsets,
+                               int tag);
+  void binomial_broadcast(std::span<std::byte> data, int root);
+  void scatter_allgather_broadcast(std::span<std::byte> data, int root);
+
   std::chrono::milliseconds timeout_{std::chrono::seconds(60)};
 };
 

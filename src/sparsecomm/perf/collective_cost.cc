@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/comm/broadcast_rule.h"
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm::perf {
@@ -159,6 +160,26 @@ CommCost binomial_broadcast(const CostProfile& p, int n, double bytes) {
   cost.bytes_sent = cost.bytes_received = (n - 1.0) / n * bytes;
   cost.wire_bytes_sent = (n - 1.0) / n * framed(p, bytes);
   return cost;
+}
+
+CommCost scatter_allgather_broadcast(const CostProfile& p, int n, double bytes) {
+  check_world(n);
+  if (n == 1) return {};
+  const double block = bytes / n;
+  // The root sends n-1 blocks one after another on its link; the other
+  // ranks receive one each: per rank, (n-1)/n blocks each way on average.
+  CommCost scatter = round_of(p, block, block) * (n - 1.0);
+  scatter.bytes_sent = scatter.bytes_received = (n - 1.0) / n * block;
+  scatter.wire_bytes_sent = (n - 1.0) / n * framed(p, block);
+  return scatter + ring_allgatherv(p, n, block, std::ceil(block));
+}
+
+CommCost broadcast(const CostProfile& p, int n, double bytes) {
+  check_world(n);
+  if (broadcast_scatters(n, static_cast<std::size_t>(bytes))) {
+    return scatter_allgather_broadcast(p, n, bytes);
+  }
+  return binomial_broadcast(p, n, bytes);
 }
 
 CommCost nonfinite_agreement(const CostProfile& p, int n) { return ring_allgatherv(p, n, 1, 1); }

@@ -60,9 +60,16 @@ CommCost ring_allgatherv(const CostProfile& p, int n, double mean_block, double 
 // Pairwise alltoallv: n-1 rounds of `bytes_per_peer`.
 CommCost alltoallv(const CostProfile& p, int n, double bytes_per_peer);
 
-// Binomial-tree broadcast of `bytes`: ceil(log2 n) rounds of the whole
-// buffer; (n-1)/n of it sent and received per rank on average.
+// Communicator::broadcast of `bytes`: the algorithm the communicator picks
+// for that size and world (comm/broadcast_rule.h), one of the two below.
+CommCost broadcast(const CostProfile& p, int n, double bytes);
+// Binomial tree: ceil(log2 n) rounds of the whole buffer; (n-1)/n of it
+// sent and received per rank on average.
 CommCost binomial_broadcast(const CostProfile& p, int n, double bytes);
+// Scatter from the root (n-1 rounds of a block of bytes/n, all sent by the
+// root), then a ring allgather of the blocks (n-1 rounds): 2(n-1) rounds,
+// 2(n-1)/n of the buffer through the busiest link.
+CommCost scatter_allgather_broadcast(const CostProfile& p, int n, double bytes);
 
 // --- sparse exchange patterns ---
 

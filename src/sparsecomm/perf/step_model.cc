@@ -19,7 +19,7 @@ enum class Kind {
   kIndependent,      // each rank selects from the whole vector; sparse allgather
   kPartitioned,      // each rank selects in its partition; union all-reduce
   kShared,           // the same k indices everywhere; all-reduce of k values
-  kLeader,           // CLT-k: rank 0 selects, broadcasts k indices, shared all-reduce
+  kLeader,           // CLT-k: the leader selects, broadcasts k indices, shared all-reduce
   kParameterServer,  // dense pushes and pulls under BSP
 };
 
@@ -106,7 +106,7 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       send.mean_count = send.max_count = send.union_count = k;
       call.comm = agreement + shared_allreduce(p, n, send);
       call.agreement_s = agreement.seconds;
-      if (shape.kind == Kind::kLeader) call.comm += binomial_broadcast(p, n, kFloatBytes * k);
+      if (shape.kind == Kind::kLeader) call.comm += broadcast(p, n, kFloatBytes * k);
       call.selection_s = numel * p.select_cost(shape.name);
       return call;
     }
