@@ -71,16 +71,6 @@ std::string_view allreduce_algorithm_name(AllreduceAlgorithm algorithm) {
   return "unknown";
 }
 
-std::size_t chunk_begin(std::size_t numel, int parts, int chunk) {
-  if (parts <= 0 || chunk < 0 || chunk > parts) {
-    throw InvalidArgument(
-        fmt::format("[allreduce] chunk_begin: chunk {} of {} parts is out of range", chunk, parts));
-  }
-  const auto p = static_cast<std::size_t>(parts);
-  const auto c = static_cast<std::size_t>(chunk);
-  return c * (numel / p) + std::min(c, numel % p);
-}
-
 namespace detail {
 namespace {
 

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/sparse.h"  // chunk_begin
 
 namespace sparsecomm {
 
@@ -51,11 +52,5 @@ void allreduce(Communicator& comm, std::span<float> data, const AllreduceOptions
                AllreduceReport* report = nullptr);
 void allreduce(Communicator& comm, std::span<std::int64_t> data,
                const AllreduceOptions& options = {}, AllreduceReport* report = nullptr);
-
-// Chunk c of a buffer of `numel` elements split into `parts` near-equal
-// contiguous chunks: [chunk_begin(c), chunk_begin(c + 1)); the first
-// numel % parts chunks hold one element more. Used by the ring and by
-// Skip-Reduce's schedule.
-std::size_t chunk_begin(std::size_t numel, int parts, int chunk);
 
 }  // namespace sparsecomm

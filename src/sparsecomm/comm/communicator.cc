@@ -10,6 +10,7 @@
 
 #include "sparsecomm/comm/broadcast_rule.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/sparse.h"
 
 namespace sparsecomm {
 
@@ -85,16 +86,14 @@ void Communicator::binomial_broadcast(std::span<std::byte> data, int root) {
   }
 }
 
-// The root sends rank q its block q (blocks as even as the bytes allow),
+// The root sends rank q its block q (chunk_begin's split),
 // then the ranks ring-allgather the blocks in place.
 void Communicator::scatter_allgather_broadcast(std::span<std::byte> data, int root) {
   const int n = size();
   const int r = rank();
-  const std::size_t base = data.size() / static_cast<std::size_t>(n);
-  const std::size_t extra = data.size() % static_cast<std::size_t>(n);
-  std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1, 0);
-  for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) {
-    offsets[q + 1] = offsets[q] + base + (q < extra ? 1 : 0);
+  std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1);
+  for (int q = 0; q <= n; ++q) {
+    offsets[static_cast<std::size_t>(q)] = chunk_begin(data.size(), n, q);
   }
   const auto block = [&](int q) {
     const auto i = static_cast<std::size_t>(q);

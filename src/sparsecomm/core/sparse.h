@@ -50,6 +50,13 @@ struct Range {
   bool empty() const { return begin == end; }
 };
 
+// Chunk c of a buffer of `numel` elements split into `parts` near-equal
+// contiguous chunks: [chunk_begin(c), chunk_begin(c + 1)); the first
+// numel % parts chunks hold one element more. The one split of the ring
+// collectives, Skip-Reduce's schedule, the scattering broadcast and
+// MiCRO's partitions.
+std::size_t chunk_begin(std::size_t numel, int parts, int chunk);
+
 // One rank's selection: indices strictly ascending, values[i] the selected
 // vector's value at indices[i]. Reused across steps (clear() keeps capacity).
 //

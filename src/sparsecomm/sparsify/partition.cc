@@ -20,13 +20,9 @@ std::vector<Range> equal_partitions(std::size_t numel, int parts) {
   if (parts < 1)
     throw InvalidArgument(fmt::format("[partition] need >= 1 partition, got {}", parts));
   std::vector<Range> ranges(static_cast<std::size_t>(parts));
-  const std::size_t base = numel / static_cast<std::size_t>(parts);
-  const std::size_t extra = numel % static_cast<std::size_t>(parts);
-  std::size_t begin = 0;
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    const std::size_t size = base + (i < extra ? 1 : 0);
-    ranges[i] = {begin, begin + size};
-    begin += size;
+  for (int i = 0; i < parts; ++i) {
+    ranges[static_cast<std::size_t>(i)] = {chunk_begin(numel, parts, i),
+                                           chunk_begin(numel, parts, i + 1)};
   }
   return ranges;
 }
