@@ -21,9 +21,10 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
     Communicator,
     InvalidArgument,
     Synchronizer,
+    UpdateDirection,
     allreduce,
     method_options,
     methods,
 )
-from .ddp import HookState, ddp_comm_hook, register  # noqa: F401
+from .ddp import HookState, ddp_comm_hook, direction_optimizer, register  # noqa: F401
 from .sparsifier import Sparsifier, decode  # noqa: F401

@@ -28,6 +28,12 @@ overlap it yet: completing DDP's futures from a Python worker thread made
 processes abort at exit ("terminate called without an active exception"),
 so that design was set aside (docs/python.md, "Not yet").
 
+With AdamW, ``compress="update"`` (docs/algorithms.md, "Optimizers and
+compression"): each group keeps this rank's AdamW moments (C++
+``UpdateDirection``) and the method synchronizes the direction AdamW would
+apply instead of the raw gradient; the optimizer then only applies the
+average, ``p -= lr * (u + wd * p)``: ``direction_optimizer()`` makes it.
+
 Parameters excluded from sparsification (``exclude`` name patterns,
 ``min_numel``) form their own groups, averaged by sparsecomm's dense ring
 all-reduce, finiteness checked; a non-finite value in any group stops or
@@ -41,7 +47,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from ._sparsecomm import Communicator, Synchronizer
+from ._sparsecomm import Communicator, Synchronizer, UpdateDirection
 from ._common import option_texts
 
 
@@ -76,12 +82,13 @@ class _Group:
     method with its own state) or, for excluded parameters (synchronizer
     None), by `dense`: sparsecomm's dense ring, which checks finiteness too."""
 
-    def __init__(self, parameters, synchronizer, dense=None):
+    def __init__(self, parameters, synchronizer, dense=None, moments=None):
         self.names = [name for name, _ in parameters]
         self.ids = [id(parameter) for _, parameter in parameters]
         self.layers = [parameter.numel() for _, parameter in parameters]  # DEFT's tensors
         self.synchronizer = synchronizer
         self.dense = dense
+        self.moments = moments  # compress="update": this rank's AdamW moments
         self.flat = None  # the gathered gradients, made once
 
     def flatten(self, views):
@@ -123,7 +130,7 @@ class HookState:
     depends on it (DGC's warm-up)."""
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
-                 bucket_mb=None, **options):
+                 bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, **options):
         if group is None:
             if not dist.is_initialized():
                 raise RuntimeError(
@@ -136,6 +143,12 @@ class HookState:
                                           and math.isfinite(bucket_mb) and bucket_mb > 0):
             raise ValueError(f"sparsecomm: bucket_mb must be a positive number of MB (or None: "
                              f"the whole model at once), got {bucket_mb!r}")
+        if compress not in ("gradient", "update"):
+            raise ValueError(f"sparsecomm: compress={compress!r}: valid are 'gradient' and "
+                             "'update' (each rank's AdamW direction)")
+        if compress == "update":
+            UpdateDirection(*betas, eps)  # ValueError for betas or eps out of range
+        self.compress = compress
         self.comm = Communicator(group)
         self.method = method
         self.options = option_texts(options)
@@ -163,6 +176,13 @@ class HookState:
         # DGC's momentum correction (memory=momentum) applies momentum in
         # the hook: the optimizer must then run without it.
         self.applies_momentum = first.applies_momentum
+        if compress == "update" and self.applies_momentum:
+            raise ValueError(
+                f"sparsecomm: {method} applies momentum itself (memory=momentum), which an AdamW "
+                "direction cannot follow; give memory='ef' or compress the gradient")
+
+        def moments():
+            return UpdateDirection(*betas, eps) if compress == "update" else None
         cap = None if bucket_mb is None else int(bucket_mb * 1024 * 1024)
         if cap is not None:  # the order backward produces gradients in
             sparse, dense = sparse[::-1], dense[::-1]
@@ -170,8 +190,9 @@ class HookState:
         for index, run in enumerate(_split(sparse, cap)):
             synchronizer = first if index == 0 else Synchronizer(self.comm, method, self.options,
                                                                   nonfinite)
-            self._groups.append(_Group(run, synchronizer))
-        self._groups += [_Group(run, None, Synchronizer(self.comm, "dense", {}, nonfinite))
+            self._groups.append(_Group(run, synchronizer, moments=moments()))
+        self._groups += [_Group(run, None, Synchronizer(self.comm, "dense", {}, nonfinite),
+                                moments())
                          for run in _split(dense, cap)]
         self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
@@ -209,12 +230,15 @@ class HookState:
                 "epoch": self.epoch, "sparse": [name for name, _ in self.sparse],
                 "groups": [g.names for g in self._groups],
                 "synchronizers": [g.synchronizer.state() for g in self._groups
-                                  if g.synchronizer is not None]}
+                                  if g.synchronizer is not None],
+                "compress": self.compress,
+                "moments": [g.moments.state() for g in self._groups if g.moments is not None]}
 
     def load_state_dict(self, state):
         """Restores a state_dict() of the same method, options, parameters and
         groups (ValueError naming the difference otherwise)."""
         for key, mine in (("method", self.method), ("options", self.options),
+                          ("compress", self.compress),
                           ("sparse", [name for name, _ in self.sparse]),
                           ("groups", [g.names for g in self._groups])):
             if state.get(key) != mine:
@@ -223,6 +247,9 @@ class HookState:
         synchronizers = [g.synchronizer for g in self._groups if g.synchronizer is not None]
         for synchronizer, saved in zip(synchronizers, state["synchronizers"]):
             synchronizer.load_state(saved)
+        for g, saved in zip([g for g in self._groups if g.moments is not None],
+                            state.get("moments", [])):
+            g.moments.load_state(saved)
         self.step = state["step"]
         self.epoch = state["epoch"]
 
@@ -258,6 +285,8 @@ class HookState:
         g = self._groups[index]
         views = [self._gradients[pid] for pid in g.ids]
         flat = g.flatten(views)
+        if g.moments is not None:
+            g.moments.direction(flat)
         if g.synchronizer is not None:
             metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index,
                                                             g.layers))
@@ -316,7 +345,7 @@ def _hook(state, bucket):
 
 
 def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
-                  bucket_mb=None, **options):
+                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``.
 
     ``model``: the DDP model (or the module it wraps); ``method``: a
@@ -325,10 +354,21 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     parameter name patterns (fnmatch, e.g. ``"fc2.*"``) and ``min_numel``:
     a size below which a parameter is averaged densely instead;
     ``bucket_mb``: exchange groups of at most this size, each with its
-    own scheme instance (None: the whole model at once). Raises
-    ValueError for an unknown method or option."""
-    return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb,
-                     **options), _hook
+    own scheme instance (None: the whole model at once);
+    ``compress="update"``: synchronize each rank's AdamW direction (with
+    ``betas`` and ``eps``) instead of the gradient, and step with
+    ``direction_optimizer()``. Raises ValueError for an unknown method or
+    option."""
+    return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb, compress,
+                     betas, eps, **options), _hook
+
+
+def direction_optimizer(parameters, lr, weight_decay=0.01):
+    """The optimizer of a hook with ``compress="update"``: the gradients it
+    sees are already the average AdamW direction u, so it applies
+    ``p -= lr * (u + weight_decay * p)`` (AdamW's decoupled weight decay):
+    SGD without momentum. Learning-rate schedulers work on it as usual."""
+    return torch.optim.SGD(parameters, lr=lr, momentum=0.0, weight_decay=weight_decay)
 
 
 def register(model, method, **kwargs):

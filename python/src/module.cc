@@ -14,6 +14,10 @@
 //     exchange, for callers with their own transport (selection_step.h)
 //     .select(tensor, step, epoch, layers) -> (indices int64, values float32)
 //     .kept(), .counts, .skipped, .state(), .load_state(bytes)
+//   UpdateDirection(beta1, beta2, eps)  one rank's AdamW moments for
+//     compress="update" (optim/update_rule.h)
+//     .direction(tensor)             in place: gradient -> AdamW direction
+//     .state() -> bytes, .load_state(bytes)
 //   Communicator.single()          a world of one rank (no torch.distributed)
 //   allreduce(comm, tensor)        sparsecomm's ring all-reduce, in place
 //   methods() -> [names]           the CLI's synchronization methods
@@ -36,6 +40,7 @@
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/state_io.h"
+#include "sparsecomm/optim/update_rule.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/sync/selection_step.h"
 #include "sparsecomm/sync/step_metrics.h"
@@ -231,6 +236,35 @@ class StandaloneSparsifier {
   SelectionStep step_;
 };
 
+// One rank's AdamW moments over one flat gradient, for the hook's
+// compress="update": the gradient is replaced by the direction AdamW would
+// apply (without lr and weight decay), which the method then synchronizes.
+class UpdateDirection {
+ public:
+  UpdateDirection(double beta1, double beta2, double eps)
+      : rule_(options_of(beta1, beta2, eps), Compress::kUpdate) {}
+
+  void direction(const at::Tensor& gradient) {
+    const std::span<float> values = floats_of(gradient, "the gradient");
+    const py::gil_scoped_release release;
+    rule_.before_sync(values);
+  }
+  py::bytes state() const { return state_of(rule_); }
+  void load_state(const py::bytes& state) { load_state_into(rule_, state); }
+
+ private:
+  static OptimizerOptions options_of(double beta1, double beta2, double eps) {
+    OptimizerOptions options;
+    options.name = "adamw";
+    options.adamw.beta1 = beta1;
+    options.adamw.beta2 = beta2;
+    options.adamw.eps = eps;
+    options.adamw.weight_decay = 0.0;  // the optimizer applies it (docs/python.md)
+    return options;
+  }
+  UpdateRule rule_;
+};
+
 }  // namespace
 }  // namespace sparsecomm::python
 
@@ -290,6 +324,13 @@ PYBIND11_MODULE(_sparsecomm, m) {
            py::arg("epoch") = 0.0)
       .def("state", &StandaloneSparsifier::state)
       .def("load_state", &StandaloneSparsifier::load_state, py::arg("state"));
+
+  py::class_<UpdateDirection>(m, "UpdateDirection")
+      .def(py::init<double, double, double>(), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
+           py::arg("eps") = 1e-8)
+      .def("direction", &UpdateDirection::direction, py::arg("gradient"))
+      .def("state", &UpdateDirection::state)
+      .def("load_state", &UpdateDirection::load_state, py::arg("state"));
 
   m.def(
       "allreduce",

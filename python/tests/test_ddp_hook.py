@@ -254,3 +254,85 @@ def test_without_a_process_group_the_hook_says_what_to_do():
     assert not dist.is_initialized()
     with pytest.raises(RuntimeError, match="init_process_group"):
         sparsecomm.ddp_comm_hook(_model(), "topk")
+
+
+def _update_direction_at_density_one(rank, world):
+    """compress="update" at density 1 on one group: the parameters move by
+    the mean over ranks of each rank's AdamW direction, computed here with
+    torch's own AdamW on each rank's gradient (lr 1, no weight decay: its
+    step is minus the direction)."""
+    batches = _batches(rank, 4)
+    model = DDP(_model(), bucket_cap_mb=0.001)
+    sparsecomm.register(model, "topk", density=1.0, compress="update", betas=(0.9, 0.99))
+    optimizer = sparsecomm.direction_optimizer(model.parameters(), lr=0.01, weight_decay=0.0)
+    # The reference: a plain copy of the model, a local AdamW per rank for the
+    # direction, and an all-reduce of the directions.
+    reference = _model()
+    probe = _model()
+    local = torch.optim.AdamW(probe.parameters(), lr=1.0, betas=(0.9, 0.99), weight_decay=0.0)
+    for x, y in batches:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        # Reference: the gradient at the reference parameters, through torch's AdamW.
+        reference.zero_grad()
+        torch.nn.functional.cross_entropy(reference(x), y).backward()
+        with torch.no_grad():
+            for p, q in zip(probe.parameters(), reference.parameters()):
+                p.copy_(q)
+                p.grad = q.grad.clone()
+        before = [p.detach().clone() for p in probe.parameters()]
+        local.step()
+        with torch.no_grad():
+            for p, q, b in zip(reference.parameters(), probe.parameters(), before):
+                direction = b - q  # lr 1: the step is minus the direction
+                dist.all_reduce(direction)
+                p -= 0.01 * direction / world
+    assert torch.allclose(_parameters(model), _parameters(reference), rtol=1e-4, atol=1e-6), (
+        _parameters(model) - _parameters(reference)).abs().max()
+
+
+def test_compressing_the_update_sends_each_ranks_adamw_direction(run_world):
+    run_world(2, _update_direction_at_density_one)
+
+
+def _update_resume_is_exact(rank, world):
+    batches = _batches(rank, 6)
+    options = {"density": 0.05, "compress": "update", "min_numel": 50}
+
+    def fresh():
+        model = DDP(_model(), bucket_cap_mb=0.001)
+        state = sparsecomm.register(model, "topk", **options)
+        return model, state, sparsecomm.direction_optimizer(model.parameters(), lr=0.01)
+
+    whole, _, optimizer = fresh()
+    _run(whole, optimizer, batches)
+    first, state, optimizer = fresh()
+    _run(first, optimizer, batches[:3])
+    saved = (first.state_dict(), state.state_dict())
+    resumed, state, optimizer = fresh()
+    resumed.load_state_dict(saved[0])
+    state.load_state_dict(saved[1])
+    _run(resumed, optimizer, batches[3:])
+    assert torch.equal(_parameters(resumed), _parameters(whole))
+    plain = sparsecomm.ddp_comm_hook(resumed, "topk", density=0.05, min_numel=50)[0]
+    with pytest.raises(ValueError, match="compress"):
+        plain.load_state_dict(saved[1])
+
+
+def test_a_compressed_update_resumes_bit_for_bit(run_world):
+    run_world(2, _update_resume_is_exact)
+
+
+def _bad_update_settings(rank, world):
+    model = DDP(_model())
+    with pytest.raises(ValueError, match="compress='momentum'"):
+        sparsecomm.ddp_comm_hook(model, "topk", compress="momentum")
+    with pytest.raises(ValueError, match="beta1"):
+        sparsecomm.ddp_comm_hook(model, "topk", compress="update", betas=(1.5, 0.999))
+    with pytest.raises(ValueError, match="memory='ef'"):
+        sparsecomm.ddp_comm_hook(model, "dgc", compress="update")
+
+
+def test_bad_update_settings_raise_value_errors(run_world):
+    run_world(2, _bad_update_settings)

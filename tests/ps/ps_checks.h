@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/optim/optimizer.h"
 #include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/parameter_server.h"
@@ -51,10 +52,10 @@ inline std::vector<float> initial_params(std::size_t d) {
 
 // The parameters after `steps` steps of synchronous SGD on the mean of the
 // workers' gradients: what BSP with dense pushes must compute.
-inline std::vector<float> synchronous_sgd(std::size_t d, int workers, int steps,
-                                          const SgdOptions& options) {
+inline std::vector<float> synchronous_steps(std::size_t d, int workers, int steps,
+                                            const OptimizerOptions& options) {
   std::vector<float> params = initial_params(d);
-  FlatSgd sgd(options);
+  const std::unique_ptr<FlatOptimizer> optimizer = make_flat_optimizer(options);
   std::vector<float> sum(d);
   std::vector<float> g(d);
   for (int t = 0; t < steps; ++t) {
@@ -64,9 +65,15 @@ inline std::vector<float> synchronous_sgd(std::size_t d, int workers, int steps,
       for (std::size_t i = 0; i < d; ++i) sum[i] += g[i];
     }
     for (float& v : sum) v /= static_cast<float>(workers);
-    sgd.step(params, sum, kLr);
+    optimizer->step(params, sum, kLr);
   }
   return params;
+}
+inline std::vector<float> synchronous_sgd(std::size_t d, int workers, int steps,
+                                          const SgdOptions& options) {
+  OptimizerOptions sgd;
+  sgd.sgd = options;
+  return synchronous_steps(d, workers, steps, sgd);
 }
 
 // Layers of a d = 2000 model for DEFT: two matrices (split into 3 pieces

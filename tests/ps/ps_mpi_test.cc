@@ -121,7 +121,7 @@ TEST(PsMpi, BspDenseEqualsSynchronousSgd) {
       const ServerLayout layout = ServerLayout::for_world(d, comm.size(), servers);
       if (layout.is_worker_rank(comm.rank())) {
         const std::vector<float> expected =
-            synchronous_sgd(d, layout.workers(), steps, options.sgd);
+            synchronous_sgd(d, layout.workers(), steps, options.optimizer.sgd);
         const auto& got = run.final_params[static_cast<std::size_t>(comm.rank())];
         EXPECT_EQ(got.size(), d) << what;
         double max_error = 0.0;

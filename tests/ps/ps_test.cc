@@ -210,7 +210,7 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
               validate_ps_options(options);
             }).find("SGD momentum must be 0"),
             std::string::npos);
-  options.sgd.momentum = 0.0;
+  options.optimizer.sgd.momentum = 0.0;
   EXPECT_NO_THROW(validate_ps_options(options));
   options.push = "dense";
   options.scheme_options.set("density=0.1");
@@ -219,7 +219,7 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
             }).find("takes no scheme options"),
             std::string::npos);
   options.scheme_options = SchemeOptions();
-  options.sgd.momentum = 1.5;
+  options.optimizer.sgd.momentum = 1.5;
   EXPECT_THROW(validate_ps_options(options), InvalidArgument);
 }
 
@@ -265,7 +265,7 @@ TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
     return std::chrono::microseconds(((w * 5 + t * 3) % 4) * 300);
   });
 
-  const std::vector<float> params = synchronous_sgd(d, workers, steps, options.sgd);
+  const std::vector<float> params = synchronous_sgd(d, workers, steps, options.optimizer.sgd);
   for (int w = 0; w < workers; ++w) {
     const auto& got = run.final_params[static_cast<std::size_t>(w)];
     for (std::size_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], params[i], 1e-6) << "worker " << w;
@@ -280,6 +280,29 @@ TEST(ParameterServer, BspDenseEqualsSynchronousSgd) {
   }
   // BSP: every step gated at staleness 0.
   for (const BeginGrant& grant : run.servers[0].grants) EXPECT_EQ(grant.clock, grant.min_clock);
+}
+
+// The servers' optimizer may be AdamW: BSP then equals AdamW on the mean
+// gradient, shard by shard.
+TEST(ParameterServer, BspWithAdamWEqualsSynchronousAdamW) {
+  const int workers = 3;
+  const std::size_t d = 103;
+  const int steps = 8;
+  PsOptions options;
+  options.optimizer.name = "adamw";
+  options.optimizer.adamw.weight_decay = 0.1;
+  const PsRun run = run_ps(workers, 2, d, options, steps, [](int w, std::int64_t t) {
+    return std::chrono::microseconds(((w * 3 + t) % 3) * 200);
+  });
+  const std::vector<float> params = synchronous_steps(d, workers, steps, options.optimizer);
+  for (int w = 0; w < workers; ++w) {
+    const auto& got = run.final_params[static_cast<std::size_t>(w)];
+    for (std::size_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], params[i], 1e-6) << "worker " << w;
+  }
+  // Partition-based pushes still need SGD when DGC-style momentum runs on the
+  // workers; AdamW on the servers with DGC's correction is refused.
+  options.push = "dgc";
+  EXPECT_THROW(validate_ps_options(options), InvalidArgument);
 }
 
 // With s = 0 a worker begins step t + 1 only after all W pushes of step t,
@@ -298,7 +321,7 @@ TEST(ParameterServer, SspWithZeroStalenessStepsLikeBsp) {
     const int steps = 8;
     PsOptions options;
     options.model = SyncModel::ssp(0);
-    options.sgd.nesterov = nesterov;
+    options.optimizer.sgd.nesterov = nesterov;
     std::barrier all_pulled(workers);
     const PsHooks hooks = hooks_with_gradient(
         [&](int w, std::int64_t t, std::span<const float> params, std::span<float> out) {
@@ -313,7 +336,7 @@ TEST(ParameterServer, SspWithZeroStalenessStepsLikeBsp) {
         20s, hooks);
     // Each server's final shard: a worker's last pull need not wait for the
     // others' last pushes.
-    const std::vector<float> params = synchronous_sgd(d, workers, steps, options.sgd);
+    const std::vector<float> params = synchronous_sgd(d, workers, steps, options.optimizer.sgd);
     for (const ServerLog& server : run.servers) {
       for (const AppliedPush& applied : server.applied) {
         ASSERT_EQ(applied.pulled_version, workers * applied.clock)
@@ -662,7 +685,7 @@ TEST(ParameterServer, SparsePushesKeepTheResidualOnTheWorker) {
   options.model = SyncModel::asp();
   options.push = "topk";
   options.scheme_options.set("density=0.05");
-  options.sgd.momentum = 0.0;
+  options.optimizer.sgd.momentum = 0.0;
   const std::size_t d = 200;
   const int steps = 5;
   const std::vector<float> init = initial_params(d);
@@ -718,7 +741,7 @@ TEST(ParameterServer, EveryPerWorkerSchemeWorksUnderAsyncModels) {
       options.model = parse_sync_model(model);
       options.push = scheme;
       options.scheme_options.set("density=0.02");
-      if (options.push == "dgc") options.sgd.momentum = 0.0;
+      if (options.push == "dgc") options.optimizer.sgd.momentum = 0.0;
       if (options.push == "threshold") options.scheme_options.set("lambda=0.005");
       const PsRun run = run_ps(workers, 2, 1000, options, steps, no_delay);
       expect_no_push_lost(run, workers, steps, std::string(model) + "/" + scheme);
@@ -884,7 +907,7 @@ TEST(ParameterServer, PartitionSchemesKeepTheResidualOnTheWorkers) {
     PsOptions options;
     options.push = scheme;
     options.scheme_options.set("density=0.01");
-    options.sgd.momentum = 0.0;
+    options.optimizer.sgd.momentum = 0.0;
     if (options.push == "deft") options.layers = deft_layers();
     std::vector<std::vector<double>> gradient_sum(static_cast<std::size_t>(workers),
                                                   std::vector<double>(d, 0.0));

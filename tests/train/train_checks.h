@@ -10,8 +10,11 @@
 
 #include <unistd.h>
 
+#include <gtest/gtest.h>
 #include "scratch_dir.h"
+
 #include "sparsecomm/core/state_io.h"
+#include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
 
@@ -47,6 +50,14 @@ inline std::vector<float> parameters_of_checkpoint(std::span<const std::byte> pa
   reader.value<std::int64_t>();   // step
   reader.value<double>();         // wall time
   return reader.array<float>();
+}
+
+// The flat parameters of rank `rank` in the latest checkpoint of `run_dir`.
+inline std::vector<float> checkpoint_parameters(const std::filesystem::path& run_dir, int rank) {
+  const auto latest = latest_checkpoint(run_dir);
+  EXPECT_TRUE(latest.has_value());
+  const auto bytes = read_rank_checkpoint(run_dir, (*latest)["step"].get<std::int64_t>(), rank);
+  return parameters_of_checkpoint(bytes);
 }
 
 // Runs `config` for `steps` steps while recording its gradients into

@@ -129,13 +129,6 @@ TEST(Trainer, EveryMethodTrainsTheMlpWithTheLossGoingDown) {
   }
 }
 
-std::vector<float> checkpoint_parameters(const fs::path& run_dir, int rank) {
-  const auto latest = latest_checkpoint(run_dir);
-  EXPECT_TRUE(latest.has_value());
-  const auto bytes = read_rank_checkpoint(run_dir, (*latest)["step"].get<std::int64_t>(), rank);
-  return testing::parameters_of_checkpoint(bytes);
-}
-
 // Deferred evaluation evaluates the same parameters at the same points as
 // evaluating during training, and its time is not training wall time; a
 // checkpoint evaluates what is pending, so a stopped and resumed run has
@@ -194,7 +187,8 @@ TEST(Trainer, ResumingGivesBitIdenticalParameters) {
     run_training(rest, nullptr, half.out);
 
     for (int rank = 0; rank < 4; ++rank) {
-      EXPECT_EQ(checkpoint_parameters(whole.out, rank), checkpoint_parameters(half.out, rank))
+      EXPECT_EQ(testing::checkpoint_parameters(whole.out, rank),
+                testing::checkpoint_parameters(half.out, rank))
           << method << " rank " << rank;
     }
     // Metrics continue: one record per step, no step twice.
@@ -228,7 +222,8 @@ TEST(Trainer, ACrashBetweenWritingAndCommittingKeepsThePreviousCheckpoint) {
   rest.checkpoint_every = 1000;
   run_training(rest, nullptr, faulty.out);
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(checkpoint_parameters(whole.out, rank), checkpoint_parameters(faulty.out, rank))
+    EXPECT_EQ(testing::checkpoint_parameters(whole.out, rank),
+              testing::checkpoint_parameters(faulty.out, rank))
         << "rank " << rank;
   }
   EXPECT_EQ(report::load_run(faulty.out).steps.size(), 64u);

@@ -104,8 +104,10 @@ class ConsoleReporter final : public TrainObserver {
       // After training: the phase times of each window are gone; accuracy only.
       if (!deferred_header_) fmt::print("  evaluated after training (--eval-deferred):\n");
       deferred_header_ = true;
-      fmt::print("  epoch {:>6.2f}  step {:>6}  train loss {:.4f}  test acc {:6.2f}%  [{:.0f}s]\n",
-                 e.epoch, e.step, e.train_loss, 100.0 * e.test_accuracy, e.wall_s);
+      fmt::print(
+          "  epoch {:>6.2f}  step {:>6}  train loss {:.4f}  test acc {:6.2f}%  test loss {:.4f}  "
+          "[{:.0f}s]\n",
+          e.epoch, e.step, e.train_loss, 100.0 * e.test_accuracy, e.test_loss, e.wall_s);
       std::fflush(stdout);
       return;
     }
@@ -119,12 +121,12 @@ class ConsoleReporter final : public TrainObserver {
                   window_.settling ? fmt::format(" (from step {})", kSettleSteps) : std::string())
             : fmt::format("K/k, imbalance: settling (to step {})", kSettleSteps);
     fmt::print(
-        "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  {}  "
+        "  epoch {:>6.2f}  train loss {:.4f}  test acc {:6.2f}%  test loss {:.4f}  {}  "
         "{}/rank/step  time: compute {:.1f}s selection {:.2f}s exchange {:.2f}s update {:.2f}s  "
         "{}[{:.0f}s]\n",
-        e.epoch, e.train_loss, 100.0 * e.test_accuracy, density, format_bytes(window_.bytes / n),
-        window_.compute, window_.selection, window_.exchange, window_.update, overlap_text(),
-        e.wall_s);
+        e.epoch, e.train_loss, 100.0 * e.test_accuracy, e.test_loss, density,
+        format_bytes(window_.bytes / n), window_.compute, window_.selection, window_.exchange,
+        window_.update, overlap_text(), e.wall_s);
     std::fflush(stdout);
     window_ = {};
   }
@@ -331,11 +333,28 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--batch,-b", c.batch, "batch size per rank (global batch = workers x batch)")
       ->capture_default_str();
   cmd->add_option("--lr", c.lr, "learning rate (after warm-up)")->capture_default_str();
+  cmd->add_option("--optimizer", c.optimizer,
+                  "sgd | adamw (decoupled weight decay; Adam is adamw with --weight-decay 0)")
+      ->capture_default_str();
+  cmd->add_option("--beta1", c.beta1, "adamw: the first moment's decay")->capture_default_str();
+  cmd->add_option("--beta2", c.beta2, "adamw: the second moment's decay")->capture_default_str();
+  cmd->add_option("--adam-eps", c.adam_eps, "adamw: eps of the denominator")->capture_default_str();
+  cmd->add_option("--compress", c.compress,
+                  "what the method synchronizes: gradient | update (adamw: every rank runs the "
+                  "moments on its own gradient and the method sends that AdamW direction, with "
+                  "error feedback on it; docs/algorithms.md)")
+      ->capture_default_str();
+  cmd->add_option("--freeze-variance-after", c.freeze_variance_after,
+                  "adamw: all-reduce the first N steps densely, then freeze the second moment "
+                  "and let the method compress the gradient (1-bit Adam's design; 0: off)")
+      ->capture_default_str();
   cmd->add_option("--momentum", c.momentum, "SGD momentum (DGC: its momentum correction instead)")
       ->capture_default_str();
   cmd->add_option("--nesterov", c.nesterov, "Nesterov momentum (true|false)")
       ->capture_default_str();
-  cmd->add_option("--weight-decay", c.weight_decay, "L2 weight decay")->capture_default_str();
+  cmd->add_option("--weight-decay", c.weight_decay,
+                  "weight decay (sgd: L2 in the gradient; adamw: decoupled)")
+      ->capture_default_str();
   cmd->add_option("--warmup-epochs", c.warmup_epochs, "linear learning-rate warm-up")
       ->capture_default_str();
   cmd->add_option("--lr-decay", c.lr_decay, "none | step | cosine")->capture_default_str();
@@ -418,6 +437,12 @@ void add_train_command(CLI::App& app) {
         {"--max-steps", "max_steps"},
         {"--batch", "batch"},
         {"--lr", "lr"},
+        {"--optimizer", "optimizer"},
+        {"--beta1", "beta1"},
+        {"--beta2", "beta2"},
+        {"--adam-eps", "adam_eps"},
+        {"--compress", "compress"},
+        {"--freeze-variance-after", "freeze_variance_after"},
         {"--momentum", "momentum"},
         {"--nesterov", "nesterov"},
         {"--weight-decay", "weight_decay"},
@@ -437,11 +462,13 @@ void add_train_command(CLI::App& app) {
     for (const auto& [flag, key] : flag_keys) {
       if (cmd->count(flag) > 0) overrides[key] = given_json.at(key);
     }
-    // The click model reads only the click log: it is its dataset unless
-    // one is named.
-    if (overrides.contains("model") && model_reads_clicks(overrides["model"].get<std::string>()) &&
-        !overrides.contains("dataset")) {
-      overrides["dataset"] = "click-log";
+    // A model named on the command line brings its own defaults (its
+    // dataset, the transformer's optimizer) for the settings not given.
+    if (overrides.contains("model")) {
+      const nlohmann::json defaults = model_defaults(overrides["model"].get<std::string>());
+      for (const auto& [key, value] : defaults.items()) {
+        if (!overrides.contains(key)) overrides[key] = value;
+      }
     }
     update_from_json(config, overrides, "the command line");
     if (!flags->resume.empty()) {

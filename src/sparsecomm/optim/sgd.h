@@ -15,17 +15,11 @@
 #include <span>
 #include <vector>
 
-#include "sparsecomm/core/state_io.h"
+#include "sparsecomm/optim/optimizer.h"
 
 namespace sparsecomm {
 
-struct SgdOptions {
-  double momentum = 0.9;
-  bool nesterov = false;
-  double weight_decay = 0.0;
-};
-
-class FlatSgd {
+class FlatSgd final : public FlatOptimizer {
  public:
   // InvalidArgument for momentum outside [0, 1), negative weight decay, or
   // Nesterov without momentum.
@@ -36,12 +30,13 @@ class FlatSgd {
   // d = share * (g + wd * p) (weight decay included), so that e.g. W
   // asynchronous pushes of a parameter server, each with share 1/W, weigh
   // one synchronous step.
+  std::string_view name() const override { return "sgd"; }
   void step(std::span<float> parameters, std::span<const float> gradient, double learning_rate,
-            double share = 1.0);
+            double share = 1.0) override;
 
   const SgdOptions& options() const { return options_; }
-  void save(StateWriter& writer) const;
-  void load(StateReader& reader);
+  void save(StateWriter& writer) const override;
+  void load(StateReader& reader) override;
 
  private:
   SgdOptions options_;

@@ -47,8 +47,7 @@ std::string ps_push_methods() {
 bool ps_push_is_partition_based(std::string_view push) { return contains(kPartitionSchemes, push); }
 
 void validate_ps_options(const PsOptions& options) {
-  const FlatSgd sgd(options.sgd);  // InvalidArgument for bad SGD options
-  (void)sgd;
+  make_flat_optimizer(options.optimizer);  // InvalidArgument for bad optimizer options
   if (options.push == "dense") {
     if (!options.scheme_options.values().empty()) {
       throw InvalidArgument(fmt::format(
@@ -98,11 +97,20 @@ void validate_ps_options(const PsOptions& options) {
           options.push, exchange_pattern_name(pattern)));
     }
   }
-  if (parts.memory && parts.memory->name() == "momentum" && options.sgd.momentum != 0.0) {
-    throw InvalidArgument(fmt::format(
-        "[ps] scheme '{}' applies momentum on the workers (momentum correction), so the "
-        "servers' SGD momentum must be 0 (got {})",
-        options.push, options.sgd.momentum));
+  if (parts.memory && parts.memory->name() == "momentum") {
+    if (options.optimizer.name != "sgd") {
+      throw InvalidArgument(fmt::format(
+          "[ps] scheme '{}' applies momentum on the workers (momentum correction), which only "
+          "SGD on the servers can follow; with --optimizer {} give the scheme -o memory=ef (error "
+          "feedback) or use SGD",
+          options.push, options.optimizer.name));
+    }
+    if (options.optimizer.sgd.momentum != 0.0) {
+      throw InvalidArgument(fmt::format(
+          "[ps] scheme '{}' applies momentum on the workers (momentum correction), so the "
+          "servers' SGD momentum must be 0 (got {})",
+          options.push, options.optimizer.sgd.momentum));
+    }
   }
 }
 

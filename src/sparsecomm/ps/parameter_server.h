@@ -54,10 +54,10 @@
 // (the W pushes must all carry the same learning rate), sums them in worker
 // order (deterministic whatever the arrival order), divides by W and makes
 // one optimizer step. ASP/SSP/DSSP: each push is applied on arrival, divided
-// by W. The optimizer is FlatSgd with momentum over the whole shard (a
-// sparse push touches few coordinates, momentum decays all of them): BSP
-// has one; ASP/SSP/DSSP have one per worker, whose momentum buffer only
-// that worker's pushes decay, so that in lockstep the W pushes of a step
+// by W. The optimizer (FlatSgd with momentum, or FlatAdamW) runs over the
+// whole shard (a sparse push touches few coordinates, momentum decays all
+// of them): BSP has one; ASP/SSP/DSSP have one per worker, whose state only
+// that worker's pushes advance, so that in lockstep the W pushes of a step
 // equal one BSP step (a departure from the usual one per shard). A
 // shard's version counts optimizer steps (BSP: steps; otherwise pushes); an
 // update's staleness is the version when applied minus the version the
@@ -130,7 +130,7 @@
 
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/sparse.h"
-#include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/optim/optimizer.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/sparsify/options.h"
@@ -145,7 +145,7 @@ struct PsOptions {
   // (ps_push_methods(); the partition-based ones only under BSP).
   std::string push = "dense";
   SchemeOptions scheme_options;   // the scheme's options (density=..., ...)
-  SgdOptions sgd;                 // the servers' optimizer
+  OptimizerOptions optimizer;     // the servers' optimizer (SGD or AdamW)
   std::vector<LayerSpan> layers;  // passed to the sparsifier's StepContext
 };
 

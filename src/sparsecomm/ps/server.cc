@@ -50,10 +50,6 @@ class Server {
         server_(layout.server_index(comm.rank())),
         shard_(layout.shard(server_)),
         controller_(server_ == 0),
-        optimizers_(options.model.kind == SyncModelKind::kBsp
-                        ? 1
-                        : static_cast<std::size_t>(layout.workers()),
-                    FlatSgd(options.sgd)),
         params_(initial.begin(), initial.end()),
         gradient_(shard_.size(), 0.0f),
         slots_(static_cast<std::size_t>(layout.workers())),
@@ -61,6 +57,10 @@ class Server {
     log_.server = server_;
     log_.shard = shard_;
     if (controller_) log_.waits.assign(slots_.size(), WaitStats{});
+    const int optimizers = options.model.kind == SyncModelKind::kBsp ? 1 : layout.workers();
+    for (int i = 0; i < optimizers; ++i) {
+      optimizers_.push_back(make_flat_optimizer(options.optimizer));
+    }
   }
 
   ServerLog run() {
@@ -299,7 +299,7 @@ class Server {
     // decay alike), so that W pushes weigh one synchronous step, with the
     // pushing worker's own momentum buffer (see optimizers_).
     const double share = 1.0 / static_cast<double>(workers());
-    FlatSgd& optimizer = optimizers_[static_cast<std::size_t>(p)];
+    FlatOptimizer& optimizer = *optimizers_[static_cast<std::size_t>(p)];
     complete_pulls();
     if (h.sparse == 0) {
       optimizer.step(params_, dense, h.learning_rate, share);
@@ -378,7 +378,7 @@ class Server {
     const float w = static_cast<float>(workers());
     for (float& g : gradient_) g /= w;
     complete_pulls();
-    optimizers_.front().step(params_, gradient_, lr);
+    optimizers_.front()->step(params_, gradient_, lr);
     std::fill(gradient_.begin(), gradient_.end(), 0.0f);
     for (int p = 0; p < workers(); ++p) {
       Slot& slot = slot_of(p);
@@ -562,7 +562,7 @@ class Server {
   int server_;
   Range shard_;
   bool controller_;
-  // The shard's optimizer state. BSP: one SGD for the whole shard. ASP,
+  // The shard's optimizer state. BSP: one optimizer for the whole shard. ASP,
   // SSP, DSSP: one per worker, each with its own momentum buffer over the
   // whole shard, decayed only by that worker's pushes. Then a buffer's
   // time constant is counted in steps, as under BSP, not in pushes (W per
@@ -570,7 +570,7 @@ class Server {
   // the workers in lockstep (SSP with s = 0) the W pushes of a step move
   // the shard as one BSP step does. One shared buffer, decayed at every
   // push, cost the CNN 0.7 points at s = 0 (docs/benchmarks.md).
-  std::vector<FlatSgd> optimizers_;
+  std::vector<std::unique_ptr<FlatOptimizer>> optimizers_;
   std::vector<float> params_;
   std::vector<float> gradient_;  // dense scratch, all zero between pushes
   std::vector<Slot> slots_;

@@ -188,6 +188,9 @@ std::string format_run_summary(const RunData& run) {
   if (std::isfinite(s.test_auc)) {
     line("held out",
          fmt::format("log-loss {}, AUC {}", fixed(s.test_loss, 4), fixed(s.test_auc, 4)));
+  } else if (std::isfinite(s.test_loss) && !run.evals.empty()) {
+    line("held out", fmt::format("loss {} (perplexity {})", fixed(s.test_loss, 4),
+                                 fixed(std::exp(s.test_loss), 2)));
   }
   line("density", fmt::format("K/k mean {}, imbalance mean {}", fixed(s.density_ratio_mean, 3),
                               fixed(s.imbalance_mean, 3)));

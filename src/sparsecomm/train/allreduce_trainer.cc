@@ -1,5 +1,5 @@
 // All-reduce data parallelism: one rank's training loop (DataParallel's
-// synchronization + FlatSgd), evaluation, checkpoints and resume.
+// synchronization + UpdateRule), evaluation, checkpoints and resume.
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,6 @@
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
-#include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/traces/gradient_stream.h"
 #include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/data_parallel.h"
@@ -36,7 +35,7 @@ class RankTrainer {
         straggler_(plan.config, comm.rank(), comm.size(), plan.threads) {
     model_ = make_seeded_model(config_);
     ddp_ = make_data_parallel(*model_, comm_, plan);
-    sgd_ = make_flat_sgd(config_, ddp_->sync());
+    update_ = make_update_rule(config_, ddp_->sync());
 
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
   }
@@ -107,8 +106,7 @@ class RankTrainer {
     straggler_.begin_compute(step);
     const EpochBatches::Batch batch = steps_.batches.at(step);
     ddp_->zero_grad();
-    const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(model_->forward(batch.inputs), batch.labels);
+    const torch::Tensor loss = model_->score(batch.inputs, batch.labels).losses.mean();
     loss.backward();
     record.loss = loss.item<double>();
     straggler_.end_compute();
@@ -118,6 +116,7 @@ class RankTrainer {
       trace_->append(comm_.rank(), ddp_->gradients());
     }
 
+    update_->before_sync(ddp_->gradients());
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
@@ -130,7 +129,7 @@ class RankTrainer {
       train_loss_sum_ += record.loss;
       train_loss_count_ += 1;
       Stopwatch update;
-      sgd_->step(ddp_->parameters(), ddp_->gradients(), record.lr);
+      update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
       record.update_s = update.seconds();
     }
 
@@ -209,7 +208,7 @@ class RankTrainer {
     state.value<std::int64_t>(done);
     state.value<double>(wall());
     state.array<float>(ddp_->parameters());
-    sgd_->save(state);
+    update_->save(state);
     ddp_->save(state);
     state.value<double>(train_loss_sum_);
     state.value<std::int64_t>(train_loss_count_);
@@ -237,7 +236,7 @@ class RankTrainer {
     }
     const double wall_s = state.value<double>();
     state.array_into<float>(ddp_->parameters());
-    sgd_->load(state);
+    update_->load(state);
     ddp_->load(state);
     train_loss_sum_ = state.value<double>();
     train_loss_count_ = state.value<std::int64_t>();
@@ -269,7 +268,7 @@ class RankTrainer {
   const TrainConfig& config_;
   std::shared_ptr<Model> model_;
   std::unique_ptr<DataParallel> ddp_;
-  std::unique_ptr<FlatSgd> sgd_;
+  std::unique_ptr<UpdateRule> update_;
   nlohmann::json fingerprint_;
   std::int64_t first_step_ = 0;
   TrainerSteps steps_;

@@ -36,7 +36,6 @@
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/data/click_log.h"
 #include "sparsecomm/optim/row_optimizer.h"
-#include "sparsecomm/optim/sgd.h"
 #include "sparsecomm/train/click_model.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
@@ -125,7 +124,7 @@ class ClickTrainer {
       tables_ = std::make_unique<EmbeddingTables>(model_->layout(), config_.seed);
     }
     ddp_ = make_data_parallel(*model_, comm_, plan);
-    sgd_ = make_flat_sgd(config_, ddp_->sync());
+    update_ = make_update_rule(config_, ddp_->sync());
     if (config_.embedding_optimizer == "adagrad") {
       adagrad_ = std::make_unique<RowAdagrad>(RowAdagradOptions{});
     } else {
@@ -266,7 +265,7 @@ class ClickTrainer {
       train_loss_sum_ += record.loss;
       train_loss_count_ += 1;
       Stopwatch update;
-      sgd_->step(ddp_->parameters(), ddp_->gradients(), record.lr);
+      update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
       record.update_s = update.seconds();
       update.restart();
       const double table_lr = config_.embedding_lr * record.lr / config_.lr;
@@ -575,7 +574,7 @@ class ClickTrainer {
   std::shared_ptr<ClickModel> model_;
   std::unique_ptr<EmbeddingTables> tables_;  // the rows this rank stores
   std::unique_ptr<DataParallel> ddp_;
-  std::unique_ptr<FlatSgd> sgd_;
+  std::unique_ptr<UpdateRule> update_;  // compress gradient only (validate)
   std::unique_ptr<RowAdagrad> adagrad_;
   std::unique_ptr<RowSgd> row_sgd_;
   ClickBatch batch_;

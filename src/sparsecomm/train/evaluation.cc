@@ -52,14 +52,10 @@ EvalCounts evaluate_range(Model& model, const TensorSplit& test, std::int64_t be
     torch::NoGradGuard no_grad;
     for (std::int64_t first = begin; first < end; first += kEvalBatch) {
       const std::int64_t count = std::min(kEvalBatch, end - first);
-      const torch::Tensor logits = model.forward(test.inputs.narrow(0, first, count));
       const torch::Tensor labels = test.labels.narrow(0, first, count);
-      counts.loss_sum +=
-          torch::nn::functional::cross_entropy(
-              logits, labels,
-              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-              .item<double>();
-      counts.correct += logits.argmax(1).eq(labels).sum().item<std::int64_t>();
+      const Model::Scores scores = model.score(test.inputs.narrow(0, first, count), labels);
+      counts.loss_sum += scores.losses.sum().item<double>();
+      counts.correct += scores.logits.argmax(1).eq(labels).sum().item<std::int64_t>();
     }
   }
   if (was_training) model.train();

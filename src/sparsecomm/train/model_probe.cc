@@ -58,7 +58,7 @@ ModelProbe probe_model(const std::string& model, std::int64_t batch, int threads
   for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
     net->zero_grad();
     Stopwatch clock;
-    torch::nn::functional::cross_entropy(net->forward(inputs), labels).backward();
+    net->score(inputs, labels).losses.mean().backward();
     if (rep > 0) seconds.push_back(clock.seconds());
   }
   probe.compute_s = report::median(seconds);

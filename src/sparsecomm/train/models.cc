@@ -1,5 +1,7 @@
 #include "sparsecomm/train/models.h"
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -137,7 +139,98 @@ class CharLstm final : public Model {
   nn::Linear fc_{nullptr};
 };
 
+// GPT-2's block layout: x + attention(LN(x)), then x + MLP(LN(x)), with a
+// causal mask (a position attends to itself and the ones before it).
+class CausalBlock final : public nn::Module {
+ public:
+  CausalBlock(std::int64_t width, std::int64_t heads) : heads_(heads) {
+    norm1_ = register_module("norm1", nn::LayerNorm(nn::LayerNormOptions({width})));
+    qkv_ = register_module("qkv", nn::Linear(width, 3 * width));
+    proj_ = register_module("proj", nn::Linear(width, width));
+    norm2_ = register_module("norm2", nn::LayerNorm(nn::LayerNormOptions({width})));
+    fc1_ = register_module("fc1", nn::Linear(width, 4 * width));
+    fc2_ = register_module("fc2", nn::Linear(4 * width, width));
+  }
+  // x [B, T, width]; future [T, T] bool, true above the diagonal.
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& future) {
+    const std::int64_t b = x.size(0), t = x.size(1), width = x.size(2);
+    const std::int64_t head = width / heads_;
+    const torch::Tensor qkv =
+        qkv_(norm1_(x)).view({b, t, 3, heads_, head}).permute({2, 0, 3, 1, 4});
+    const torch::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, T, head]
+    torch::Tensor attention = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head));
+    attention = attention.masked_fill(future, -std::numeric_limits<float>::infinity()).softmax(-1);
+    const torch::Tensor mixed = attention.matmul(v).transpose(1, 2).reshape({b, t, width});
+    x = x + proj_(mixed);
+    return x + fc2_(torch::gelu(fc1_(norm2_(x))));
+  }
+
+ private:
+  std::int64_t heads_;
+  nn::LayerNorm norm1_{nullptr}, norm2_{nullptr};
+  nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
+};
+
+class CharTransformer final : public Model {
+ public:
+  explicit CharTransformer(std::int64_t vocabulary) {
+    token_ = register_module("token", nn::Embedding(vocabulary, kWidth));
+    position_ = register_module("position", nn::Embedding(kMaxWindow, kWidth));
+    for (int i = 0; i < kBlocks; ++i) {
+      blocks_.push_back(register_module(fmt::format("block{}", i),
+                                        std::make_shared<CausalBlock>(kWidth, kHeads)));
+    }
+    norm_ = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({kWidth})));
+    // Small embeddings (GPT-2's 0.02): the tied output layer then starts
+    // with logits near zero instead of N(0, width).
+    torch::NoGradGuard no_grad;
+    token_->weight.normal_(0.0, 0.02);
+    position_->weight.normal_(0.0, 0.02);
+  }
+  torch::Tensor forward(torch::Tensor ids) override { return logits(ids).select(1, -1); }
+  Scores score(const torch::Tensor& ids, const torch::Tensor& labels) override {
+    const torch::Tensor all = logits(ids);  // [B, T, V]
+    const std::int64_t b = ids.size(0), t = ids.size(1);
+    const torch::Tensor targets = torch::cat({ids.narrow(1, 1, t - 1), labels.unsqueeze(1)}, 1);
+    const torch::Tensor losses = torch::nn::functional::cross_entropy(
+        all.reshape({b * t, -1}), targets.reshape({b * t}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    return {all.select(1, -1), losses.view({b, t}).mean(1)};
+  }
+
+ private:
+  static constexpr std::int64_t kWidth = 128;
+  static constexpr std::int64_t kHeads = 4;
+  static constexpr int kBlocks = 4;
+  static constexpr std::int64_t kMaxWindow = 64;
+
+  // ids [B, T] -> logits [B, T, V] of each position's next character.
+  torch::Tensor logits(const torch::Tensor& ids) {
+    const std::int64_t t = ids.size(1);
+    if (t > kMaxWindow) {
+      throw InvalidArgument(
+          fmt::format("[char-transformer] windows of {} characters: the model has positions for {}",
+                      t, kMaxWindow));
+    }
+    torch::Tensor x = token_(ids) + position_(torch::arange(t, torch::kInt64));
+    const torch::Tensor future = torch::ones({t, t}, torch::kBool).triu(1);
+    for (const auto& block : blocks_) x = block->forward(x, future);
+    return norm_(x).matmul(token_->weight.t());
+  }
+
+  nn::Embedding token_{nullptr}, position_{nullptr};
+  std::vector<std::shared_ptr<CausalBlock>> blocks_;
+  nn::LayerNorm norm_{nullptr};
+};
+
 }  // namespace
+
+Model::Scores Model::score(const torch::Tensor& inputs, const torch::Tensor& labels) {
+  torch::Tensor logits = forward(inputs);
+  torch::Tensor losses = torch::nn::functional::cross_entropy(
+      logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  return {std::move(logits), std::move(losses)};
+}
 
 std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes) {
   if (name == "mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>{256, 128}, classes);
@@ -145,6 +238,7 @@ std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes) {
   if (name == "resnet18") return std::make_shared<ResNet18>(classes);
   if (name == "wide-mlp") return std::make_shared<Mlp>(std::vector<std::int64_t>(5, 2048), classes);
   if (name == "char-lstm") return std::make_shared<CharLstm>(classes);
+  if (name == "char-transformer") return std::make_shared<CharTransformer>(classes);
   if (model_reads_clicks(std::string(name))) {
     throw InvalidArgument(fmt::format(
         "model {} is the click model: its embedding tables are not a Model's flat parameters, so "

@@ -13,6 +13,11 @@
 //             16 MiB layers, so buckets can pipeline it
 //   char-lstm embedding(97, 64)-LSTM(256)-fc97 on the last    ~361 k
 //             step: next-character prediction
+//   char-transformer  a causal transformer language model:    ~0.8 M
+//             4 pre-LayerNorm blocks of width 128 (4 heads,
+//             MLP 512), learned positions, output tied to the
+//             token embedding; trained on the next character at
+//             every position of the window
 
 #include <cstdint>
 #include <memory>
@@ -26,6 +31,16 @@ class Model : public torch::nn::Module {
  public:
   // inputs [B, ...] (images or ids, as above) -> logits [B, classes]
   virtual torch::Tensor forward(torch::Tensor inputs) = 0;
+
+  struct Scores {
+    torch::Tensor logits;  // [B, classes]: forward(inputs), for accuracy
+    torch::Tensor losses;  // [B]: each sample's loss (training minimizes the mean)
+  };
+  // By default the cross-entropy of forward's logits against `labels`. A
+  // language model's sample loss is the mean over every position of the
+  // window of the loss of the character after it (the window's own next
+  // character, then the label), so that one sample trains T predictions.
+  virtual Scores score(const torch::Tensor& inputs, const torch::Tensor& labels);
 };
 
 // Builds `name` (see model_names() in train_config.h) for `classes` classes

@@ -210,8 +210,7 @@ class PsRankWorker {
     straggler_.begin_compute(step);
     const EpochBatches::Batch batch = steps_.batches.at(step);
     flat_->flat->zero_grad();
-    const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(flat_->model->forward(batch.inputs), batch.labels);
+    const torch::Tensor loss = flat_->model->score(batch.inputs, batch.labels).losses.mean();
     loss.backward();
     flat_->flat->reattach_gradients();
     record.loss = loss.item<double>();
@@ -371,10 +370,8 @@ PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers) 
   options.scheme_options = SchemeOptions(plan.method_options);
   // Momentum correction on the workers (DGC's default) replaces the
   // servers' momentum.
-  options.sgd.momentum =
-      scheme_applies_momentum(c.method, options.scheme_options) ? 0.0 : c.momentum;
-  options.sgd.nesterov = c.nesterov && options.sgd.momentum > 0.0;
-  options.sgd.weight_decay = c.weight_decay;
+  options.optimizer =
+      optimizer_options(c, scheme_applies_momentum(c.method, options.scheme_options));
   options.layers = layers;
   return options;
 }

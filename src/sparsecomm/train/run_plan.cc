@@ -13,6 +13,7 @@
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
+#include "sparsecomm/sync/dense_warmup.h"
 
 namespace sparsecomm {
 
@@ -114,20 +115,39 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
   auto parallel_module = std::make_unique<DataParallel>(
       module, comm,
       [&] {
-        return with_dense_layers(make_gradient_sync(config.method, method_options, nonfinite),
-                                 dense, nonfinite);
+        return with_dense_layers(
+            with_dense_warmup(make_gradient_sync(config.method, method_options, nonfinite),
+                              config.freeze_variance_after, nonfinite),
+            dense, nonfinite);
       },
       parallel);
   check_dense_layer_rule(config, parallel_module->layers());
   return parallel_module;
 }
 
-std::unique_ptr<FlatSgd> make_flat_sgd(const TrainConfig& config, GradientSync& sync) {
-  SgdOptions sgd;
-  sgd.momentum = sync.applies_momentum() ? 0.0 : config.momentum;
-  sgd.nesterov = config.nesterov && sgd.momentum > 0.0;
-  sgd.weight_decay = config.weight_decay;
-  return std::make_unique<FlatSgd>(sgd);
+OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applies_momentum) {
+  OptimizerOptions options;
+  options.name = config.optimizer;
+  options.sgd.momentum = method_applies_momentum ? 0.0 : config.momentum;
+  options.sgd.nesterov = config.nesterov && options.sgd.momentum > 0.0;
+  options.sgd.weight_decay = config.weight_decay;
+  options.adamw.beta1 = config.beta1;
+  options.adamw.beta2 = config.beta2;
+  options.adamw.eps = config.adam_eps;
+  options.adamw.weight_decay = config.weight_decay;
+  options.adamw.freeze_variance_after = config.freeze_variance_after;
+  if (method_applies_momentum && options.name != "sgd") {
+    throw InvalidArgument(fmt::format(
+        "--method {} applies momentum itself (memory=momentum, DGC's momentum correction), which "
+        "only SGD can follow; with --optimizer {} give the method -o memory=ef",
+        config.method, options.name));
+  }
+  return options;
+}
+
+std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync) {
+  return std::make_unique<UpdateRule>(optimizer_options(config, sync.applies_momentum()),
+                                      parse_compress(config.compress));
 }
 
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
@@ -144,6 +164,9 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   // Present only when set, so checkpoints written before these options existed still match.
   if (c.min_numel > 0) out["min_numel"] = c.min_numel;
   if (!c.exclude.empty()) out["exclude"] = c.exclude;
+  if (c.optimizer != "sgd") out["optimizer"] = c.optimizer;
+  if (c.compress != "gradient") out["compress"] = c.compress;
+  if (c.freeze_variance_after > 0) out["freeze_variance_after"] = c.freeze_variance_after;
   return out;
 }
 

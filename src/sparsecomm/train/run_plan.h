@@ -24,7 +24,7 @@
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/lr_schedule.h"
-#include "sparsecomm/optim/sgd.h"
+#include "sparsecomm/optim/update_rule.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/sync/dense_layers.h"
@@ -117,12 +117,16 @@ DenseLayerRule dense_layer_rule(const TrainConfig& config);
 void check_dense_layer_rule(const TrainConfig& config, std::span<const LayerSpan> layers);
 
 // The configured synchronization of `module`'s parameters (--method, its
-// options, --nonfinite, --bucket-mb, --min-numel, --exclude) on `comm`, and the optimizer that
-// applies it (FlatSgd with --momentum, --nesterov, --weight-decay; no
-// momentum of its own when the method applies momentum itself, as DGC does).
+// options, --nonfinite, --bucket-mb, --min-numel, --exclude,
+// --freeze-variance-after's dense steps) on `comm`.
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,
                                                  const RunPlan& plan);
-std::unique_ptr<FlatSgd> make_flat_sgd(const TrainConfig& config, GradientSync& sync);
+// The optimizer's options (--optimizer and its flags). SGD runs without
+// momentum of its own when the method applies momentum itself, as DGC does;
+// InvalidArgument for such a method with AdamW.
+OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applies_momentum);
+// The update around `sync` (--optimizer, --compress; optim/update_rule.h).
+std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync);
 
 // What defines a run's future: a checkpoint only resumes a run that agrees.
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel);
@@ -138,7 +142,7 @@ void finish_run(RunPlan& plan, const RunInfo& info, double wall_s,
 // model's tensors, for layer-wise schemes; may be empty for validation).
 PsOptions ps_options(const RunPlan& plan, const std::vector<LayerSpan>& layers);
 
-// One rank of all-reduce data parallelism (DataParallel + FlatSgd).
+// One rank of all-reduce data parallelism (DataParallel + UpdateRule).
 void train_allreduce_rank(Communicator& comm, RunPlan& plan);
 // One rank of the click model's training (model dlrm; click_trainer.cc).
 void train_click_rank(Communicator& comm, RunPlan& plan);

@@ -11,6 +11,7 @@
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/text_corpus.h"
 #include "sparsecomm/optim/lr_schedule.h"
+#include "sparsecomm/optim/optimizer.h"
 #include "sparsecomm/ps/sync_model.h"
 #include "sparsecomm/sync/gradient_sync.h"
 
@@ -20,14 +21,15 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
     test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
     embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb,
-    min_numel, exclude, servers, sync, staleness, staleness_low, staleness_high, slowdown, epochs,
-    max_steps, batch, lr, momentum, nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones,
-    lr_gamma, seed, deterministic, eval_every, eval_deferred, out, checkpoint_every, stop_at_step,
-    record_gradients, record_steps, plots)
+    min_numel, exclude, servers, sync, staleness, staleness_low, staleness_high, slowdown,
+    optimizer, beta1, beta2, adam_eps, compress, freeze_variance_after, epochs, max_steps, batch,
+    lr, momentum, nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed,
+    deterministic, eval_every, eval_deferred, out, checkpoint_every, stop_at_step, record_gradients,
+    record_steps, plots)
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {"mlp",      "cnn",       "resnet18",
-                                                 "wide-mlp", "char-lstm", "dlrm"};
+  static const std::vector<std::string> names = {
+      "mlp", "cnn", "resnet18", "wide-mlp", "char-lstm", "char-transformer", "dlrm"};
   return names;
 }
 
@@ -38,7 +40,7 @@ const std::vector<std::string>& dataset_names() {
 }
 
 InputKind model_input(const std::string& model) {
-  if (model == "char-lstm") return InputKind::kText;
+  if (model == "char-lstm" || model == "char-transformer") return InputKind::kText;
   if (model == "dlrm") return InputKind::kClicks;
   return InputKind::kImages;
 }
@@ -58,6 +60,18 @@ std::string data_dir_of(const TrainConfig& config) {
   if (config.dataset == "fashion-mnist") return kFashionMnistDirectory;
   if (config.dataset == "fortunes") return kFortunesDirectory;
   return "";
+}
+
+nlohmann::json model_defaults(const std::string& model) {
+  if (model == "dlrm") return {{"dataset", "click-log"}};
+  if (model == "char-transformer") {
+    return {{"dataset", "fortunes"},
+            {"optimizer", "adamw"},
+            {"lr", 3e-3},
+            {"weight_decay", 0.1},
+            {"beta2", 0.99}};
+  }
+  return nlohmann::json::object();
 }
 
 namespace {
@@ -95,8 +109,8 @@ void validate(const TrainConfig& c) {
                                   : reads == InputKind::kClicks ? "click rows"
                                                                 : "images";
     require(reads == dataset_input(c.dataset), "model",
-            fmt::format("model {} reads {}: it needs --dataset {}, not {} (char-lstm trains on "
-                        "fortunes, dlrm on click-log)",
+            fmt::format("model {} reads {}: it needs --dataset {}, not {} (char-lstm and "
+                        "char-transformer train on fortunes, dlrm on click-log)",
                         c.model, kind, needs, c.dataset));
   }
   if (model_reads_clicks(c.model)) {
@@ -193,6 +207,38 @@ void validate(const TrainConfig& c) {
           fmt::format("batch {} must be 1..65536", c.batch));
   require(c.lr > 0.0 && std::isfinite(c.lr), "lr",
           fmt::format("learning rate {} must be > 0", c.lr));
+  require(one_of(c.optimizer, optimizer_names()), "optimizer",
+          fmt::format("'{}' is not an optimizer; valid: {}", c.optimizer,
+                      fmt::join(optimizer_names(), ", ")));
+  require(c.beta1 >= 0.0 && c.beta1 < 1.0, "beta1", fmt::format("{} must lie in [0, 1)", c.beta1));
+  require(c.beta2 >= 0.0 && c.beta2 < 1.0, "beta2", fmt::format("{} must lie in [0, 1)", c.beta2));
+  require(c.adam_eps > 0.0 && std::isfinite(c.adam_eps), "adam-eps",
+          fmt::format("{} must be > 0", c.adam_eps));
+  require(one_of(c.compress, {"gradient", "update"}), "compress",
+          fmt::format("'{}': valid are gradient, update", c.compress));
+  require(c.compress == "gradient" || c.optimizer == "adamw", "compress",
+          fmt::format("--compress update synchronizes AdamW's local direction: it needs "
+                      "--optimizer adamw (with {} compress the gradient)",
+                      c.optimizer));
+  require(c.freeze_variance_after >= 0, "freeze-variance-after",
+          fmt::format("{}: give 0 (off) or the number of dense steps before AdamW's second "
+                      "moment freezes",
+                      c.freeze_variance_after));
+  require(c.freeze_variance_after == 0 || c.optimizer == "adamw", "freeze-variance-after",
+          "a frozen variance is AdamW's: add --optimizer adamw");
+  require(c.freeze_variance_after == 0 || c.compress == "gradient", "freeze-variance-after",
+          "--freeze-variance-after compresses the gradient under a frozen variance; "
+          "--compress update keeps the moments local: choose one");
+  require(c.compress == "gradient" || c.bucket_mb == 0.0, "compress",
+          "--compress update computes each rank's AdamW direction after backward, so buckets "
+          "cannot be synchronized while backward runs: drop --bucket-mb");
+  if (ps_mode(c) || model_reads_clicks(c.model)) {
+    const std::string_view where = ps_mode(c) ? "parameter-server mode" : "the click model (dlrm)";
+    require(c.compress == "gradient", "compress",
+            fmt::format("--compress update is for all-reduce training, not {}", where));
+    require(c.freeze_variance_after == 0, "freeze-variance-after",
+            fmt::format("--freeze-variance-after is for all-reduce training, not {}", where));
+  }
   require(c.momentum >= 0.0 && c.momentum < 1.0, "momentum",
           fmt::format("{} must lie in [0, 1)", c.momentum));
   require(!c.nesterov || c.momentum > 0.0, "nesterov", "Nesterov needs --momentum > 0");

@@ -62,13 +62,24 @@ struct TrainConfig {
   std::vector<std::string> slowdown;  // "RANK:FACTOR" | "random:FACTOR" (see Slowdowns)
 
   // Optimization.
+  std::string optimizer = "sgd";  // sgd | adamw (Adam: adamw with --weight-decay 0)
+  double beta1 = 0.9;             // adamw
+  double beta2 = 0.999;           // adamw
+  double adam_eps = 1e-8;         // adamw
+  // What the method synchronizes (optim/update_rule.h): gradient | update
+  // (adamw: each rank's own AdamW direction, error feedback on it).
+  std::string compress = "gradient";
+  // adamw, compress gradient: > 0: the first N steps are all-reduced densely
+  // while AdamW's second moment is estimated, then the moment freezes and
+  // the method takes over (1-bit Adam's design). 0: off.
+  std::int64_t freeze_variance_after = 0;
   int epochs = 5;
   std::int64_t max_steps = 0;  // 0: epochs * steps per epoch; else this many steps in all
   std::int64_t batch = 64;     // per rank; the global batch is workers * batch
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = true;
-  double weight_decay = 5e-4;
+  double weight_decay = 5e-4;  // sgd: L2 (coupled); adamw: decoupled
   double warmup_epochs = 0.5;
   std::string lr_decay = "cosine";    // none | step | cosine
   std::vector<double> lr_milestones;  // step decay: epochs at which lr *= lr_gamma
@@ -136,6 +147,12 @@ std::int64_t dataset_classes(const std::string& dataset);
 // Where the dataset's files are: config.data_dir, or when that is empty the
 // Debian package's directory ("" for synthetic, which reads none).
 std::string data_dir_of(const TrainConfig& config);
+
+// The settings a model brings when it is chosen on the command line and
+// they are not given there: the click model's dataset (click-log); the
+// transformer's dataset (fortunes) and optimizer (AdamW, its learning rate
+// and weight decay). Empty for the other models.
+nlohmann::json model_defaults(const std::string& model);
 
 // Checks every field (and that the model reads what the dataset holds);
 // InvalidArgument naming the field, the bad value and what is valid. Method

@@ -1,0 +1,212 @@
+// AdamW on the flat buffers against torch.optim.AdamW, the causal
+// transformer language model, and AdamW in the trainer.
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "error_message.h"
+#include "sparsecomm/data/text_corpus.h"
+#include "sparsecomm/optim/adamw.h"
+#include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/models.h"
+#include "sparsecomm/train/trainer.h"
+#include "train/train_checks.h"
+
+namespace sparsecomm {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr auto kVocabulary = static_cast<std::int64_t>(kTextVocabularySize);
+
+// The same parameters and gradients through FlatAdamW and torch's AdamW, 30
+// steps, with and without weight decay (Adam).
+TEST(FlatAdamW, EqualsTorchsAdamWOnTheSameGradients) {
+  for (const double weight_decay : {0.0, 0.1}) {
+    torch::manual_seed(7);
+    const torch::Tensor start = torch::randn({257});
+    torch::Tensor theirs = start.clone().requires_grad_(true);
+    torch::optim::AdamW reference(
+        {theirs},
+        torch::optim::AdamWOptions(3e-3).betas({0.9, 0.99}).eps(1e-8).weight_decay(weight_decay));
+    FlatAdamW ours(
+        AdamWOptions{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = weight_decay});
+    std::vector<float> p(start.data_ptr<float>(), start.data_ptr<float>() + start.numel());
+    for (int t = 0; t < 30; ++t) {
+      const torch::Tensor g = torch::randn({257}) * (t % 2 == 0 ? 1.0 : 0.01);
+      theirs.mutable_grad() = g.clone();
+      reference.step();
+      ours.step(p, std::span<const float>(g.data_ptr<float>(), 257), 3e-3);
+    }
+    const torch::Tensor expected = theirs.detach();
+    for (std::int64_t i = 0; i < 257; ++i) {
+      ASSERT_NEAR(p[static_cast<std::size_t>(i)], expected[i].item<float>(), 2e-6)
+          << "weight decay " << weight_decay << " element " << i;
+    }
+  }
+}
+
+TEST(CharTransformer, MapsIdWindowsToLogitsAndScoresEveryPosition) {
+  torch::manual_seed(3);
+  const auto model = make_model("char-transformer", kVocabulary);
+  const torch::Tensor ids = torch::randint(0, kVocabulary, {5, 32}, torch::kInt64);
+  const torch::Tensor labels = torch::randint(0, kVocabulary, {5}, torch::kInt64);
+  EXPECT_EQ(model->forward(ids).sizes(), (std::vector<std::int64_t>{5, kVocabulary}));
+  const Model::Scores scores = model->score(ids, labels);
+  EXPECT_EQ(scores.losses.sizes(), (std::vector<std::int64_t>{5}));
+  std::int64_t numel = 0;
+  for (const auto& p : model->parameters()) numel += p.numel();
+  // Tied output: token 97x128 and positions 64x128; per block two layer
+  // norms (2 x 256), qkv 128x384 + 384, proj 128x128 + 128, MLP 128x512 +
+  // 512 and 512x128 + 128; a final layer norm.
+  const std::int64_t block =
+      2 * 256 + (128 * 384 + 384) + (128 * 128 + 128) + (128 * 512 + 512) + (512 * 128 + 128);
+  EXPECT_EQ(numel, 97 * 128 + 64 * 128 + 4 * block + 256);
+  // Untrained, the loss is near that of a uniform guess (small embeddings).
+  EXPECT_NEAR(scores.losses.mean().item<double>(), std::log(97.0), 0.5);
+}
+
+// Causal: the positions before the last see nothing after them, so their
+// losses on the whole window equal those of the window without its last
+// character (whose own target is that character).
+TEST(CharTransformer, NoPositionSeesTheCharactersAfterIt) {
+  torch::manual_seed(4);
+  const auto model = make_model("char-transformer", kVocabulary);
+  torch::NoGradGuard no_grad;
+  const std::int64_t t = 16;
+  const torch::Tensor ids = torch::randint(0, kVocabulary, {3, t}, torch::kInt64);
+  const torch::Tensor labels = torch::randint(0, kVocabulary, {3}, torch::kInt64);
+  const Model::Scores whole = model->score(ids, labels);
+  const torch::Tensor last = torch::nn::functional::cross_entropy(
+      whole.logits, labels,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  const torch::Tensor before_last = whole.losses * t - last;
+  const Model::Scores prefix = model->score(ids.narrow(1, 0, t - 1), ids.select(1, t - 1));
+  EXPECT_TRUE(torch::allclose(before_last, prefix.losses * (t - 1), 1e-4, 1e-4))
+      << before_last << prefix.losses * (t - 1);
+  EXPECT_THROW(model->forward(torch::zeros({1, 65}, torch::kInt64)), InvalidArgument);
+}
+
+// A learnable fortune file: each record a run of the alphabet.
+void write_alphabet_corpus(const fs::path& directory) {
+  fs::create_directories(directory);
+  std::ofstream out(directory / "alphabet");
+  std::uint32_t state = 777;
+  for (int record = 0; record < 1500; ++record) {
+    state = state * 1664525u + 1013904223u;
+    const std::uint32_t first = (state >> 8) % 26;
+    const std::uint32_t length = 20 + (state >> 16) % 40;
+    for (std::uint32_t i = 0; i < length; ++i) out << static_cast<char>('a' + (first + i) % 26);
+    out << "\n%\n";
+  }
+}
+
+TrainConfig transformer_run(const fs::path& data_dir, const fs::path& out) {
+  TrainConfig c = testing::short_run("dense", out);
+  c.workers = 2;
+  c.model = "char-transformer";
+  c.dataset = "fortunes";
+  c.data_dir = data_dir.string();
+  c.train_samples = 0;
+  c.test_samples = 0;
+  c.epochs = 1;
+  c.batch = 16;
+  c.optimizer = "adamw";
+  c.lr = 5e-3;
+  c.weight_decay = 0.1;
+  c.warmup_epochs = 0.1;
+  return c;
+}
+
+TEST(CharTransformer, TrainsWithAdamWWellAboveChance) {
+  const testing::ScratchDir scratch("char_transformer");
+  write_alphabet_corpus(scratch.path() / "fortunes");
+  const TrainConfig c = transformer_run(scratch.path() / "fortunes", scratch.path() / "run");
+  const nlohmann::json summary = run_training(c);
+  const report::RunData run = report::load_run(c.out);
+  ASSERT_GE(run.steps.size(), 30u);
+  // Chance is 1/28 (26 letters, newline, '%'); after a letter the next one is known.
+  EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.5);
+}
+
+// Every combination of the optimizer's placement resumes bit for bit: the
+// step's AdamW state, each rank's own moments (--compress update), and the
+// dense steps before a frozen variance.
+TEST(Trainer, AdamWRunsResumeBitForBit) {
+  const testing::ScratchDir scratch("adamw_resume");
+  struct Case {
+    std::string method, compress;
+    std::int64_t freeze;
+  };
+  for (const Case& k :
+       {Case{"exdyna", "gradient", 0}, Case{"topk", "update", 0}, Case{"topk", "gradient", 40}}) {
+    const std::string name = k.method + "-" + k.compress + std::to_string(k.freeze);
+    auto config = [&](const std::string& tail) {
+      TrainConfig c = testing::short_run(k.method, scratch.path() / (name + tail));
+      c.optimizer = "adamw";
+      c.lr = 2e-3;
+      c.compress = k.compress;
+      c.freeze_variance_after = k.freeze;
+      return c;
+    };
+    TrainConfig whole = config("-whole");
+    whole.checkpoint_every = 1000;
+    run_training(whole);
+    TrainConfig half = config("-half");
+    half.stop_at_step = 32;
+    run_training(half);
+    TrainConfig rest = half;
+    rest.stop_at_step = 0;
+    rest.checkpoint_every = 1000;
+    rest.out.clear();
+    run_training(rest, nullptr, half.out);
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(testing::checkpoint_parameters(whole.out, rank),
+                testing::checkpoint_parameters(half.out, rank))
+          << name << " rank " << rank;
+    }
+    const report::RunData run = report::load_run(whole.out);
+    // The frozen variance's steps before it are the dense ring's: the same
+    // bytes every step; the method's differ.
+    if (k.freeze > 0) {
+      for (std::int64_t t = 1; t < k.freeze; ++t) {
+        EXPECT_EQ(run.steps[t].bytes_sent, run.steps[0].bytes_sent) << name << " step " << t;
+      }
+      EXPECT_NE(run.steps[k.freeze].bytes_sent, run.steps[0].bytes_sent) << name;
+    }
+    EXPECT_LT(run.steps.back().loss, run.steps.front().loss) << name;
+  }
+}
+
+TEST(Trainer, OptimizerOptionsThatCannotApplyAreRefused) {
+  const testing::ScratchDir scratch("adamw_bad");
+  auto message = [&](TrainConfig c) { return testing::error_message([&] { run_training(c); }); };
+  TrainConfig c = testing::short_run("topk", scratch.path() / "a");
+  c.compress = "update";  // with SGD
+  EXPECT_NE(message(c).find("needs --optimizer adamw"), std::string::npos) << message(c);
+  c.optimizer = "adamw";
+  c.bucket_mb = 1.0;
+  EXPECT_NE(message(c).find("drop --bucket-mb"), std::string::npos) << message(c);
+  c = testing::short_run("dgc", scratch.path() / "b");  // DGC's momentum correction
+  c.optimizer = "adamw";
+  EXPECT_NE(message(c).find("-o memory=ef"), std::string::npos) << message(c);
+  c = testing::short_run("topk", scratch.path() / "c");
+  c.optimizer = "adamw";
+  c.compress = "update";
+  c.freeze_variance_after = 10;
+  EXPECT_NE(message(c).find("choose one"), std::string::npos) << message(c);
+  c = testing::short_run("topk", scratch.path() / "d");
+  c.optimizer = "lamb";
+  EXPECT_NE(message(c).find("valid: sgd, adamw"), std::string::npos) << message(c);
+  c = testing::short_run("topk", scratch.path() / "e");
+  c.freeze_variance_after = 10;
+  EXPECT_NE(message(c).find("add --optimizer adamw"), std::string::npos) << message(c);
+  EXPECT_FALSE(fs::exists(scratch.path() / "a"));  // refused before the run directory exists
+}
+
+}  // namespace
+}  // namespace sparsecomm
