@@ -116,7 +116,10 @@ class RankTrainer {
       trace_->append(comm_.rank(), ddp_->gradients());
     }
 
+    // --compress update: this rank's AdamW direction, counted as update time.
+    const Stopwatch local_update;
     update_->before_sync(ddp_->gradients());
+    const double local_update_s = local_update.seconds();
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
@@ -130,7 +133,7 @@ class RankTrainer {
       train_loss_count_ += 1;
       Stopwatch update;
       update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
-      record.update_s = update.seconds();
+      record.update_s = local_update_s + update.seconds();
     }
 
     if (comm_.rank() == 0) {
