@@ -303,6 +303,10 @@ TEST(ParameterServer, BspWithAdamWEqualsSynchronousAdamW) {
   // workers; AdamW on the servers with DGC's correction is refused.
   options.push = "dgc";
   EXPECT_THROW(validate_ps_options(options), InvalidArgument);
+  // EF21's running estimate lives with the exchange, not on the servers.
+  options.push = "topk";
+  options.scheme_options = SchemeOptions(std::map<std::string, std::string>{{"memory", "ef21"}});
+  EXPECT_THROW(validate_ps_options(options), InvalidArgument);
 }
 
 // With s = 0 a worker begins step t + 1 only after all W pushes of step t,

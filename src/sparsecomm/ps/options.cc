@@ -97,6 +97,12 @@ void validate_ps_options(const PsOptions& options) {
           options.push, exchange_pattern_name(pattern)));
     }
   }
+  if (parts.memory && parts.memory->finishes_average()) {
+    throw InvalidArgument(fmt::format(
+        "[ps] memory={} applies a running estimate of the mean gradient, which the servers do "
+        "not keep; use memory=ef for parameter-server pushes",
+        parts.memory->name()));
+  }
   if (parts.memory && parts.memory->name() == "momentum") {
     if (options.optimizer.name != "sgd") {
       throw InvalidArgument(fmt::format(

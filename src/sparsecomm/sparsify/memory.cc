@@ -111,6 +111,68 @@ class ErrorFeedback final : public GradientMemory {
   FixedBuffer residual_;
 };
 
+// EF21: a = g - h; after the exchange h = g - leftover at the transmitted
+// positions; the average becomes H += average.
+class Ef21 final : public GradientMemory {
+ public:
+  std::string_view name() const override { return "ef21"; }
+
+  void accumulate(std::span<const float> gradient) override {
+    const std::size_t n = gradient.size();
+    for (FixedBuffer* buffer : {&own_, &mean_, &difference_, &gradient_}) {
+      buffer->ensure(n, name());
+    }
+    const float* g = gradient.data();
+    const float* h = own_.span().data();
+    float* a = difference_.span().data();
+    float* kept = gradient_.span().data();
+    for (std::size_t i = 0; i < n; ++i) {
+      kept[i] = g[i];
+      a[i] = g[i] - h[i];
+    }
+  }
+  std::span<float> accumulated() override { return difference_.span(); }
+  // The exchange left a = (g - h) - sent at the transmitted positions.
+  void after_exchange(std::span<const Index> transmitted) override {
+    float* h = own_.span().data();
+    const float* a = difference_.span().data();
+    const float* g = gradient_.span().data();
+    for (const Index i : transmitted) h[i] = g[i] - a[i];
+  }
+  bool finishes_average() const override { return true; }
+  void finish(std::span<float> average) override {
+    float* estimate = mean_.span().data();
+    float* out = average.data();
+    for (std::size_t i = 0, n = average.size(); i < n; ++i) {
+      estimate[i] += out[i];
+      out[i] = estimate[i];
+    }
+  }
+  // ||g - h||: what this rank's estimate still misses.
+  double residual_norm() const override { return std::sqrt(sum_of_squares(difference_.span())); }
+
+  void save(StateWriter& writer) const override {
+    writer.tag("memory.ef21");
+    own_.save(writer);
+    mean_.save(writer);
+    difference_.save(writer);
+  }
+  void load(StateReader& reader) override {
+    reader.expect_tag("memory.ef21");
+    own_.load(reader);
+    mean_.load(reader);
+    difference_.load(reader);
+    gradient_ = FixedBuffer();
+    if (own_.sized()) gradient_.ensure(own_.span().size(), name());
+  }
+
+ private:
+  FixedBuffer own_;         // h: this rank's estimate of its gradient
+  FixedBuffer mean_;        // H: the mean of the ranks' h, the same on every rank
+  FixedBuffer difference_;  // g - h before the exchange, its leftover after
+  FixedBuffer gradient_;    // this step's g, between accumulate and after_exchange
+};
+
 // a = scale * g each step; after the exchange the leftover is dropped.
 class NoMemory final : public GradientMemory {
  public:
@@ -232,6 +294,8 @@ class MomentumCorrection final : public GradientMemory {
 }  // namespace
 
 std::unique_ptr<GradientMemory> make_error_feedback() { return std::make_unique<ErrorFeedback>(); }
+
+std::unique_ptr<GradientMemory> make_ef21() { return std::make_unique<Ef21>(); }
 
 std::unique_ptr<GradientMemory> make_no_memory() { return std::make_unique<NoMemory>(0.0); }
 

@@ -29,6 +29,15 @@ class GradientMemory {
   virtual std::span<float> accumulated() = 0;
   // `transmitted`: positions this rank transmitted (ascending).
   virtual void after_exchange(std::span<const Index> transmitted) = 0;
+  // True when the exchanged average is not yet the vector to apply and
+  // finish() must turn it into that (EF21). Callers that have no average
+  // (a selection without the exchange, parameter-server pushes) refuse
+  // such a memory.
+  virtual bool finishes_average() const { return false; }
+  // After after_exchange(): `average` holds the mean over ranks of what
+  // they sent (the same on every rank); the memory makes it the vector the
+  // optimizer applies. Called only when finishes_average().
+  virtual void finish(std::span<float> average) { (void)average; }
   // ||residual||_2 after the exchange.
   virtual double residual_norm() const = 0;
   virtual void save(StateWriter& writer) const = 0;
@@ -44,5 +53,14 @@ std::unique_ptr<GradientMemory> make_no_memory();
 // clip_norm > 0: DGC's local gradient clipping, g is scaled down to
 // ||g||_2 <= clip_norm before it enters u (0 = off).
 std::unique_ptr<GradientMemory> make_momentum_correction(double momentum, double clip_norm = 0.0);
+// EF21 (Richtarik, Sokolov and Fatkhullin, 2021): each rank keeps h, its
+// estimate of its own gradient, and the sparsifier selects from g - h; h
+// advances by what was sent. Every rank also keeps H, the mean of the
+// ranks' h, advanced by the exchanged average, and the optimizer applies H:
+// a dense estimate of the mean gradient that moves by the selected
+// differences, never a burst of gradients accumulated over many steps (as
+// error feedback sends). Four buffers of the gradient's length (h, H, the
+// difference and the step's gradient) against error feedback's one.
+std::unique_ptr<GradientMemory> make_ef21();
 
 }  // namespace sparsecomm

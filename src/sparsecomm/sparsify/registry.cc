@@ -63,7 +63,9 @@ std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
       spec.default_value = definition.memories.front();
       spec.help = "gradient memory: " + join(definition.memories, "|") +
                   " (ef = error feedback, none = drop what is not sent, momentum = DGC's "
-                  "momentum correction with masking; the optimizer then applies no momentum)";
+                  "momentum correction with masking; the optimizer then applies no momentum, "
+                  "ef21 = send the change of each rank's gradient estimate, apply the mean "
+                  "estimate)";
     }
     specs.push_back(std::move(spec));
   }
@@ -116,6 +118,7 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
   if (common.memory == "ef") parts.memory = make_error_feedback();
   if (common.memory == "none") parts.memory = make_no_memory();
   if (common.memory == "momentum") parts.memory = make_momentum_correction(momentum, clip_norm);
+  if (common.memory == "ef21") parts.memory = make_ef21();
   definition.build(options, common, parts);
   if (!parts.sparsifier || !parts.memory) {
     throw Error(fmt::format("[{}] the scheme's build left no {} (a bug in the scheme)", scheme,

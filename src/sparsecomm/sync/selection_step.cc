@@ -1,5 +1,7 @@
 #include "sparsecomm/sync/selection_step.h"
 
+#include <fmt/format.h>
+
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm {
@@ -33,6 +35,12 @@ SelectionStep::SelectionStep(SchemeParts parts, NonFinitePolicy policy)
     : parts_(std::move(parts)), policy_(policy) {
   if (!parts_.sparsifier || !parts_.memory) {
     throw InvalidArgument("[sync] SelectionStep needs a sparsifier and a memory");
+  }
+  if (parts_.memory->finishes_average()) {
+    throw InvalidArgument(fmt::format(
+        "[sync] memory={} applies a running estimate that only the exchange can finish; a "
+        "selection without the exchange cannot use it (use memory=ef, or a Synchronizer)",
+        parts_.memory->name()));
   }
 }
 

@@ -117,6 +117,7 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   }
 
   parts_.memory->after_exchange(result_.transmitted);
+  if (parts_.memory->finishes_average()) parts_.memory->finish(gradient);
   const ExchangeOutcome outcome{result_.counts, result_.union_size, metrics.target};
   parts_.sparsifier->observe(outcome, ctx);
 

@@ -127,7 +127,7 @@ SchemeDefinition dgc_definition() {
   definition.summary =
       "Deep Gradient Compression: sampled threshold, momentum correction, warm-up, clipping";
   definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.memories = {"momentum", "ef", "none"};
+  definition.memories = {"momentum", "ef", "none", "ef21"};
   definition.options = {
       {"warmup_epochs", "0", "W: density c^((e+1)/(W+1)) at fractional epoch e < W (0 = off)"},
   };

@@ -46,7 +46,7 @@ struct SchemeDefinition {
   // all-reduce of the values alone) is allowed.
   bool identical_selections = false;
   // allowed; the first is the default
-  std::vector<std::string> memories = {"ef", "none", "momentum"};
+  std::vector<std::string> memories = {"ef", "none", "momentum", "ef21"};
   std::vector<OptionSpec> options;  // the scheme's own options
   SchemeBuild build = nullptr;
 };
