@@ -73,11 +73,12 @@ def final_eval(run_dir):
     return last
 
 
-def spread(values):
+def spread(values, digits=4):
+    """Mean ± sample standard deviation (the mean alone for one value)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return f"{mean:.4f}"
-    return f"{mean:.4f} ± {statistics.stdev(values):.4f}"
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def table(out, cells, seeds):
@@ -119,7 +120,7 @@ def table(out, cells, seeds):
         note = f" ({diverged} failed)" if diverged else ""
         print(f"| {name} | `{shlex.join(flags)}` | {len(losses)}{note} | {spread(losses)} | "
               f"{100.0 * (mean_loss / ref_loss - 1.0):+.1f}% | "
-              f"{spread(accuracies).replace('.0000', '')} | {mean_bytes / 1024:.1f} KiB | "
+              f"{spread(accuracies, 2)} | {mean_bytes / 1024:.1f} KiB | "
               f"{100.0 * mean_bytes / ref_bytes:.2f}% |")
 
 

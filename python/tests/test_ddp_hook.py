@@ -336,3 +336,23 @@ def _bad_update_settings(rank, world):
 
 def test_bad_update_settings_raise_value_errors(run_world):
     run_world(2, _bad_update_settings)
+
+
+def _ef21_at_density_one_matches_default(rank, world):
+    """memory="ef21" through the hook: at density 1 each rank's estimate is its
+    gradient, so the hook hands DDP the plain mean (any optimizer, AdamW here)."""
+    def train(**options):
+        model = DDP(_model(), bucket_cap_mb=0.001)
+        if options:
+            sparsecomm.register(model, "topk", **options)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+        _run(model, optimizer, _batches(rank, 4))
+        return _parameters(model)
+
+    default = train()
+    hooked = train(density=1.0, memory="ef21")
+    assert torch.allclose(hooked, default, rtol=1e-4, atol=1e-6), (hooked - default).abs().max()
+
+
+def test_ef21_through_the_hook_at_density_one_gives_the_default(run_world):
+    run_world(2, _ef21_at_density_one_matches_default)

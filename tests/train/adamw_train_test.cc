@@ -182,6 +182,27 @@ TEST(Trainer, AdamWRunsResumeBitForBit) {
   }
 }
 
+// With AdamW on the gradient a sparsifier's memory is EF21 unless named
+// (DGC's momentum correction included); not with --compress update, in
+// parameter-server mode, or for dense.
+TEST(Trainer, AdamWDefaultsSparsifiersToEf21) {
+  TrainConfig c = testing::short_run("dgc", "unused");
+  EXPECT_EQ(effective_method_options(c).count("memory"), 0u);
+  c.optimizer = "adamw";
+  EXPECT_EQ(effective_method_options(c).at("memory"), "ef21");
+  c.method_options["memory"] = "ef";
+  EXPECT_EQ(effective_method_options(c).at("memory"), "ef");
+  c.method_options.clear();
+  c.compress = "update";
+  EXPECT_EQ(effective_method_options(c).count("memory"), 0u);
+  c.compress = "gradient";
+  c.servers = 1;
+  EXPECT_EQ(effective_method_options(c).count("memory"), 0u);
+  c.servers = 0;
+  c.method = "dense";
+  EXPECT_EQ(effective_method_options(c).count("memory"), 0u);
+}
+
 TEST(Trainer, OptimizerOptionsThatCannotApplyAreRefused) {
   const testing::ScratchDir scratch("adamw_bad");
   auto message = [&](TrainConfig c) { return testing::error_message([&] { run_training(c); }); };
@@ -191,8 +212,9 @@ TEST(Trainer, OptimizerOptionsThatCannotApplyAreRefused) {
   c.optimizer = "adamw";
   c.bucket_mb = 1.0;
   EXPECT_NE(message(c).find("drop --bucket-mb"), std::string::npos) << message(c);
-  c = testing::short_run("dgc", scratch.path() / "b");  // DGC's momentum correction
+  c = testing::short_run("dgc", scratch.path() / "b");  // DGC's momentum correction, named
   c.optimizer = "adamw";
+  c.method_options["memory"] = "momentum";
   EXPECT_NE(message(c).find("-o memory=ef"), std::string::npos) << message(c);
   c = testing::short_run("topk", scratch.path() / "c");
   c.optimizer = "adamw";

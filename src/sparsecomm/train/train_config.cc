@@ -357,10 +357,21 @@ std::map<std::string, std::string> effective_method_options(const TrainConfig& c
   std::map<std::string, std::string> options = config.method_options;
   const SyncMethodInfo* info = find_sync_method(config.method);
   if (info == nullptr) return options;
-  const bool takes_density = std::any_of(info->options.begin(), info->options.end(),
-                                         [](const OptionSpec& s) { return s.name == "density"; });
-  if (takes_density && !options.count("density")) {
+  const auto takes = [&](std::string_view option) {
+    return std::any_of(info->options.begin(), info->options.end(),
+                       [&](const OptionSpec& s) { return s.name == option; });
+  };
+  if (takes("density") && !options.count("density")) {
     options["density"] = fmt::format("{}", config.density);
+  }
+  // With AdamW on the gradient, a sparsifier's memory is EF21 unless one is
+  // named: AdamW then normalizes a dense estimate of the mean gradient, not
+  // bursts of accumulated gradients (docs/algorithms.md, "Optimizers and
+  // compression"). Parameter-server pushes keep error feedback (the servers
+  // hold no estimate).
+  if (config.optimizer == "adamw" && config.compress == "gradient" && !ps_mode(config) &&
+      takes("memory") && !options.count("memory")) {
+    options["memory"] = "ef21";
   }
   return options;
 }

@@ -166,7 +166,9 @@ nlohmann::json to_json(const TrainConfig& config);
 void update_from_json(TrainConfig& config, const nlohmann::json& json, const std::string& origin);
 
 // The method's option map with `density` added when the method takes one
-// and it is not set explicitly.
+// and it is not set explicitly, and, with AdamW on the gradient in
+// all-reduce mode, memory=ef21 when the method takes a memory and none is
+// named.
 std::map<std::string, std::string> effective_method_options(const TrainConfig& config);
 
 }  // namespace sparsecomm
