@@ -91,20 +91,6 @@ TEST(CharTransformer, NoPositionSeesTheCharactersAfterIt) {
   EXPECT_THROW(model->forward(torch::zeros({1, 65}, torch::kInt64)), InvalidArgument);
 }
 
-// A learnable fortune file: each record a run of the alphabet.
-void write_alphabet_corpus(const fs::path& directory) {
-  fs::create_directories(directory);
-  std::ofstream out(directory / "alphabet");
-  std::uint32_t state = 777;
-  for (int record = 0; record < 1500; ++record) {
-    state = state * 1664525u + 1013904223u;
-    const std::uint32_t first = (state >> 8) % 26;
-    const std::uint32_t length = 20 + (state >> 16) % 40;
-    for (std::uint32_t i = 0; i < length; ++i) out << static_cast<char>('a' + (first + i) % 26);
-    out << "\n%\n";
-  }
-}
-
 TrainConfig transformer_run(const fs::path& data_dir, const fs::path& out) {
   TrainConfig c = testing::short_run("dense", out);
   c.workers = 2;
@@ -124,7 +110,7 @@ TrainConfig transformer_run(const fs::path& data_dir, const fs::path& out) {
 
 TEST(CharTransformer, TrainsWithAdamWWellAboveChance) {
   const testing::ScratchDir scratch("char_transformer");
-  write_alphabet_corpus(scratch.path() / "fortunes");
+  testing::write_alphabet_corpus(scratch.path() / "fortunes", 1500, 777);
   const TrainConfig c = transformer_run(scratch.path() / "fortunes", scratch.path() / "run");
   const nlohmann::json summary = run_training(c);
   const report::RunData run = report::load_run(c.out);
@@ -153,22 +139,8 @@ TEST(Trainer, AdamWRunsResumeBitForBit) {
       c.freeze_variance_after = k.freeze;
       return c;
     };
-    TrainConfig whole = config("-whole");
-    whole.checkpoint_every = 1000;
-    run_training(whole);
-    TrainConfig half = config("-half");
-    half.stop_at_step = 32;
-    run_training(half);
-    TrainConfig rest = half;
-    rest.stop_at_step = 0;
-    rest.checkpoint_every = 1000;
-    rest.out.clear();
-    run_training(rest, nullptr, half.out);
-    for (int rank = 0; rank < 4; ++rank) {
-      EXPECT_EQ(testing::checkpoint_parameters(whole.out, rank),
-                testing::checkpoint_parameters(half.out, rank))
-          << name << " rank " << rank;
-    }
+    const TrainConfig whole = config("-whole");
+    testing::expect_resume_matches_uninterrupted(whole, config("-half"), 32, name);
     const report::RunData run = report::load_run(whole.out);
     // The frozen variance's steps before it are the dense ring's: the same
     // bytes every step; the method's differ.

@@ -29,19 +29,8 @@ namespace fs = std::filesystem;
 
 constexpr auto kVocabulary = static_cast<std::int64_t>(kTextVocabularySize);
 
-// A learnable fortune file: each record a run of the alphabet from a
-// pseudo-random letter, so most characters follow from the one before.
 void write_alphabet_corpus(const fs::path& directory) {
-  fs::create_directories(directory);
-  std::ofstream out(directory / "alphabet");
-  std::uint32_t state = 12345;
-  for (int record = 0; record < 4000; ++record) {
-    state = state * 1664525u + 1013904223u;
-    const std::uint32_t first = (state >> 8) % 26;
-    const std::uint32_t length = 20 + (state >> 16) % 40;
-    for (std::uint32_t i = 0; i < length; ++i) out << static_cast<char>('a' + (first + i) % 26);
-    out << "\n%\n";
-  }
+  testing::write_alphabet_corpus(directory, 4000, 12345);
 }
 
 // A short char-lstm run on `data_dir`: 2 thread ranks, batch 32, no plots.

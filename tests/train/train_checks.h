@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
 #include "scratch_dir.h"
 
 #include "sparsecomm/core/state_io.h"
@@ -58,6 +59,44 @@ inline std::vector<float> checkpoint_parameters(const std::filesystem::path& run
   EXPECT_TRUE(latest.has_value());
   const auto bytes = read_rank_checkpoint(run_dir, (*latest)["step"].get<std::int64_t>(), rank);
   return parameters_of_checkpoint(bytes);
+}
+
+// Runs `whole` uninterrupted (checkpoint at the end only) and `half` (the
+// same run in another directory) stopped after `stop_at` steps and resumed;
+// expects every rank's final parameters bit for bit equal.
+inline void expect_resume_matches_uninterrupted(TrainConfig whole, TrainConfig half,
+                                                std::int64_t stop_at, const std::string& label) {
+  whole.checkpoint_every = 1000;
+  run_training(whole);
+  half.stop_at_step = stop_at;
+  run_training(half);
+  ASSERT_EQ((*latest_checkpoint(half.out))["step"], stop_at) << label;
+  TrainConfig rest = half;
+  rest.stop_at_step = 0;
+  rest.checkpoint_every = 1000;
+  rest.out.clear();
+  run_training(rest, nullptr, half.out);
+  for (int rank = 0; rank < whole.workers; ++rank) {
+    EXPECT_EQ(checkpoint_parameters(whole.out, rank), checkpoint_parameters(half.out, rank))
+        << label << " rank " << rank;
+  }
+}
+
+// A learnable fortune file in `directory`: `records` records, each a run of
+// the alphabet from a pseudo-random letter (drawn from `seed`), so most
+// characters follow from the one before.
+inline void write_alphabet_corpus(const std::filesystem::path& directory, int records,
+                                  std::uint32_t seed) {
+  std::filesystem::create_directories(directory);
+  std::ofstream out(directory / "alphabet");
+  std::uint32_t state = seed;
+  for (int record = 0; record < records; ++record) {
+    state = state * 1664525u + 1013904223u;
+    const std::uint32_t first = (state >> 8) % 26;
+    const std::uint32_t length = 20 + (state >> 16) % 40;
+    for (std::uint32_t i = 0; i < length; ++i) out << static_cast<char>('a' + (first + i) % 26);
+    out << "\n%\n";
+  }
 }
 
 // Runs `config` for `steps` steps while recording its gradients into
