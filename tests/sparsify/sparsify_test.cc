@@ -233,7 +233,7 @@ TEST(Registry, RejectsInvalidOptionsForEveryScheme) {
     const std::string unknown = message_of([&] { make_scheme(name, options_of({"speed=3"})); });
     EXPECT_TRUE(contains(unknown, "unknown option 'speed'"));
     EXPECT_TRUE(contains(unknown, "valid options:"));
-    EXPECT_TRUE(contains(unknown, "density, exchange, values, encode_indices, memory, momentum, clip_norm, seed"));
+    EXPECT_TRUE(contains(unknown, "density, exchange, values, encode_indices, memory, momentum, clip_norm, clip_ratio, seed"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"values=fp8"})); }),
                          "values=fp8 is not one of: fp32, fp16, bf16"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"exchange=ring"})); }),

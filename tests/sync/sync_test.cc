@@ -160,15 +160,18 @@ TEST(Metrics, JsonLineHasEveryField) {
   m.index_bytes_encoded = 20;
   m.skip_subject = 7;
   m.dense_numel = 9;
+  m.gradient_norm = 2.5;
+  m.gradient_clipped = true;
   m.skipped_nonfinite = false;
   EXPECT_EQ(
       to_json_line(m),
       R"({"step":12,"numel":1000,"target":10,"selected":11,"union_size":40,)"
-      R"("density_ratio":4,"imbalance":0.25,"residual_norm":0.0015,"accumulate_s":0.001,)"
+      R"("density_ratio":4,"imbalance":0.25,"residual_norm":0.0015,"gradient_norm":2.5,)"
+      R"("accumulate_s":0.001,)"
       R"("selection_s":2e-05,"exchange_s":0.5,"agreement_s":0,"selection_collective_s":0,)"
       R"("selection_collectives":0,"candidate_passes":0,"bytes_sent":123,"bytes_received":456,)"
       R"("index_bytes_raw":44,"index_bytes_encoded":20,"skip_subject":7,"dense_numel":9,)"
-      R"("overlapped_s":0,"skipped_nonfinite":false})");
+      R"("overlapped_s":0,"gradient_clipped":true,"skipped_nonfinite":false})");
   m.residual_norm = std::nan("");
   m.skipped_nonfinite = true;
   const std::string line = to_json_line(m);
@@ -246,6 +249,7 @@ TEST(DgcMemory, FollowsTheUpdateRuleThroughTheSync) {
         SchemeOptions options;
         options.set("density=0.05");
         options.set("momentum=0.5");
+        options.set("clip_ratio=0");  // the update rule alone (the clip: spike_clip_test.cc)
         SparsifyExchangeStep sync(make_scheme("dgc", options));
         const std::size_t d = 300;
         std::vector<float> u(d, 0.0f);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,7 +21,6 @@
 #include "sparsecomm/sparsify/schemes/schemes.h"
 
 namespace sparsecomm {
-namespace {
 
 double sum_of_squares(std::span<const float> x) {
   constexpr std::size_t kLanes = 8;
@@ -42,6 +42,8 @@ double sum_of_squares(std::span<const float> x) {
   for (const double s : partial) total += s;
   return total;
 }
+
+namespace {
 
 // One buffer of the memory's fixed length: sized (and zeroed) by the first
 // accumulate() or by load(); a different length later is an error.
@@ -291,6 +293,59 @@ class MomentumCorrection final : public GradientMemory {
   FixedBuffer velocity_;         // v, the accumulated vector
 };
 
+// Relative gradient clipping in front of another memory (with_spike_clip).
+class SpikeClip final : public GradientMemory {
+ public:
+  SpikeClip(std::unique_ptr<GradientMemory> inner, double ratio)
+      : inner_(std::move(inner)), ratio_(ratio) {}
+  std::string_view name() const override { return inner_->name(); }
+
+  void accumulate(std::span<const float> gradient) override {
+    const double norm = std::sqrt(sum_of_squares(gradient));
+    const double limit = ratio_ * reference_;
+    double kept = norm;
+    if (reference_ > 0.0 && norm > limit) {
+      kept = limit;
+      const float scale = static_cast<float>(limit / norm);
+      scaled_.resize(gradient.size());
+      for (std::size_t i = 0; i < gradient.size(); ++i) scaled_[i] = scale * gradient[i];
+      gradient = scaled_;
+      ++clipped_;
+    }
+    reference_ = reference_ == 0.0 ? kept : kMeanWeight * kept + (1.0 - kMeanWeight) * reference_;
+    inner_->accumulate(gradient);
+  }
+  std::span<float> accumulated() override { return inner_->accumulated(); }
+  void after_exchange(std::span<const Index> transmitted) override {
+    inner_->after_exchange(transmitted);
+  }
+  bool finishes_average() const override { return inner_->finishes_average(); }
+  void finish(std::span<float> average) override { inner_->finish(average); }
+  double residual_norm() const override { return inner_->residual_norm(); }
+  std::int64_t clipped_steps() const override { return clipped_; }
+
+  void save(StateWriter& writer) const override {
+    writer.tag("memory.spike_clip");
+    writer.value<double>(reference_);
+    writer.value<std::int64_t>(clipped_);
+    inner_->save(writer);
+  }
+  void load(StateReader& reader) override {
+    reader.expect_tag("memory.spike_clip");
+    reference_ = reader.value<double>();
+    clipped_ = reader.value<std::int64_t>();
+    inner_->load(reader);
+  }
+
+ private:
+  static constexpr double kMeanWeight = 0.1;  // the running mean's weight of the newest norm
+  std::unique_ptr<GradientMemory> inner_;
+  double ratio_;
+  double reference_ = 0.0;  // running mean of the norms that entered (0: none yet)
+  std::int64_t clipped_ = 0;
+  std::vector<float> scaled_;
+};
+
 }  // namespace
 
 std::unique_ptr<GradientMemory> make_error_feedback() { return std::make_unique<ErrorFeedback>(); }
@@ -311,5 +366,14 @@ std::unique_ptr<GradientMemory> make_rescaled_no_memory(double density) {
   return std::make_unique<NoMemory>(density);
 }
 }  // namespace schemes
+
+std::unique_ptr<GradientMemory> with_spike_clip(std::unique_ptr<GradientMemory> inner,
+                                                double ratio) {
+  if (!(ratio > 1.0) || !std::isfinite(ratio)) {
+    throw InvalidArgument(fmt::format(
+        "spike clip ratio must be a finite number above 1 (got {}); 0 turns the clip off", ratio));
+  }
+  return std::make_unique<SpikeClip>(std::move(inner), ratio);
+}
 
 }  // namespace sparsecomm

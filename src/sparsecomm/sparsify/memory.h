@@ -18,6 +18,14 @@
 
 namespace sparsecomm {
 
+// sum x_i^2 in double (eight partial sums): the memories' residual norms and
+// the step's gradient norm.
+double sum_of_squares(std::span<const float> x);
+
+// sum x_i^2 in double (eight partial sums): the memories' residual norms and
+// the step's gradient norm.
+double sum_of_squares(std::span<const float> x);
+
 class GradientMemory {
  public:
   virtual ~GradientMemory() = default;
@@ -40,6 +48,8 @@ class GradientMemory {
   virtual void finish(std::span<float> average) { (void)average; }
   // ||residual||_2 after the exchange.
   virtual double residual_norm() const = 0;
+  // Steps whose gradient a spike clip scaled down (with_spike_clip), so far.
+  virtual std::int64_t clipped_steps() const { return 0; }
   virtual void save(StateWriter& writer) const = 0;
   virtual void load(StateReader& reader) = 0;
 };
@@ -62,5 +72,19 @@ std::unique_ptr<GradientMemory> make_momentum_correction(double momentum, double
 // error feedback sends). Four buffers of the gradient's length (h, H, the
 // difference and the step's gradient) against error feedback's one.
 std::unique_ptr<GradientMemory> make_ef21();
+
+// Spike clip in front of `inner`: a gradient whose norm exceeds `ratio` times
+// the running mean of the norms that entered before (weight 0.1 for the
+// newest) is scaled down to that bound; the mean then counts the clipped
+// norm, so a spike does not raise the bound. The first gradient sets the
+// mean. A memory replays what it keeps: error feedback sends a spike's
+// unsent part over the following steps, when the step that caused it has
+// already been corrected, and at the edge of stability that replay sets
+// off the next spike (docs/algorithms.md, "Spike clip"). Local, no
+// communication; state: the mean and the count of clipped steps.
+// InvalidArgument unless ratio > 1 and finite.
+inline constexpr double kDefaultSpikeClipRatio = 2.0;
+std::unique_ptr<GradientMemory> with_spike_clip(std::unique_ptr<GradientMemory> inner,
+                                                double ratio);
 
 }  // namespace sparsecomm

@@ -4,6 +4,7 @@
 
 #include "sparsecomm/sparsify/registry.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -124,6 +125,16 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
     throw Error(fmt::format("[{}] the scheme's build left no {} (a bug in the scheme)", scheme,
                             parts.sparsifier ? "memory" : "sparsifier"));
   }
+  // memory=none keeps nothing to replay: no clip unless asked for.
+  const double clip_ratio = options.number(
+      scheme, "clip_ratio", common.memory == "none" ? 0.0 : kDefaultSpikeClipRatio, 0.0, inf);
+  if (clip_ratio != 0.0 && !(clip_ratio > 1.0 && std::isfinite(clip_ratio))) {
+    throw InvalidArgument(fmt::format(
+        "[{}] option clip_ratio={} must be a finite number above 1 (a gradient may be that many "
+        "times the running mean of the recent ones), or 0 to turn the spike clip off",
+        scheme, options.values().at("clip_ratio")));
+  }
+  if (clip_ratio != 0.0) parts.memory = with_spike_clip(std::move(parts.memory), clip_ratio);
   return parts;
 }
 
@@ -143,6 +154,10 @@ const std::vector<OptionSpec>& common_option_specs() {
        "memory=momentum only: m of the correction u = m*u + g, v = v + u, in [0, 1)"},
       {"clip_norm", "0",
        "memory=momentum only: scale g to ||g||_2 <= clip_norm before it enters u (0 = off)"},
+      {"clip_ratio", fmt::format("{}", kDefaultSpikeClipRatio),
+       "spike clip: scale g down to clip_ratio times the running mean of this rank's recent "
+       "gradient norms before it enters the memory, so the memory cannot replay a loss spike "
+       "(0 = off, the default with memory=none; else above 1)"},
       {"seed", "0", "seed of the counter-based random draws (identical on all ranks)"},
   };
   return specs;

@@ -12,6 +12,7 @@
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
+#include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/registry.h"
 
 namespace sparsecomm {
@@ -150,9 +151,7 @@ class SkipReduceSync final : public GradientSync {
                   residual_.begin() + chunk.begin);
         dropped += chunk.end - chunk.begin;
       }
-      double norm = 0.0;
-      for (float e : residual_) norm += static_cast<double>(e) * e;
-      m.residual_norm = std::sqrt(norm);
+      m.residual_norm = std::sqrt(sum_of_squares(residual_));
     }
     m.accumulate_s = watch.seconds();
     Stopwatch exchange_watch;

@@ -1,6 +1,7 @@
 #include "sparsecomm/sync/sparsify_exchange_step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include <fmt/format.h>
@@ -80,8 +81,11 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
     return metrics;
   }
 
+  metrics.gradient_norm = std::sqrt(sum_of_squares(gradient));
+  const std::int64_t clipped_before = parts_.memory->clipped_steps();
   Stopwatch watch;
   parts_.memory->accumulate(gradient);
+  metrics.gradient_clipped = parts_.memory->clipped_steps() != clipped_before;
   const std::span<float> accumulated = parts_.memory->accumulated();
   metrics.accumulate_s = watch.seconds();
 

@@ -17,6 +17,7 @@ struct StepMetrics {
   double density_ratio = 0.0;  // K / k (0 when k == 0)
   double imbalance = 0.0;      // n * max|I_r| / sum|I_r| - 1 (0 when nothing selected)
   double residual_norm = 0.0;  // ||e_r||_2
+  double gradient_norm = 0.0;  // ||g_r||_2 before the memory (sparsified methods; 0 otherwise)
   double accumulate_s = 0.0;   // forming a = g + e (reported apart from selection)
   double selection_s = 0.0;    // the sparsifier's select(), less its own collectives
   double exchange_s = 0.0;     // the exchange, select()'s own collectives, the finite agreement
@@ -34,6 +35,7 @@ struct StepMetrics {
   std::size_t dense_numel = 0;     // of numel, averaged densely beside the method (--min-numel,
                                    // --exclude: sync/dense_layers.h); k counts only the rest
   double overlapped_s = 0.0;       // pipelined: selection + exchange done before backward ended
+  bool gradient_clipped = false;   // the memory's spike clip scaled this step's gradient down
   bool skipped_nonfinite = false;  // the step was skipped: some rank had NaN/inf
 };
 

@@ -38,6 +38,8 @@ void accumulate(StepMetrics& total, const StepMetrics& m) {
   total.imbalance = std::max(total.imbalance, m.imbalance);
   total.residual_norm =
       std::sqrt(total.residual_norm * total.residual_norm + m.residual_norm * m.residual_norm);
+  total.gradient_norm =
+      std::sqrt(total.gradient_norm * total.gradient_norm + m.gradient_norm * m.gradient_norm);
   total.accumulate_s += m.accumulate_s;
   total.selection_s += m.selection_s;
   total.exchange_s += m.exchange_s;
@@ -52,6 +54,7 @@ void accumulate(StepMetrics& total, const StepMetrics& m) {
   total.skip_subject += m.skip_subject;
   total.dense_numel += m.dense_numel;
   total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;
+  total.gradient_clipped = total.gradient_clipped || m.gradient_clipped;
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"bytes_sent", m.bytes_sent},
                          {"bytes_received", m.bytes_received},
                          {"residual_norm", number(m.residual_norm)},
+                         {"gradient_norm", number(m.gradient_norm)},
                          {"selected", m.selected},
                          {"union_size", m.union_size},
                          {"target", m.target},
@@ -57,6 +58,7 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"skip_subject", m.skip_subject},
                          {"dense_numel", m.dense_numel},
                          {"overlapped_s", number(m.overlapped_s)},
+                         {"gradient_clipped", m.gradient_clipped},
                          {"skipped_nonfinite", m.skipped_nonfinite}};
   if (s.embedding.present) {
     const EmbeddingStep& e = s.embedding;
