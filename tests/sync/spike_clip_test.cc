@@ -176,10 +176,13 @@ TEST(SpikeClip, ResumesBitForBit) {
   });
 }
 
-// memory=none keeps nothing to replay: no clip unless asked for.
-TEST(SpikeClip, OffByDefaultWithoutAMemory) {
+// memory=none keeps nothing to replay, nor does density 1: no clip unless
+// asked for.
+TEST(SpikeClip, OffByDefaultWhereNothingIsKept) {
   const ReplayRun none = run_spike("topk", "memory=none");
   EXPECT_EQ(none.clipped_steps, 0);
+  EXPECT_EQ(run_spike("topk", "density=1").clipped_steps, 0);
+  EXPECT_GE(run_spike("topk", "clip_ratio=2").clipped_steps, 1);
   SchemeOptions options;
   options.set("memory=none");
   options.set("clip_ratio=3");

@@ -125,9 +125,11 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
     throw Error(fmt::format("[{}] the scheme's build left no {} (a bug in the scheme)", scheme,
                             parts.sparsifier ? "memory" : "sparsifier"));
   }
-  // memory=none keeps nothing to replay: no clip unless asked for.
-  const double clip_ratio = options.number(
-      scheme, "clip_ratio", common.memory == "none" ? 0.0 : kDefaultSpikeClipRatio, 0.0, inf);
+  // A memory that keeps nothing replays nothing: no clip unless asked for
+  // with memory=none, or at density 1 (everything is sent every step).
+  const bool keeps_nothing = common.memory == "none" || common.density == 1.0;
+  const double clip_ratio = options.number(scheme, "clip_ratio",
+                                           keeps_nothing ? 0.0 : kDefaultSpikeClipRatio, 0.0, inf);
   if (clip_ratio != 0.0 && !(clip_ratio > 1.0 && std::isfinite(clip_ratio))) {
     throw InvalidArgument(fmt::format(
         "[{}] option clip_ratio={} must be a finite number above 1 (a gradient may be that many "
@@ -157,7 +159,7 @@ const std::vector<OptionSpec>& common_option_specs() {
       {"clip_ratio", fmt::format("{}", kDefaultSpikeClipRatio),
        "spike clip: scale g down to clip_ratio times the running mean of this rank's recent "
        "gradient norms before it enters the memory, so the memory cannot replay a loss spike "
-       "(0 = off, the default with memory=none; else above 1)"},
+       "(0 = off, the default with memory=none or density 1; else above 1)"},
       {"seed", "0", "seed of the counter-based random draws (identical on all ranks)"},
   };
   return specs;
