@@ -1,7 +1,10 @@
 // Gaussian-k: treats a_r as normal, thr = |mu| + sigma * z with
 // z = Phi^-1(1 - c/2), then corrects the count: outside [2k/3, 4k/3] the
 // threshold is multiplied by 0.8 (too few) or 1.25 (too many) and the
-// selection redone, at most 5 passes in all; the last selection is kept.
+// selection redone, at most 5 passes in all; the last selection is kept,
+// unless it is empty: then the exact top-k (a count that alternates across
+// the whole band can end on a pass that selects nothing, and a step that
+// sends nothing while the accumulator holds mass only grows the residual).
 // sigma == 0 (a constant vector) selects nothing when mu == 0, else the
 // first k indices. Default exchange: sparse allgather.
 
@@ -102,6 +105,7 @@ class GaussianK final : public DensitySparsifier {
       threshold *= too_few ? kLowerFactor : kRaiseFactor;
     }
     last_search_ = {rounds, threshold, found};
+    if (found == 0) top_k_.select(accumulated, k, 0, out);
   }
 
  private:
