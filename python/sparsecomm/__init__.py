@@ -26,5 +26,5 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
     method_options,
     methods,
 )
-from .ddp import HookState, ddp_comm_hook, direction_optimizer, register  # noqa: F401
+from .ddp import HookError, HookState, ddp_comm_hook, direction_optimizer, register  # noqa: F401
 from .sparsifier import Sparsifier, decode  # noqa: F401

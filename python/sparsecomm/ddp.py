@@ -47,8 +47,16 @@ import math
 import torch
 import torch.distributed as dist
 
-from ._sparsecomm import Communicator, Synchronizer, UpdateDirection
+from ._sparsecomm import Communicator, Synchronizer, UpdateDirection, _fail_future
 from ._common import option_texts
+
+
+class HookError(RuntimeError):
+    """An exchange of the DDP hook failed: raised by ``backward()`` (DDP
+    waits for the hook's futures there) at that step and at every later
+    one, since the ranks no longer agree on where they are. The message
+    names the step; ``__cause__`` is the error the exchange raised (a
+    ``CommError``, a ``ValueError`` ...)."""
 
 
 
@@ -265,7 +273,7 @@ class HookState:
     def _bucket_ready(self, bucket):
         future = torch.futures.Future()
         if self._error is not None:  # the ranks are out of step now: fail, never hang
-            future.set_exception(self._error)
+            _fail_future(future, self._error)
             return future
         ready = []
         waits_for = set()
@@ -310,12 +318,15 @@ class HookState:
             # Every pending future fails, and so does every later bucket:
             # after a failed exchange the ranks no longer agree on where
             # they are, so the hook stops exchanging for good.
-            self._error = RuntimeError(
+            self._error = HookError(
                 f"sparsecomm: the hook's exchange failed at step {self.step}: {error}")
             self._error.__cause__ = error
             failed, self._buckets = self._buckets, []
             for _, future, _ in failed:
-                future.set_exception(self._error)
+                # Not Future.set_exception: torch 1.13 stores the exception
+                # as the value, and DDP's cast of it to a tensor mangled the
+                # message into "Unable to cast ... to Tensor".
+                _fail_future(future, self._error)
             return
         self._done[index] = True
         if metrics is not None:

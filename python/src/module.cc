@@ -22,6 +22,10 @@
 //   allreduce(comm, tensor)        sparsecomm's ring all-reduce, in place
 //   methods() -> [names]           the CLI's synchronization methods
 //   method_options(name) -> [names]  the options a method takes
+//   _fail_future(future, exception)  completes a torch Future with an error
+//                                  that torch's C++ side rethrows as that
+//                                  very Python exception (the DDP hook's
+//                                  failures; docs/python.md)
 //
 // sparsecomm's errors become Python exceptions: InvalidArgument ->
 // ValueError, CommError -> RuntimeError, both with the C++ message.
@@ -33,6 +37,8 @@
 #include <vector>
 
 #include <pybind11/stl.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
 
@@ -265,6 +271,24 @@ class UpdateDirection {
   UpdateRule rule_;
 };
 
+// torch.futures.Future.set_exception (torch 1.13) stores the exception as the
+// future's *value* and raises it only when Python unwraps it; DDP's reducer
+// reads the value in C++ and casts it to a tensor, so the user saw "Unable
+// to cast <message> to Tensor" as a RuntimeError. Here the future fails as a
+// C++ future: its error is torch's python_error holding `exception`, which
+// the reducer rethrows and torch's binding restores, so backward() raises
+// the exception itself, type and message.
+void fail_future(const py::object& future, const py::object& exception) {
+  if (!PyExceptionInstance_Check(exception.ptr())) {
+    throw InvalidArgument("_fail_future: the second argument must be an exception instance");
+  }
+  const auto wrapper = future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>();
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  python_error error;
+  error.persist();  // takes (and clears) the error indicator set above
+  wrapper->fut->setError(std::make_exception_ptr(error));
+}
+
 }  // namespace
 }  // namespace sparsecomm::python
 
@@ -340,6 +364,8 @@ PYBIND11_MODULE(_sparsecomm, m) {
         allreduce(comm, values);
       },
       py::arg("comm"), py::arg("tensor"));
+
+  m.def("_fail_future", &fail_future, py::arg("future"), py::arg("exception"));
 
   m.def("methods", [] {
     std::vector<std::string> names;

@@ -86,8 +86,15 @@ def _a_failed_exchange_ends_the_run(rank, world):
     x, y = _batches(rank, 1)[0]
     x[0, 0] = float("nan")  # every rank: a non-finite gradient, and nonfinite="stop"
     optimizer.zero_grad()
-    with pytest.raises(RuntimeError, match="exchange failed at step 0"):
+    with pytest.raises(sparsecomm.HookError) as failure:
         torch.nn.functional.cross_entropy(model(x), y).backward()
+    # Its own type and message, not torch's "Unable to cast ... to Tensor";
+    # the exchange's error is the cause.
+    message = str(failure.value)
+    assert message.startswith("sparsecomm: the hook's exchange failed at step 0: "), message
+    assert "non-finite" in message, message
+    assert "Unable to cast" not in message, message
+    assert isinstance(failure.value.__cause__, RuntimeError)
     # The next step fails too (the hook, or DDP's own check): never a hang.
     optimizer.zero_grad()
     with pytest.raises(RuntimeError):
@@ -205,7 +212,7 @@ def _nonfinite_dense_group(rank, world, nonfinite):
     x, y = _batches(rank, 1)[0]
     loss = torch.nn.functional.cross_entropy(model(x), y)
     if nonfinite == "stop":
-        with pytest.raises(RuntimeError, match="exchange failed at step 0"):
+        with pytest.raises(sparsecomm.HookError, match="exchange failed at step 0"):
             loss.backward()
         return
     loss.backward()
