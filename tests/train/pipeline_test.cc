@@ -36,9 +36,12 @@ constexpr int kWorld = 4;
 constexpr int kSteps = 4;
 
 // Trains `model_name` for kSteps on fixed random batches and returns rank
-// 0's parameters; bucket_bytes 0 synchronizes after backward.
+// 0's parameters (every rank's in `every_rank`, if given); bucket_bytes 0
+// synchronizes after backward.
 std::vector<float> train(const std::string& model_name, const std::string& method,
-                         std::size_t bucket_bytes, std::size_t* buckets = nullptr) {
+                         std::size_t bucket_bytes, std::size_t* buckets = nullptr,
+                         std::vector<std::vector<float>>* every_rank = nullptr) {
+  if (every_rank) every_rank->assign(kWorld, {});
   torch::manual_seed(3);
   const torch::Tensor images = torch::randn({kSteps, kWorld, 8, 1, 28, 28});
   const torch::Tensor labels = torch::randint(0, 10, {kSteps, kWorld, 8});
@@ -68,6 +71,9 @@ std::vector<float> train(const std::string& model_name, const std::string& metho
       sgd.step(ddp.parameters(), ddp.gradients(), 0.05);
     }
     if (comm.rank() == 0) result.assign(ddp.parameters().begin(), ddp.parameters().end());
+    if (every_rank) {  // each thread writes its own slot
+      (*every_rank)[comm.rank()].assign(ddp.parameters().begin(), ddp.parameters().end());
+    }
   });
   return result;
 }
@@ -101,9 +107,15 @@ TEST(Pipeline, BucketedDenseEqualsSynchronizingAfterBackward) {
 TEST(Pipeline, BucketedTopkTrainsLikeOneSyncPerBucket) {
   // Per-bucket top-k selects within each bucket: a different method from
   // global top-k, but it must run and keep every rank's parameters equal.
-  const std::vector<float> a = train("mlp", "topk", 1);
-  EXPECT_FALSE(a.empty());
+  std::vector<std::vector<float>> ranks;
+  const std::vector<float> a = train("mlp", "topk", 1, nullptr, &ranks);
+  ASSERT_FALSE(a.empty());
   for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(ranks[r], ranks[0]) << "rank " << r;
+  // And the buckets were selected from separately: per-model top-k on the
+  // same batches ends elsewhere.
+  const std::vector<float> unbucketed = train("mlp", "topk", 0);
+  EXPECT_NE(a, unbucketed);
 }
 
 // A model whose forward uses its two layers in a rank-dependent order, so
