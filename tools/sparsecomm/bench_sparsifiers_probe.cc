@@ -554,8 +554,10 @@ Baselines measure_baselines(const GradientStream& stream, const SparsifierBenchO
 }
 
 std::size_t eviction_floats() {
-  const std::size_t bytes = std::clamp<std::size_t>(4 * last_level_cache_bytes(),
-                                                    std::size_t{64} << 20, std::size_t{512} << 20);
+  // 32 MiB where sysfs lists no cache: the clamp's floor decides then.
+  const std::size_t cache = last_level_cache_bytes().value_or(std::size_t{32} << 20);
+  const std::size_t bytes =
+      std::clamp<std::size_t>(4 * cache, std::size_t{64} << 20, std::size_t{512} << 20);
   return bytes / sizeof(float);
 }
 

@@ -70,7 +70,7 @@ Machine describe_machine() {
   return m;
 }
 
-std::size_t last_level_cache_bytes() {
+std::optional<std::size_t> last_level_cache_bytes() {
   std::size_t best_level = 0, bytes = 0;
   for (int index = 0; index < 8; ++index) {
     const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", index);
@@ -86,7 +86,8 @@ std::size_t last_level_cache_bytes() {
       bytes = size;
     }
   }
-  return bytes > 0 ? bytes : std::size_t{32} << 20;
+  if (bytes == 0) return std::nullopt;
+  return bytes;
 }
 
 }  // namespace sparsecomm::cli

@@ -4,6 +4,7 @@
 // machine a run measured.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,9 +38,10 @@ struct Machine {
 // keeps its default.
 Machine describe_machine();
 
-// The size of one last-level cache instance, from sysfs (sysconf's figure
-// can be the whole package's: 384 MiB on a 32 MiB-per-CCD EPYC); 32 MiB if
-// unknown.
-std::size_t last_level_cache_bytes();
+// The size of one last-level cache instance (the highest level CPU 0's
+// sysfs lists), in bytes: sysconf's figure can be the whole package's (384
+// MiB on a 32 MiB-per-CCD EPYC). nullopt when sysfs lists none; each caller
+// says what it assumes then.
+std::optional<std::size_t> last_level_cache_bytes();
 
 }  // namespace sparsecomm::cli

@@ -247,26 +247,6 @@ struct HostCosts {
 // every scattered entry).
 constexpr std::size_t kDecodeFloats = std::size_t{32} << 20;
 
-// The largest cache the kernel reports for CPU 0 (sysfs), in bytes; 0 when
-// it reports none.
-double last_level_cache_bytes() {
-  double largest = 0.0;
-  for (int index = 0; index < 8; ++index) {
-    std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", index));
-    std::string text;
-    if (!(in >> text) || text.empty()) continue;
-    double scale = 1.0;
-    if (text.back() == 'K') scale = 1024.0;
-    if (text.back() == 'M') scale = 1024.0 * 1024.0;
-    try {
-      largest = std::max(largest, std::stod(text) * scale);
-    } catch (const std::exception&) {
-      continue;  // not a size: ignore this entry
-    }
-  }
-  return largest;
-}
-
 HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
                        const std::vector<std::string>& schemes) {
   HostCosts costs;
@@ -446,7 +426,8 @@ void run_calibrate(const CalibrateOptions& o) {
     profile.pack_s_per_element = slowest(mine.pack);
     profile.index_decode_s_per_element = slowest(mine.index_decode);
     profile.merge_s_per_element = slowest(mine.merge);
-    profile.cache_bytes = last_level_cache_bytes();
+    // Unknown: 0, which the model reads as "the gradient fits".
+    profile.cache_bytes = static_cast<double>(last_level_cache_bytes().value_or(0));
     double select_default = 0.0;
     for (std::size_t i = 0; i < schemes.size(); ++i) {
       profile.select_s_per_element[schemes[i]] = slowest(mine.select[i]);
