@@ -2,12 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -155,6 +159,29 @@ class ConsoleReporter final : public TrainObserver {
   bool bar_drawn_ = false;
   Window window_;
 };
+
+// The flags that set no TrainConfig field, or whose text is parsed in the
+// callback rather than copied: every other flag of `train` sets the field
+// named by config_key_of, and the callback refuses a flag that does not.
+constexpr std::array<std::string_view, 7> kFlagsBesideTheConfig = {
+    "help", "config", "resume", "compare", "no-plots", "method-option", "lr-milestones"};
+
+// The config JSON key that a flag sets: its long name with '-' as '_'
+// ("--max-steps" -> max_steps; --timeout: timeout_s); empty for the flags
+// above.
+std::string config_key_of(const CLI::Option& option) {
+  const std::vector<std::string>& names = option.get_lnames();
+  if (names.empty()) return {};
+  const std::string& name = names.front();
+  if (std::find(kFlagsBesideTheConfig.begin(), kFlagsBesideTheConfig.end(), name) !=
+      kFlagsBesideTheConfig.end()) {
+    return {};
+  }
+  if (name == "timeout") return "timeout_s";
+  std::string key = name;
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
 
 void load_config_file(TrainConfig& config, const std::string& path) {
   std::ifstream in(path);
@@ -406,61 +433,16 @@ void add_train_command(CLI::App& app) {
     const TrainConfig& given = flags->config;
     nlohmann::json overrides = nlohmann::json::object();
     const nlohmann::json given_json = to_json(given);
-    const std::vector<std::pair<std::string, std::string>> flag_keys = {
-        {"--workers", "workers"},
-        {"--backend", "backend"},
-        {"--threads", "threads"},
-        {"--model", "model"},
-        {"--dataset", "dataset"},
-        {"--data-dir", "data_dir"},
-        {"--train-samples", "train_samples"},
-        {"--test-samples", "test_samples"},
-        {"--embedding-cap", "embedding_cap"},
-        {"--embedding-dim", "embedding_dim"},
-        {"--embedding-exchange", "embedding_exchange"},
-        {"--embedding-optimizer", "embedding_optimizer"},
-        {"--embedding-lr", "embedding_lr"},
-        {"--embedding-values", "embedding_values"},
-        {"--method", "method"},
-        {"--density", "density"},
-        {"--nonfinite", "nonfinite"},
-        {"--bucket-mb", "bucket_mb"},
-        {"--min-numel", "min_numel"},
-        {"--exclude", "exclude"},
-        {"--servers", "servers"},
-        {"--sync", "sync"},
-        {"--staleness", "staleness"},
-        {"--staleness-low", "staleness_low"},
-        {"--staleness-high", "staleness_high"},
-        {"--slowdown", "slowdown"},
-        {"--epochs", "epochs"},
-        {"--max-steps", "max_steps"},
-        {"--batch", "batch"},
-        {"--lr", "lr"},
-        {"--optimizer", "optimizer"},
-        {"--beta1", "beta1"},
-        {"--beta2", "beta2"},
-        {"--adam-eps", "adam_eps"},
-        {"--compress", "compress"},
-        {"--freeze-variance-after", "freeze_variance_after"},
-        {"--momentum", "momentum"},
-        {"--nesterov", "nesterov"},
-        {"--weight-decay", "weight_decay"},
-        {"--warmup-epochs", "warmup_epochs"},
-        {"--lr-decay", "lr_decay"},
-        {"--lr-gamma", "lr_gamma"},
-        {"--seed", "seed"},
-        {"--deterministic", "deterministic"},
-        {"--eval-every", "eval_every"},
-        {"--eval-deferred", "eval_deferred"},
-        {"--out", "out"},
-        {"--checkpoint-every", "checkpoint_every"},
-        {"--stop-at-step", "stop_at_step"},
-        {"--record-gradients", "record_gradients"},
-        {"--record-steps", "record_steps"},
-        {"--timeout", "timeout_s"}};
-    for (const auto& [flag, key] : flag_keys) {
-      if (cmd->count(flag) > 0) overrides[key] = given_json.at(key);
+    for (const CLI::Option* option : cmd->get_options()) {
+      const std::string key = config_key_of(*option);
+      if (key.empty()) continue;
+      if (!given_json.contains(key)) {
+        throw std::logic_error(fmt::format(
+            "train: the flag --{} sets no TrainConfig field '{}'; bind it to one or list it in "
+            "kFlagsBesideTheConfig",
+            option->get_lnames().front(), key));
+      }
+      if (option->count() > 0) overrides[key] = given_json.at(key);
     }
     // A model named on the command line brings its own defaults (its
     // dataset, the transformer's optimizer) for the settings not given.
