@@ -1,14 +1,17 @@
 // Density control and partition balance of MiCRO and ExDyna on the skewed,
 // drifting synthetic stream (docs/algorithms.md "Density control (the
-// targets)"): d = 10^6, 1,000 steps while the gradient scale falls 10x,
-// error feedback, union all-reduce, on the thread backend. Asserts the
-// default schemes' figures and prints the faithful ones beside them.
+// targets)"): d = 10^6, 500 steps while the gradient scale falls 10x, error
+// feedback, union all-reduce, on the thread backend. Asserts the default
+// schemes' figures. SPARSECOMM_DENSITY_TABLE=1 runs the documented table
+// instead: 1,000 steps (the same 10x drift, slower), with the faithful
+// scheme's figures printed beside them (not asserted).
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,8 +30,14 @@ namespace sparsecomm {
 namespace {
 
 constexpr std::size_t kNumel = 1000000;
-constexpr int kSteps = 1000;
 constexpr int kWarmup = 100;  // statistics over steps 100 and later
+
+// The documented table's run (above), or the shorter one of the test suite.
+bool table_run() {
+  const char* value = std::getenv("SPARSECOMM_DENSITY_TABLE");
+  return value != nullptr && std::string(value) == "1";
+}
+int stream_steps() { return table_run() ? 1000 : 500; }
 
 struct RunFigures {
   double mean = 0;       // mean(K/k)
@@ -51,7 +60,7 @@ RunFigures run_scheme(const char* scheme, int n, double density, const GradientS
     parts.exchange = ExchangePattern::kUnionAllreduce;
     SparsifyExchangeStep sync(std::move(parts));
     std::vector<float> gradient(kNumel);
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < stream_steps(); ++step) {
       stream.fill(comm.rank(), step, gradient);
       StepContext ctx{step, 0.0, comm.rank(), n, stream.layers()};
       const StepMetrics metrics = sync.synchronize(gradient, ctx, comm);
@@ -90,7 +99,7 @@ const GradientStream& stream() {
     SyntheticStreamOptions options;
     options.numel = kNumel;
     options.drift_factor = 10.0;
-    options.drift_steps = kSteps;
+    options.drift_steps = stream_steps();
     return make_synthetic_stream(options);
   }();
   return *instance;
@@ -129,8 +138,10 @@ TEST_P(DensityControl, DefaultSchemesHoldTheTargetAndExDynaBalances) {
   const RunFigures exdyna = run_scheme("exdyna", n, density, stream());
   const RunFigures quota = run_scheme("exdyna", n, density, stream(), {"controller=quota"});
   const RunFigures global = run_scheme("exdyna", n, density, stream(), {"cap=0"});
-  run_scheme("exdyna-faithful", n, density, stream(),
-             {fmt::format("initial_threshold={:.4g}", first_step_threshold(stream(), density))});
+  if (table_run()) {
+    run_scheme("exdyna-faithful", n, density, stream(),
+               {fmt::format("initial_threshold={:.4g}", first_step_threshold(stream(), density))});
+  }
   for (const RunFigures& f : {micro, exdyna, quota, global}) {
     EXPECT_LE(f.bias, 0.02);
     EXPECT_LE(f.p95_error, 0.10);
