@@ -279,6 +279,29 @@ TEST(Registry, DefaultsFollowTheSpecification) {
   EXPECT_EQ(parts.sparsifier->target(1000, {}), 250u);
 }
 
+TEST(Registry, TraitsAreDeclaredByTheBuiltParts) {
+  // Only the partition schemes span the model (no buckets), and only the
+  // momentum-correction memory applies momentum, spike clip or not; the
+  // registry's name-based answer for the optimizer agrees with the parts.
+  for (const SchemeInfo& info : scheme_registry()) {
+    SCOPED_TRACE(info.name);
+    const bool partitioned =
+        info.name == "micro" || info.name == "exdyna" || info.name == "exdyna-faithful";
+    const SchemeParts parts = make_scheme(info.name, {});
+    EXPECT_EQ(parts.sparsifier->spans_the_model(), partitioned);
+    EXPECT_EQ(parts.memory->applies_momentum(), info.name == "dgc");
+    EXPECT_EQ(scheme_applies_momentum(info.name, {}), info.name == "dgc");
+    for (const char* clip : {"clip_ratio=0", "clip_ratio=2"}) {
+      const SchemeOptions momentum = options_of({"memory=momentum", clip});
+      EXPECT_TRUE(make_scheme(info.name, momentum).memory->applies_momentum()) << clip;
+      EXPECT_TRUE(scheme_applies_momentum(info.name, momentum)) << clip;
+      const SchemeOptions ef = options_of({"memory=ef", clip});
+      EXPECT_FALSE(make_scheme(info.name, ef).memory->applies_momentum()) << clip;
+      EXPECT_FALSE(scheme_applies_momentum(info.name, ef)) << clip;
+    }
+  }
+}
+
 TEST(Registry, SharedExchangeOnlyForIdenticalSelections) {
   for (const char* name : {"topk", "threshold", "dgc", "gaussiank"}) {
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"exchange=shared"})); }),

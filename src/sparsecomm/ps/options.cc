@@ -103,7 +103,7 @@ void validate_ps_options(const PsOptions& options) {
         "not keep; use memory=ef for parameter-server pushes",
         parts.memory->name()));
   }
-  if (parts.memory && parts.memory->name() == "momentum") {
+  if (parts.memory && parts.memory->applies_momentum()) {
     if (options.optimizer.name != "sgd") {
       throw InvalidArgument(fmt::format(
           "[ps] scheme '{}' applies momentum on the workers (momentum correction), which only "

@@ -238,6 +238,7 @@ class MomentumCorrection final : public GradientMemory {
   }
 
   std::string_view name() const override { return "momentum"; }
+  bool applies_momentum() const override { return true; }
 
   void accumulate(std::span<const float> gradient) override {
     momentum_buffer_.ensure(gradient.size(), name());
@@ -320,6 +321,7 @@ class SpikeClip final : public GradientMemory {
     inner_->after_exchange(transmitted);
   }
   bool finishes_average() const override { return inner_->finishes_average(); }
+  bool applies_momentum() const override { return inner_->applies_momentum(); }
   void finish(std::span<float> average) override { inner_->finish(average); }
   double residual_norm() const override { return inner_->residual_norm(); }
   std::int64_t clipped_steps() const override { return clipped_; }

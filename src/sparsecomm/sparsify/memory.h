@@ -42,6 +42,9 @@ class GradientMemory {
   // (a selection without the exchange, parameter-server pushes) refuse
   // such a memory.
   virtual bool finishes_average() const { return false; }
+  // True when the memory applies momentum itself (DGC's momentum
+  // correction): the optimizer must then apply none.
+  virtual bool applies_momentum() const { return false; }
   // After after_exchange(): `average` holds the mean over ranks of what
   // they sent (the same on every rank); the memory makes it the vector the
   // optimizer applies. Called only when finishes_average().

@@ -201,11 +201,8 @@ class SparseSchemeSync final : public GradientSync {
                           Communicator& comm) override {
     return step_.synchronize(gradient, ctx, comm);
   }
-  bool applies_momentum() const override { return step_.memory().name() == "momentum"; }
-  bool bucketable() const override {
-    const std::string_view name = method();
-    return name != "micro" && name != "exdyna" && name != "exdyna-faithful";
-  }
+  bool applies_momentum() const override { return step_.memory().applies_momentum(); }
+  bool bucketable() const override { return !step_.sparsifier().spans_the_model(); }
   std::span<const float> kept() const override { return step_.kept(); }
   void save(StateWriter& writer) const override { step_.save(writer); }
   void load(StateReader& reader) override { step_.load(reader); }

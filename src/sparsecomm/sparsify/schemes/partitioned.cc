@@ -31,6 +31,7 @@ class PartitionedSparsifier final : public Sparsifier {
 
   std::string_view name() const override { return options_.name; }
   ExchangePattern default_exchange() const override { return ExchangePattern::kUnionAllreduce; }
+  bool spans_the_model() const override { return true; }
   std::size_t target(std::size_t numel, const StepContext&) const override {
     return target_count(options_.density, numel);
   }
