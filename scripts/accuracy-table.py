@@ -107,20 +107,22 @@ def table(out, cells, seeds):
     reference = rows[0]
     ref_loss = statistics.fmean(reference[2]) if reference[2] else float("nan")
     ref_bytes = statistics.fmean(reference[4]) if reference[4] else float("nan")
+    ref_accuracy = statistics.fmean(reference[3]) if reference[3] else float("nan")
     print(f"| cell | flags | seeds | held-out loss | vs {reference[0]} | test acc % | "
-          f"bytes/rank/step | share of {reference[0]}'s |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"points vs {reference[0]} | bytes/rank/step | share of {reference[0]}'s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, flags, losses, accuracies, byte_counts, diverged, found in rows:
         if not losses:
             print(f"| {name} | `{shlex.join(flags)}` | {len(found)} | "
-                  f"{'diverged' if diverged else 'not run'} | | | | |")
+                  f"{'diverged' if diverged else 'not run'} | | | | | |")
             continue
         mean_loss = statistics.fmean(losses)
         mean_bytes = statistics.fmean(byte_counts)
         note = f" ({diverged} failed)" if diverged else ""
         print(f"| {name} | `{shlex.join(flags)}` | {len(losses)}{note} | {spread(losses)} | "
               f"{100.0 * (mean_loss / ref_loss - 1.0):+.1f}% | "
-              f"{spread(accuracies, 2)} | {mean_bytes / 1024:.1f} KiB | "
+              f"{spread(accuracies, 2)} | {statistics.fmean(accuracies) - ref_accuracy:+.2f} | "
+              f"{mean_bytes / 1024:.1f} KiB | "
               f"{100.0 * mean_bytes / ref_bytes:.2f}% |")
 
 
