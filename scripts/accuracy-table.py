@@ -90,7 +90,8 @@ def table(out, cells, seeds):
             summary_path = os.path.join(run_dir, "summary.json")
             if not os.path.exists(summary_path):
                 if os.path.exists(run_dir + ".log"):
-                    diverged += 1  # ran and ended without a summary: failed or diverged
+                    # started without a summary: failed, diverged, or still running
+                    diverged += 1
                 continue
             with open(summary_path) as f:
                 summary = json.load(f)
@@ -114,11 +115,12 @@ def table(out, cells, seeds):
     for name, flags, losses, accuracies, byte_counts, diverged, found in rows:
         if not losses:
             print(f"| {name} | `{shlex.join(flags)}` | {len(found)} | "
-                  f"{'diverged' if diverged else 'not run'} | | | | | |")
+                  f"{'no summary (failed, diverged or running)' if diverged else 'not run'} "
+                  f"| | | | | |")
             continue
         mean_loss = statistics.fmean(losses)
         mean_bytes = statistics.fmean(byte_counts)
-        note = f" ({diverged} failed)" if diverged else ""
+        note = f" ({diverged} without a summary: failed, diverged or running)" if diverged else ""
         print(f"| {name} | `{shlex.join(flags)}` | {len(losses)}{note} | {spread(losses)} | "
               f"{100.0 * (mean_loss / ref_loss - 1.0):+.1f}% | "
               f"{spread(accuracies, 2)} | {statistics.fmean(accuracies) - ref_accuracy:+.2f} | "
