@@ -15,12 +15,12 @@ function(sparsecomm_torch_pch target)
   else()
     target_precompile_headers(${target} REUSE_FROM sparsecomm_train)
     # The header was made for a static library (-fPIC); GCC refuses it for
-    # -fPIE code, so an executable's torch files are compiled as -fPIC
-    # (the last of the two flags wins). It costs them nothing measurable.
+    # -fPIE code, so an executable is compiled as -fPIC (the last of the two
+    # flags wins; on the whole target, since a unity build compiles its
+    # sources as one). It costs nothing measurable.
     get_target_property(type ${target} TYPE)
     if(type STREQUAL "EXECUTABLE")
-      set_source_files_properties(${ARG_TORCH_SOURCES} TARGET_DIRECTORY ${target}
-                                  PROPERTIES COMPILE_OPTIONS -fPIC)
+      target_compile_options(${target} PRIVATE -fPIC)
     endif()
   endif()
   get_target_property(others ${target} SOURCES)

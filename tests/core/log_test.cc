@@ -12,9 +12,9 @@ namespace sparsecomm {
 namespace {
 
 std::string logged(auto&& write) {
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   write();
-  return testing::internal::GetCapturedStderr();
+  return ::testing::internal::GetCapturedStderr();
 }
 
 TEST(Log, LinesNameTheLevelAndTheRank) {

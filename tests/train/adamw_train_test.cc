@@ -21,7 +21,7 @@ namespace sparsecomm {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr auto kVocabulary = static_cast<std::int64_t>(kTextVocabularySize);
+constexpr auto kCharVocabulary = static_cast<std::int64_t>(kTextVocabularySize);
 
 // The same parameters and gradients through FlatAdamW and torch's AdamW, 30
 // steps, with and without weight decay (Adam).
@@ -52,10 +52,10 @@ TEST(FlatAdamW, EqualsTorchsAdamWOnTheSameGradients) {
 
 TEST(CharTransformer, MapsIdWindowsToLogitsAndScoresEveryPosition) {
   torch::manual_seed(3);
-  const auto model = make_model("char-transformer", kVocabulary);
-  const torch::Tensor ids = torch::randint(0, kVocabulary, {5, 32}, torch::kInt64);
-  const torch::Tensor labels = torch::randint(0, kVocabulary, {5}, torch::kInt64);
-  EXPECT_EQ(model->forward(ids).sizes(), (std::vector<std::int64_t>{5, kVocabulary}));
+  const auto model = make_model("char-transformer", kCharVocabulary);
+  const torch::Tensor ids = torch::randint(0, kCharVocabulary, {5, 32}, torch::kInt64);
+  const torch::Tensor labels = torch::randint(0, kCharVocabulary, {5}, torch::kInt64);
+  EXPECT_EQ(model->forward(ids).sizes(), (std::vector<std::int64_t>{5, kCharVocabulary}));
   const Model::Scores scores = model->score(ids, labels);
   EXPECT_EQ(scores.losses.sizes(), (std::vector<std::int64_t>{5}));
   std::int64_t numel = 0;
@@ -75,11 +75,11 @@ TEST(CharTransformer, MapsIdWindowsToLogitsAndScoresEveryPosition) {
 // character (whose own target is that character).
 TEST(CharTransformer, NoPositionSeesTheCharactersAfterIt) {
   torch::manual_seed(4);
-  const auto model = make_model("char-transformer", kVocabulary);
+  const auto model = make_model("char-transformer", kCharVocabulary);
   torch::NoGradGuard no_grad;
   const std::int64_t t = 16;
-  const torch::Tensor ids = torch::randint(0, kVocabulary, {3, t}, torch::kInt64);
-  const torch::Tensor labels = torch::randint(0, kVocabulary, {3}, torch::kInt64);
+  const torch::Tensor ids = torch::randint(0, kCharVocabulary, {3, t}, torch::kInt64);
+  const torch::Tensor labels = torch::randint(0, kCharVocabulary, {3}, torch::kInt64);
   const Model::Scores whole = model->score(ids, labels);
   const torch::Tensor last = torch::nn::functional::cross_entropy(
       whole.logits, labels,

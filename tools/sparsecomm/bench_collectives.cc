@@ -22,6 +22,8 @@
 #include "sparsecomm/core/timer.h"
 
 namespace sparsecomm::cli {
+// Named so that the tool's sources can compile as one unit (UNITY_BUILD).
+namespace bench_collectives_impl {
 namespace {
 
 struct Options {
@@ -439,8 +441,10 @@ void run(const Options& options) {
 }
 
 }  // namespace
+}  // namespace bench_collectives_impl
 
 void add_bench_collectives_command(CLI::App& bench) {
+  using namespace bench_collectives_impl;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
       "collectives",

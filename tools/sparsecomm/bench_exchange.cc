@@ -24,6 +24,8 @@
 #include "sparsecomm/core/timer.h"
 
 namespace sparsecomm::cli {
+// Named so that the tool's sources can compile as one unit (UNITY_BUILD).
+namespace bench_exchange_impl {
 namespace {
 
 struct Options {
@@ -420,8 +422,10 @@ void run(const Options& options) {
 }
 
 }  // namespace
+}  // namespace bench_exchange_impl
 
 void add_bench_exchange_command(CLI::App& bench) {
+  using namespace bench_exchange_impl;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
       "exchange",

@@ -83,6 +83,8 @@
 #include "sparsecomm/traces/gradient_stream.h"
 
 namespace sparsecomm::cli {
+// Named so that the tool's sources can compile as one unit (UNITY_BUILD).
+namespace bench_sparsifiers_impl {
 namespace {
 
 SchemeOptions scheme_options(const SparsifierBenchOptions& options) {
@@ -252,8 +254,10 @@ void run(SparsifierBenchOptions options) {
 }
 
 }  // namespace
+}  // namespace bench_sparsifiers_impl
 
 void add_bench_sparsifiers_command(CLI::App& bench) {
+  using namespace bench_sparsifiers_impl;
   auto options = std::make_shared<SparsifierBenchOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "sparsifiers",

@@ -25,6 +25,8 @@
 #include "sparsecomm/train/model_probe.h"
 
 namespace sparsecomm::cli {
+// Named so that the tool's sources can compile as one unit (UNITY_BUILD).
+namespace plan_impl {
 namespace {
 
 struct PlanOptions {
@@ -549,8 +551,10 @@ void run_plan(const PlanOptions& o) {
 }
 
 }  // namespace
+}  // namespace plan_impl
 
 void add_plan_command(CLI::App& app) {
+  using namespace plan_impl;
   auto options = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plan",

@@ -14,6 +14,8 @@
 #include "sparsecomm/report/run_files.h"
 
 namespace sparsecomm::cli {
+// Named so that the tool's sources can compile as one unit (UNITY_BUILD).
+namespace report_impl {
 namespace {
 
 namespace fs = std::filesystem;
@@ -54,8 +56,10 @@ void run(const Options& options) {
 }
 
 }  // namespace
+}  // namespace report_impl
 
 void add_report_command(CLI::App& app) {
+  using namespace report_impl;
   auto options = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "report",

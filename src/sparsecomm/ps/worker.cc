@@ -20,10 +20,8 @@
 #include "sparsecomm/sync/sparsify_exchange_step.h"
 
 namespace sparsecomm {
-namespace {
-
-using ps::RequestHeader;
-using ps::RequestKind;
+// In a named namespace: PsWorker::Sparse holds one.
+namespace ps {
 
 // The worker group as the sparsifier sees it: rank = worker index, size = W.
 // Workers are the world ranks [0, W) (layout.h), so a group rank is its
@@ -66,6 +64,13 @@ class WorkerGroupView final : public Communicator {
   Communicator& world_;
   int workers_;
 };
+
+}  // namespace ps
+
+namespace {
+
+using ps::RequestHeader;
+using ps::RequestKind;
 
 // The protocol's tags are reserved (no user code meets them) and lie above
 // every collective tag, so the group's collectives never match a protocol
@@ -160,7 +165,7 @@ struct PsWorker::Sparse {
         payloads(static_cast<std::size_t>(layout.servers())) {}
 
   SchemeParts parts;
-  WorkerGroupView view;
+  ps::WorkerGroupView view;
   // Partition-based (BSP only): all-gather counts and indices each step.
   bool gather_counts = false;
   SparseSelection selection;

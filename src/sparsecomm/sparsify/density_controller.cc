@@ -177,9 +177,6 @@ class HistogramController final : public DensityController {
   }
 
  private:
-  static std::uint32_t magnitude_bits(float v) {
-    return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
-  }
   std::uint32_t floor_bin() const { return magnitude_bits(candidate_floor()) >> shift_; }
 
   // Bins the `size` candidates value(i) into sub_: four interleaved

@@ -31,7 +31,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // they take log2(n) exchanges instead of the ring's 2(n - 1) steps.
 constexpr AllreduceOptions kSmallAllreduce{.algorithm = AllreduceAlgorithm::kRecursiveDoubling};
 
-std::uint32_t magnitude_bits(float v) { return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu; }
 float from_bits(std::uint64_t bits) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(std::min<std::uint64_t>(bits, kInfBits)));
 }

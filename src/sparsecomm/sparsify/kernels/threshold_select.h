@@ -2,13 +2,21 @@
 // One-pass threshold selection: the kernel behind hard threshold, DGC,
 // Gaussian-k, MiCRO and ExDyna, and the filtering pass of exact top-k.
 
+#include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/sparsify/kernels/simd.h"
 
 namespace sparsecomm {
+
+// |v| as its float bit pattern: monotone in |v| for every non-NaN v (the
+// bins of the histogram selections and the top-k sample's ranks).
+inline std::uint32_t magnitude_bits(float v) {
+  return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+}
 
 // Appends (base + i, x[i]) to `out` for every i with |x[i]| >= threshold, in
 // ascending i; returns how many were appended. `threshold` must be >= 0 and

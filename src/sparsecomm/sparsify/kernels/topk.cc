@@ -25,9 +25,6 @@ constexpr std::size_t kMinSample = 1024;
 // upper_bits when the sample gives no upper bound: above every magnitude.
 constexpr std::uint32_t kNoUpperBound = 0xffffffffu;
 
-// |v| as its float bit pattern: monotone in |v| for every non-NaN v.
-std::uint32_t magnitude_bits(float v) { return std::bit_cast<std::uint32_t>(v) & 0x7fffffffu; }
-
 // Rank queries on the sample bucket magnitudes by the top 12 of their 31
 // bits (the exponent and three mantissa bits).
 constexpr int kBucketBits = 12;

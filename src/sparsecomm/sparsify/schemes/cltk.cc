@@ -52,7 +52,7 @@ class CltK final : public DensitySparsifier {
   TopKSelector selector_;
 };
 
-void build(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
+void build_cltk(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
   parts.sparsifier = std::make_unique<CltK>(common.density);
 }
 
@@ -64,7 +64,7 @@ SchemeDefinition cltk_definition() {
   definition.summary = "cyclic local top-k: leader t mod n picks k indices for every rank";
   definition.default_exchange = ExchangePattern::kSharedIndices;
   definition.identical_selections = true;
-  definition.build = build;
+  definition.build = build_cltk;
   return definition;
 }
 

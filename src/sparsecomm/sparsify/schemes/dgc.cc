@@ -109,7 +109,7 @@ class Dgc final : public DensitySparsifier {
   SparseSelection picked_;
 };
 
-void build(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
+void build_dgc(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
   const std::string_view scheme = common.scheme;
   const double inf = std::numeric_limits<double>::infinity();
   const double warmup_epochs = options.number(scheme, "warmup_epochs", 0.0, 0.0, inf);
@@ -131,7 +131,7 @@ SchemeDefinition dgc_definition() {
   definition.options = {
       {"warmup_epochs", "0", "W: density c^((e+1)/(W+1)) at fractional epoch e < W (0 = off)"},
   };
-  definition.build = build;
+  definition.build = build_dgc;
   return definition;
 }
 

@@ -61,9 +61,9 @@ double inverse_normal_cdf(double p) {
 
 namespace {
 
-constexpr int kMaxRounds = 5;
-constexpr float kLowerFactor = 0.8f;
-constexpr float kRaiseFactor = 1.25f;
+constexpr int kMaxRefineRounds = 5;
+constexpr float kRefineLowerFactor = 0.8f;
+constexpr float kRefineRaiseFactor = 1.25f;
 
 class GaussianK final : public DensitySparsifier {
  public:
@@ -101,8 +101,8 @@ class GaussianK final : public DensitySparsifier {
       // [2k/3, 4k/3] in integers: 3 * found against 2k and 4k.
       const bool too_few = 3 * found < 2 * k;
       const bool too_many = 3 * found > 4 * k;
-      if ((!too_few && !too_many) || rounds == kMaxRounds) break;
-      threshold *= too_few ? kLowerFactor : kRaiseFactor;
+      if ((!too_few && !too_many) || rounds == kMaxRefineRounds) break;
+      threshold *= too_few ? kRefineLowerFactor : kRefineRaiseFactor;
     }
     last_search_ = {rounds, threshold, found};
     if (found == 0) top_k_.select(accumulated, k, 0, out);
@@ -122,7 +122,7 @@ class GaussianK final : public DensitySparsifier {
   TopKSelector top_k_;
 };
 
-void build(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
+void build_gaussiank(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
   parts.sparsifier = std::make_unique<GaussianK>(common.density);
 }
 
@@ -133,7 +133,7 @@ SchemeDefinition gaussiank_definition() {
   definition.name = "gaussiank";
   definition.summary = "threshold |mu| + sigma * Phi^-1(1 - c/2) from the moments, count-corrected";
   definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.build = build;
+  definition.build = build_gaussiank;
   return definition;
 }
 

@@ -76,7 +76,7 @@ class RandomK final : public DensitySparsifier {
   UninitVector<std::uint64_t> bitmap_;  // all zero between calls
 };
 
-void build(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
+void build_randomk(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
   const bool rescale = options.flag(common.scheme, "rescale", false);
   if (rescale) {
     if (common.memory != "none") {
@@ -101,7 +101,7 @@ SchemeDefinition randomk_definition() {
   definition.options = {
       {"rescale", "false", "scale the sent values by d/k (unbiased); only with memory=none"},
   };
-  definition.build = build;
+  definition.build = build_randomk;
   return definition;
 }
 

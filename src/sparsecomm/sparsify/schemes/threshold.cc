@@ -38,7 +38,7 @@ class HardThreshold final : public DensitySparsifier {
   double lambda_;
 };
 
-void build(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
+void build_threshold(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
   const double lambda = options.has("lambda")
                             ? options.number(common.scheme, "lambda", 0.0, 0.0,
                                              std::numeric_limits<double>::infinity())
@@ -58,7 +58,7 @@ SchemeDefinition threshold_definition() {
        "the constant threshold (>= 0); the default is the reference's, "
        "which ignores the gradient's scale"},
   };
-  definition.build = build;
+  definition.build = build_threshold;
   return definition;
 }
 

@@ -28,7 +28,7 @@ class TopK final : public DensitySparsifier {
   TopKSelector selector_;
 };
 
-void build(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
+void build_topk(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
   parts.sparsifier = std::make_unique<TopK>(common.density);
 }
 
@@ -39,7 +39,7 @@ SchemeDefinition topk_definition() {
   definition.name = "topk";
   definition.summary = "exact local top-k of |g + e| on every rank";
   definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.build = build;
+  definition.build = build_topk;
   return definition;
 }
 
