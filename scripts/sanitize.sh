@@ -20,7 +20,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 kind="${1:-}"
 shift || true
-# density_test's stream tests run long synthetic streams (500 steps of 10^6
+# density_test's stream tests run long synthetic streams (300 steps of 10^6
 # elements on 4 or 8 ranks) that the sanitizers slow past ctest's 300 s per
 # test; their
 # threads run the same sync step and collectives that sync_test,
