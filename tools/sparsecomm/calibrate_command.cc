@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "calibrate_network.h"
 #include "cli_util.h"
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/collectives/codec.h"
@@ -79,153 +80,6 @@ const SizeRow* off_the_line(const std::vector<SizeRow>& rows) {
     }
   }
   return worst;
-}
-
-// One round of the model: every rank sends `out` to rank r+1 while
-// receiving `in` from r-1 (full duplex, every link busy).
-void ring_round(Communicator& comm, std::span<const std::byte> out, std::span<std::byte> in) {
-  constexpr int kTag = 7001;
-  const int n = comm.size(), r = comm.rank();
-  Request recv = comm.irecv(in, (r + n - 1) % n, kTag);
-  Request send = comm.isend(out, (r + 1) % n, kTag);
-  recv.wait();
-  send.wait();
-}
-
-// `rounds` ring rounds of `bytes` back to back after a barrier: the slowest
-// rank's time per round, median over iterations. A collective's rounds
-// follow one another like this, so a chain gives the per-round latency the
-// model charges. One round alone (rounds = 1) also pays every rank's wake-up
-// from the barrier, which where ranks share cores costs more than a round
-// (docs/benchmarks.md, "Alpha from a chain of rounds").
-double ring_round_seconds(Communicator& comm, std::size_t bytes, int rounds, int iters) {
-  std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
-  std::vector<double> mine;
-  for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
-    comm.barrier();
-    Stopwatch clock;
-    for (int round = 0; round < rounds; ++round) ring_round(comm, out, in);
-    if (it > 0) mine.push_back(clock.seconds() / rounds);
-  }
-  return median_of_rank_max(comm, mine);
-}
-
-// The chain that measures alpha: about as many rounds as a sparse step's
-// collectives take on a few hosts.
-constexpr int kAlphaChainRounds = 16;
-
-// What this host's NICs have sent, and which host this is. Hosts are told
-// apart by their interfaces' names and hardware addresses, not by hostname:
-// the emulated cluster's namespaces share one.
-struct NicReading {
-  std::uint64_t host = 0;
-  double tx_bytes = 0.0;
-  bool readable = false;
-};
-
-NicReading read_nic() {
-  namespace fs = std::filesystem;
-  NicReading reading;
-  std::string identity;
-  std::error_code error;
-  for (const fs::directory_entry& device : fs::directory_iterator("/sys/class/net", error)) {
-    const std::string name = device.path().filename().string();
-    if (name == "lo") continue;
-    std::ifstream tx(device.path() / "statistics" / "tx_bytes");
-    std::ifstream address(device.path() / "address");
-    double bytes = 0.0;
-    std::string mac;
-    if (!(tx >> bytes) || !(address >> mac)) continue;
-    reading.tx_bytes += bytes;
-    reading.readable = true;
-    identity += name + "=" + mac + ";";
-  }
-  reading.host = std::hash<std::string>{}(identity);
-  return reading;
-}
-
-// The wire bytes per rank while `body` runs on every rank: what all hosts'
-// NICs sent, over the ranks (ranks sharing a host share its counter).
-// nullopt when a rank cannot read its NIC counters.
-std::optional<double> wire_bytes_per_rank(Communicator& comm, const std::function<void()>& body) {
-  comm.barrier();
-  const NicReading before = read_nic();
-  body();
-  comm.barrier();
-  const NicReading after = read_nic();
-  const std::vector<NicReading> all =
-      allgather_value(comm, NicReading{.host = after.host,
-                                       .tx_bytes = after.tx_bytes - before.tx_bytes,
-                                       .readable = before.readable && after.readable});
-  std::map<std::uint64_t, double> by_host;
-  for (const NicReading& rank : all) {
-    if (!rank.readable) return std::nullopt;
-    by_host[rank.host] = rank.tx_bytes;
-  }
-  double total = 0.0;
-  for (const auto& [host, bytes] : by_host) total += bytes;
-  return total / comm.size();
-}
-
-// Framing on the wire, from the NIC counters: bytes per short message
-// beyond its payload, from 8-byte ring rounds (a run of `kRounds` against
-// one of a fifth as many, so that the barriers around them cancel), and
-// per payload byte, from ring all-reduces of `bulk_bytes` (the median of
-// three). The model charges a message the larger of the two
-// (perf/collective_cost.cc), so the bulk figure keeps its messages' own. nullopt when a rank cannot
-// read its NIC counters.
-struct WireFraming {
-  double per_message = 0.0;
-  double per_byte = 0.0;
-};
-
-std::optional<WireFraming> measure_wire_framing(Communicator& comm, std::size_t bulk_bytes) {
-  constexpr int kRounds = 250;
-  const int n = comm.size();
-  std::array<std::byte, 8> out{}, in{};
-  auto rounds = [&](int count) {
-    return [&, count] {
-      for (int round = 0; round < count; ++round) ring_round(comm, out, in);
-    };
-  };
-  const std::optional<double> few = wire_bytes_per_rank(comm, rounds(kRounds / 5));
-  const std::optional<double> many = wire_bytes_per_rank(comm, rounds(kRounds));
-  if (!few || !many) return std::nullopt;
-  WireFraming framing;
-  framing.per_message =
-      std::max(0.0, (*many - *few) / (kRounds - kRounds / 5) - static_cast<double>(out.size()));
-  // The bulk overhead is mostly headers and acknowledgements, and how many
-  // acknowledgements TCP sends depends on timing (delayed or immediate):
-  // one all-reduce on a busy host can count 8% where the next counts 5%.
-  // The median of three all-reduces keeps one such outlier out.
-  constexpr int kBulkRepeats = 3;
-  std::vector<float> data(bulk_bytes / sizeof(float), 1.0f);
-  const AllreduceOptions ring;
-  const double payload = 2.0 * (n - 1) * static_cast<double>(bulk_bytes) / n;
-  std::vector<double> per_byte;
-  for (int repeat = 0; repeat < kBulkRepeats; ++repeat) {
-    const std::optional<double> bulk =
-        wire_bytes_per_rank(comm, [&] { allreduce(comm, std::span<float>(data), ring); });
-    if (!bulk) return std::nullopt;
-    per_byte.push_back(std::max(0.0, (*bulk - payload) / payload));
-  }
-  std::ranges::nth_element(per_byte, per_byte.begin() + kBulkRepeats / 2);
-  framing.per_byte = per_byte[kBulkRepeats / 2];
-  return framing;
-}
-
-// Our ring all-reduce of `bytes` of floats (the collective the dense and
-// union methods run, with its 1 MiB segments): slowest rank, median.
-double ring_allreduce_seconds(Communicator& comm, std::size_t bytes, int iters) {
-  std::vector<float> data(bytes / sizeof(float), 1.0f);
-  std::vector<double> mine;
-  for (int it = 0; it <= iters; ++it) {
-    comm.barrier();
-    Stopwatch clock;
-    allreduce(comm, std::span<float>(data), AllreduceOptions{});
-    if (it > 0) mine.push_back(clock.seconds());
-  }
-  return median_of_rank_max(comm, mine);
 }
 
 // Keeps the timed additions from being optimized away.
@@ -365,23 +219,31 @@ HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
   return costs;
 }
 
-void run_calibrate(const CalibrateOptions& o) {
+// The options after their checks: the gradient's length, the schemes, and
+// the all-reduce buffer sizes (ascending, distinct).
+struct CalibrateInputs {
+  std::size_t d = 0;
+  std::vector<std::string> schemes;
+  std::vector<std::size_t> sizes;
+};
+
+CalibrateInputs check_calibrate_options(const CalibrateOptions& o) {
   check_iterations(o.iters, 0);
   check_format(o.format);
   if (o.steps < 3) throw InvalidArgument(fmt::format("--steps must be >= 3, got {}", o.steps));
   if (!(o.density > 0 && o.density <= 1)) {
     throw InvalidArgument(fmt::format("--density must be in (0, 1], got {}", o.density));
   }
-  const std::size_t d = parse_bytes(o.numel, "--numel");
-  if (d < 1000) throw InvalidArgument(fmt::format("--numel must be >= 1000, got {}", d));
-  const std::vector<std::string> schemes = split_list(o.schemes, "--schemes");
-  std::vector<std::size_t> sizes;
+  CalibrateInputs in;
+  in.d = parse_bytes(o.numel, "--numel");
+  if (in.d < 1000) throw InvalidArgument(fmt::format("--numel must be >= 1000, got {}", in.d));
+  in.schemes = split_list(o.schemes, "--schemes");
   for (const std::string& s : split_list(o.sizes, "--sizes"))
-    sizes.push_back(parse_bytes(s, "--sizes"));
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()),
-              sizes.end());  // the slope needs distinct sizes
-  if (!o.host_only && sizes.size() < 2) {
+    in.sizes.push_back(parse_bytes(s, "--sizes"));
+  std::sort(in.sizes.begin(), in.sizes.end());
+  // The slope needs distinct sizes.
+  in.sizes.erase(std::unique(in.sizes.begin(), in.sizes.end()), in.sizes.end());
+  if (!o.host_only && in.sizes.size() < 2) {
     throw InvalidArgument("--sizes needs at least two different buffer sizes (beta is a slope)");
   }
   if (o.host_only && !o.out.empty()) {
@@ -396,7 +258,169 @@ void run_calibrate(const CalibrateOptions& o) {
           fmt::format("--out '{}': directory '{}' does not exist", o.out, parent.string()));
     }
   }
+  return in;
+}
 
+// What a calibration measured: the profile, and for the printout the
+// all-reduce rounds against the fit (none with --host-only).
+struct Calibration {
+  perf::CostProfile profile;
+  std::vector<SizeRow> rows;
+  bool beta_is_upper_bound = false;
+  double lone_round_s = 0.0;  // one 8-byte round alone, for the log
+  std::optional<WireFraming> framing;
+};
+
+// The host costs of the profile: each the slowest rank's (a step waits for it).
+void take_host_costs(Communicator& comm, const HostCosts& mine,
+                     const std::vector<std::string>& schemes, perf::CostProfile& profile) {
+  auto slowest = [&](double value) {
+    const std::vector<double> all = allgather_value(comm, value);
+    return *std::max_element(all.begin(), all.end());
+  };
+  profile.gamma_s_per_element = slowest(mine.gamma);
+  profile.accumulate_s_per_element = slowest(mine.accumulate);
+  profile.update_s_per_element = slowest(mine.update);
+  profile.fill_s_per_element = slowest(mine.fill);
+  profile.scatter_s_per_element = slowest(mine.scatter);
+  profile.pack_s_per_element = slowest(mine.pack);
+  profile.index_decode_s_per_element = slowest(mine.index_decode);
+  profile.merge_s_per_element = slowest(mine.merge);
+  // Unknown: 0, which the model reads as "the gradient fits".
+  profile.cache_bytes = static_cast<double>(last_level_cache_bytes().value_or(0));
+  double select_default = 0.0;
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    profile.select_s_per_element[schemes[i]] = slowest(mine.select[i]);
+    select_default = std::max(select_default, profile.select_s_per_element[schemes[i]]);
+  }
+  profile.select_s_per_element["default"] = select_default;
+}
+
+// alpha: a ring round of 8 bytes within a chain of rounds. beta: the slope
+// of our ring all-reduce between the two largest buffers, less its
+// reduction: t(N) = 2(n-1) alpha + N (2(n-1)/n beta + (n-1)/n gamma/4).
+// Then the wire's framing where the ranks' messages cross a NIC.
+void fit_network(Communicator& comm, const CalibrateOptions& o,
+                 const std::vector<std::size_t>& sizes, Calibration& c) {
+  perf::CostProfile& profile = c.profile;
+  profile.alpha_s = ring_round_seconds(comm, 8, kAlphaChainRounds, o.iters);
+  c.lone_round_s = ring_round_seconds(comm, 8, 1, o.iters);
+  for (const std::size_t bytes : sizes) {
+    c.rows.push_back({.bytes = bytes, .measured_s = ring_allreduce_seconds(comm, bytes, o.iters)});
+  }
+  const double n = comm.size();
+  const SizeRow& big = c.rows.back();
+  const SizeRow& before = c.rows[c.rows.size() - 2];
+  const double slope =
+      (big.measured_s - before.measured_s) / static_cast<double>(big.bytes - before.bytes);
+  const double bytes_per_buffer_byte = 2 * (n - 1) / n;  // each rank sends and receives
+  profile.beta_s_per_byte =
+      (slope - (n - 1) / n * profile.gamma_s_per_element / 4) / bytes_per_buffer_byte;
+  if (!(profile.beta_s_per_byte > 0)) {
+    // The times did not grow with the buffer: noise exceeds the transfer.
+    // Charge the largest buffer's whole time to bandwidth, an upper bound.
+    c.beta_is_upper_bound = true;
+    profile.beta_s_per_byte =
+        big.measured_s / (static_cast<double>(big.bytes) * bytes_per_buffer_byte);
+  }
+  for (SizeRow& row : c.rows) {
+    row.fitted_s =
+        perf::ring_allreduce(profile, comm.size(), static_cast<double>(row.bytes)).seconds;
+  }
+  // Threads share memory: no NIC carries their messages.
+  if (comm.backend() != "thread") {
+    c.framing = measure_wire_framing(comm, sizes.back());
+    if (c.framing) {
+      profile.wire_bytes_per_message = c.framing->per_message;
+      profile.wire_overhead_per_byte = c.framing->per_byte;
+    }
+  }
+}
+
+// Warnings about a fit that will mispredict: beta only bounded, or a buffer
+// size far off the fitted line.
+void warn_about_fit(const Communicator& comm, const Calibration& c) {
+  if (c.beta_is_upper_bound) {
+    spdlog::warn(
+        "calibrate: the all-reduce took no longer on {} than on {}, so noise hides the "
+        "transfer time; beta is bounded from above by the largest buffer's time alone. "
+        "Measure larger buffers (--sizes) or more iterations (--iters) for a slope.",
+        format_bytes(double(c.rows.back().bytes)),
+        format_bytes(double(c.rows[c.rows.size() - 2].bytes)));
+  }
+  if (const SizeRow* row = off_the_line(c.rows)) {
+    spdlog::warn(
+        "calibrate: the all-reduce of {} took {:.1f} ms where the fitted alpha and beta give "
+        "{:.1f} ms: the rate depends on the message size, and predictions for other sizes "
+        "will be off.{}",
+        format_bytes(double(row->bytes)), row->measured_s * 1e3, row->fitted_s * 1e3,
+        comm.size() == 2 && comm.backend() == "mpi"
+            ? " Between two hosts over OpenMPI's TCP transport the usual cause is the "
+              "rendezvous reply of each 1 MiB segment queueing behind the bulk data flowing "
+              "the other way on the same connection: run with --mca btl_tcp_eager_limit "
+              "2097152 --mca btl_tcp_max_send_size 2097152 (docs/benchmarks.md, \"Two "
+              "hosts\")."
+            : "");
+  }
+}
+
+// The table of rounds against the fit, alpha, beta and the framing.
+void print_network(const Communicator& comm, const CalibrateOptions& o, const Calibration& c) {
+  const perf::CostProfile& profile = c.profile;
+  fmt::print(
+      "\nour ring all-reduce (1 MiB segments), slowest rank, median of {}, against the "
+      "model with the fitted profile:\n{:>12} {:>12} {:>12} {:>8}\n",
+      o.iters, "buffer", "measured us", "model us", "error");
+  for (const SizeRow& row : c.rows) {
+    fmt::print("{:>12} {:>12.1f} {:>12.1f} {:>7.1f}%\n", format_bytes(double(row.bytes)),
+               row.measured_s * 1e6, row.fitted_s * 1e6,
+               100.0 * (row.fitted_s / row.measured_s - 1.0));
+  }
+  fmt::print(
+      "alpha {:.2f} us (a ring round of 8 bytes in a chain of {}; one round alone after a "
+      "barrier: {:.2f} us), beta {}{:.4g} ns/byte ({:.3g} Gbit/s per direction; {})\n",
+      profile.alpha_s * 1e6, kAlphaChainRounds, c.lone_round_s * 1e6,
+      c.beta_is_upper_bound ? "<= " : "", profile.beta_s_per_byte * 1e9,
+      8.0 / profile.beta_s_per_byte / 1e9,
+      c.beta_is_upper_bound ? "the largest buffer's time, all of it charged to bandwidth"
+                            : "the all-reduce's slope between the two largest buffers");
+  if (c.framing) {
+    fmt::print(
+        "wire framing (NIC counters): {:.0f} bytes per message, {:.2f}% of the payload of "
+        "a {} all-reduce\n",
+        profile.wire_bytes_per_message, 100.0 * profile.wire_overhead_per_byte,
+        format_bytes(double(c.rows.back().bytes)));
+  } else {
+    fmt::print("wire framing: not measured ({}); wire bytes will count the payload alone\n",
+               comm.backend() == "thread" ? "threads send no bytes on a NIC"
+                                          : "a rank could not read /sys/class/net");
+  }
+}
+
+void print_host_costs(const perf::CostProfile& profile, const std::vector<std::string>& schemes) {
+  fmt::print(
+      "\nhost, per element (slowest rank; all ranks measuring at once):\n"
+      "  gamma (add)        {:.3f} ns\n  accumulate (g+e)   {:.3f} ns\n"
+      "  update (SGD)       {:.3f} ns\n"
+      "  zero (decoding)    {:.3f} ns\n"
+      "  scatter (decoding) {:.3f} ns per entry into {} (last-level cache {})\n"
+      "  pack (sending)     {:.3f} ns per value taken out of it\n"
+      "  index decode       {:.3f} ns per varint index\n"
+      "  merge              {:.3f} ns per entry per level of a union of runs\n",
+      profile.gamma_s_per_element * 1e9, profile.accumulate_s_per_element * 1e9,
+      profile.update_s_per_element * 1e9, profile.fill_s_per_element * 1e9,
+      profile.scatter_s_per_element * 1e9, format_bytes(4.0 * kDecodeFloats),
+      profile.cache_bytes > 0 ? format_bytes(profile.cache_bytes) : "unknown: taken as no limit",
+      profile.pack_s_per_element * 1e9, profile.index_decode_s_per_element * 1e9,
+      profile.merge_s_per_element * 1e9);
+  for (const std::string& scheme : schemes) {
+    fmt::print("  select {:<11} {:.3f} ns\n", scheme,
+               profile.select_s_per_element.at(scheme) * 1e9);
+  }
+}
+
+void run_calibrate(const CalibrateOptions& o) {
+  const CalibrateInputs in = check_calibrate_options(o);
   WorldOptions world;
   world.backend = parse_backend(o.backend);
   world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : o.workers;
@@ -406,163 +430,34 @@ void run_calibrate(const CalibrateOptions& o) {
           "calibrating the network needs at least 2 ranks (--workers, or mpirun -np N); "
           "--host-only measures the host costs alone");
     }
-    std::vector<SizeRow> rows;
-    perf::CostProfile profile;
-    bool beta_is_upper_bound = false;
-    double lone_round_s = 0.0;  // one 8-byte round alone, for the log
-    std::optional<WireFraming> framing;
+    Calibration c;
     comm.barrier();
-    const HostCosts mine = measure_host(o, d, schemes);
-    // The slowest rank of each cost: a step waits for it.
-    auto slowest = [&](double value) {
-      const std::vector<double> all = allgather_value(comm, value);
-      return *std::max_element(all.begin(), all.end());
-    };
-    profile.gamma_s_per_element = slowest(mine.gamma);
-    profile.accumulate_s_per_element = slowest(mine.accumulate);
-    profile.update_s_per_element = slowest(mine.update);
-    profile.fill_s_per_element = slowest(mine.fill);
-    profile.scatter_s_per_element = slowest(mine.scatter);
-    profile.pack_s_per_element = slowest(mine.pack);
-    profile.index_decode_s_per_element = slowest(mine.index_decode);
-    profile.merge_s_per_element = slowest(mine.merge);
-    // Unknown: 0, which the model reads as "the gradient fits".
-    profile.cache_bytes = static_cast<double>(last_level_cache_bytes().value_or(0));
-    double select_default = 0.0;
-    for (std::size_t i = 0; i < schemes.size(); ++i) {
-      profile.select_s_per_element[schemes[i]] = slowest(mine.select[i]);
-      select_default = std::max(select_default, profile.select_s_per_element[schemes[i]]);
-    }
-    profile.select_s_per_element["default"] = select_default;
-    if (!o.host_only) {
-      // alpha: a ring round of 8 bytes within a chain of rounds. beta: the
-      // slope of our ring all-reduce between the two largest buffers, less
-      // its reduction: t(N) = 2(n-1) alpha + N (2(n-1)/n beta + (n-1)/n gamma/4).
-      profile.alpha_s = ring_round_seconds(comm, 8, kAlphaChainRounds, o.iters);
-      lone_round_s = ring_round_seconds(comm, 8, 1, o.iters);
-      for (const std::size_t bytes : sizes) {
-        rows.push_back(
-            {.bytes = bytes, .measured_s = ring_allreduce_seconds(comm, bytes, o.iters)});
-      }
-      const double n = comm.size();
-      const SizeRow& big = rows.back();
-      const SizeRow& before = rows[rows.size() - 2];
-      const double slope =
-          (big.measured_s - before.measured_s) / static_cast<double>(big.bytes - before.bytes);
-      const double bytes_per_buffer_byte = 2 * (n - 1) / n;  // each rank sends and receives
-      profile.beta_s_per_byte =
-          (slope - (n - 1) / n * profile.gamma_s_per_element / 4) / bytes_per_buffer_byte;
-      if (!(profile.beta_s_per_byte > 0)) {
-        // The times did not grow with the buffer: noise exceeds the transfer.
-        // Charge the largest buffer's whole time to bandwidth, an upper bound.
-        beta_is_upper_bound = true;
-        profile.beta_s_per_byte =
-            big.measured_s / (static_cast<double>(big.bytes) * bytes_per_buffer_byte);
-      }
-      for (SizeRow& row : rows) {
-        row.fitted_s =
-            perf::ring_allreduce(profile, comm.size(), static_cast<double>(row.bytes)).seconds;
-      }
-      // Threads share memory: no NIC carries their messages.
-      if (comm.backend() != "thread") {
-        framing = measure_wire_framing(comm, sizes.back());
-        if (framing) {
-          profile.wire_bytes_per_message = framing->per_message;
-          profile.wire_overhead_per_byte = framing->per_byte;
-        }
-      }
-    }
+    take_host_costs(comm, measure_host(o, in.d, in.schemes), in.schemes, c.profile);
+    if (!o.host_only) fit_network(comm, o, in.sizes, c);
     if (comm.rank() != 0) return;
 
     const Machine machine = describe_machine();
-    profile.name =
+    c.profile.name =
         o.name.empty() ? fmt::format("{} backend, {} ranks", comm.backend(), comm.size()) : o.name;
-    profile.source = fmt::format(
+    c.profile.source = fmt::format(
         "sparsecomm calibrate on {} ({} cores), {} backend, {} ranks, d = {}, c = {}, {}{}{}",
-        machine.cpu, machine.cores, comm.backend(), comm.size(), d, o.density, machine.date,
+        machine.cpu, machine.cores, comm.backend(), comm.size(), in.d, o.density, machine.date,
         o.host_only ? "; host costs only" : "",
-        beta_is_upper_bound ? "; beta is an upper bound (the all-reduce time did not grow)" : "");
-    if (beta_is_upper_bound) {
-      spdlog::warn(
-          "calibrate: the all-reduce took no longer on {} than on {}, so noise hides the "
-          "transfer time; beta is bounded from above by the largest buffer's time alone. "
-          "Measure larger buffers (--sizes) or more iterations (--iters) for a slope.",
-          format_bytes(double(rows.back().bytes)),
-          format_bytes(double(rows[rows.size() - 2].bytes)));
-    }
-    if (const SizeRow* row = off_the_line(rows)) {
-      spdlog::warn(
-          "calibrate: the all-reduce of {} took {:.1f} ms where the fitted alpha and beta give "
-          "{:.1f} ms: the rate depends on the message size, and predictions for other sizes "
-          "will be off.{}",
-          format_bytes(double(row->bytes)), row->measured_s * 1e3, row->fitted_s * 1e3,
-          comm.size() == 2 && comm.backend() == "mpi"
-              ? " Between two hosts over OpenMPI's TCP transport the usual cause is the "
-                "rendezvous reply of each 1 MiB segment queueing behind the bulk data flowing "
-                "the other way on the same connection: run with --mca btl_tcp_eager_limit "
-                "2097152 --mca btl_tcp_max_send_size 2097152 (docs/benchmarks.md, \"Two "
-                "hosts\")."
-              : "");
-    }
-    if (!o.out.empty()) perf::save_profile(profile, o.out);
+        c.beta_is_upper_bound ? "; beta is an upper bound (the all-reduce time did not grow)" : "");
+    warn_about_fit(comm, c);
+    if (!o.out.empty()) perf::save_profile(c.profile, o.out);
     if (o.format == "json") {
-      nlohmann::json j = perf::to_json(profile);
-      for (const SizeRow& row : rows) {
+      nlohmann::json j = perf::to_json(c.profile);
+      for (const SizeRow& row : c.rows) {
         j["rounds"].push_back(
             {{"bytes", row.bytes}, {"measured_s", row.measured_s}, {"fitted_s", row.fitted_s}});
       }
       std::cout << j.dump(2) << "\n";
       return;
     }
-    fmt::print("calibration: {}\n", profile.source);
-    if (!rows.empty()) {
-      fmt::print(
-          "\nour ring all-reduce (1 MiB segments), slowest rank, median of {}, against the "
-          "model with the fitted profile:\n{:>12} {:>12} {:>12} {:>8}\n",
-          o.iters, "buffer", "measured us", "model us", "error");
-      for (const SizeRow& row : rows) {
-        fmt::print("{:>12} {:>12.1f} {:>12.1f} {:>7.1f}%\n", format_bytes(double(row.bytes)),
-                   row.measured_s * 1e6, row.fitted_s * 1e6,
-                   100.0 * (row.fitted_s / row.measured_s - 1.0));
-      }
-      fmt::print(
-          "alpha {:.2f} us (a ring round of 8 bytes in a chain of {}; one round alone after a "
-          "barrier: {:.2f} us), beta {}{:.4g} ns/byte ({:.3g} Gbit/s per direction; {})\n",
-          profile.alpha_s * 1e6, kAlphaChainRounds, lone_round_s * 1e6,
-          beta_is_upper_bound ? "<= " : "", profile.beta_s_per_byte * 1e9,
-          8.0 / profile.beta_s_per_byte / 1e9,
-          beta_is_upper_bound ? "the largest buffer's time, all of it charged to bandwidth"
-                              : "the all-reduce's slope between the two largest buffers");
-      if (framing) {
-        fmt::print(
-            "wire framing (NIC counters): {:.0f} bytes per message, {:.2f}% of the payload of "
-            "a {} all-reduce\n",
-            profile.wire_bytes_per_message, 100.0 * profile.wire_overhead_per_byte,
-            format_bytes(double(rows.back().bytes)));
-      } else {
-        fmt::print("wire framing: not measured ({}); wire bytes will count the payload alone\n",
-                   comm.backend() == "thread" ? "threads send no bytes on a NIC"
-                                              : "a rank could not read /sys/class/net");
-      }
-    }
-    fmt::print(
-        "\nhost, per element (slowest rank; all ranks measuring at once):\n"
-        "  gamma (add)        {:.3f} ns\n  accumulate (g+e)   {:.3f} ns\n"
-        "  update (SGD)       {:.3f} ns\n"
-        "  zero (decoding)    {:.3f} ns\n"
-        "  scatter (decoding) {:.3f} ns per entry into {} (last-level cache {})\n"
-        "  pack (sending)     {:.3f} ns per value taken out of it\n"
-        "  index decode       {:.3f} ns per varint index\n"
-        "  merge              {:.3f} ns per entry per level of a union of runs\n",
-        profile.gamma_s_per_element * 1e9, profile.accumulate_s_per_element * 1e9,
-        profile.update_s_per_element * 1e9, profile.fill_s_per_element * 1e9,
-        profile.scatter_s_per_element * 1e9, format_bytes(4.0 * kDecodeFloats),
-        profile.cache_bytes > 0 ? format_bytes(profile.cache_bytes) : "unknown: taken as no limit",
-        profile.pack_s_per_element * 1e9, profile.index_decode_s_per_element * 1e9,
-        profile.merge_s_per_element * 1e9);
-    for (const std::string& scheme : schemes) {
-      fmt::print("  select {:<11} {:.3f} ns\n", scheme, profile.select_s_per_element[scheme] * 1e9);
-    }
+    fmt::print("calibration: {}\n", c.profile.source);
+    if (!c.rows.empty()) print_network(comm, o, c);
+    print_host_costs(c.profile, in.schemes);
     if (!o.out.empty()) fmt::print("\nwrote {}\n", o.out);
   });
 }

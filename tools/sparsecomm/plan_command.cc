@@ -16,11 +16,11 @@
 
 #include "bench_util.h"
 #include "cli_util.h"
+#include "plan_report.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/measured_scaling.h"
 #include "sparsecomm/perf/step_model.h"
-#include "sparsecomm/report/plots.h"
 #include "sparsecomm/sync/dense_layers.h"
 #include "sparsecomm/train/model_probe.h"
 
@@ -55,9 +55,6 @@ struct PlanOptions {
   std::string plot_dir;
   std::vector<std::string> stats;  // bench sparsifiers JSON (measured statistics)
 };
-
-// Compression must beat dense by this much to be called worth it.
-constexpr double kPaysFactor = 1.05;
 
 // "421642", "25M", "1.3B" (decimal units K, M, B or G) -> a count >= 1;
 // `option` names the option in the error.
@@ -217,198 +214,8 @@ Workload workload_of(const PlanOptions& o) {
   return w;
 }
 
-struct Row {
-  int ranks = 0;
-  std::vector<perf::StepPrediction> methods;  // in the order asked
-  const perf::StepPrediction* dense = nullptr;
-};
-
-double speedup(const Row& row, const perf::StepPrediction& p) {
-  return row.dense == nullptr ? std::nan("") : row.dense->step_s / p.step_s;
-}
-
-// The sentence on which method pays at one world size.
-std::string verdict(const Row& row) {
-  if (row.dense == nullptr) return "dense not among --methods: no verdict";
-  const perf::StepPrediction* best = nullptr;
-  for (const perf::StepPrediction& p : row.methods) {
-    if (p.method == "dense") continue;
-    if (best == nullptr || p.step_s < best->step_s) best = &p;
-  }
-  if (best == nullptr) return "only dense asked for";
-  const double gain = row.dense->step_s / best->step_s;
-  if (gain < kPaysFactor) {
-    return fmt::format(
-        "no compression method pays at {} ranks: the best, {}, is {:.2f}x dense; the network "
-        "is fast enough that selection and index costs eat what fewer bytes save",
-        row.ranks, best->method, gain);
-  }
-  return fmt::format(
-      "{} pays most at {} ranks: {:.2f}x dense ({:.1f} ms against {:.1f} ms per step)",
-      best->method, row.ranks, gain, best->step_s * 1e3, row.dense->step_s * 1e3);
-}
-
-// For each method, the world sizes where it stops (or starts) beating
-// dense, between consecutive sizes asked for.
-std::vector<std::string> crossovers(const std::vector<Row>& rows) {
-  std::vector<std::string> out;
-  if (rows.size() < 2 || rows.front().dense == nullptr) return out;
-  for (std::size_t m = 0; m < rows.front().methods.size(); ++m) {
-    const std::string& name = rows.front().methods[m].method;
-    if (name == "dense") continue;
-    std::vector<std::string> changes;
-    for (std::size_t i = 1; i < rows.size(); ++i) {
-      const bool before = speedup(rows[i - 1], rows[i - 1].methods[m]) >= 1.0;
-      const bool after = speedup(rows[i], rows[i].methods[m]) >= 1.0;
-      if (before != after) {
-        changes.push_back(fmt::format("{} dense between {} and {} ranks",
-                                      after ? "starts beating" : "stops beating", rows[i - 1].ranks,
-                                      rows[i].ranks));
-      }
-    }
-    const bool first = speedup(rows.front(), rows.front().methods[m]) >= 1.0;
-    out.push_back(fmt::format(
-        "{}: {}", name,
-        changes.empty() ? std::string(first ? "beats dense at every size" : "never beats dense")
-                        : fmt::format("{}{}", first ? "beats dense at first; " : "",
-                                      fmt::join(changes, "; "))));
-  }
-  return out;
-}
-
-nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row) {
-  nlohmann::ordered_json j;
-  j["method"] = p.method;
-  j["exchange"] = p.exchange;
-  j["step_s"] = p.step_s;
-  j["compute_s"] = p.compute_s;
-  j["accumulate_s"] = p.accumulate_s;
-  j["selection_s"] = p.selection_s;
-  j["exchange_s"] = p.exchange_s;
-  j["agreement_s"] = p.agreement_s;
-  j["arrival_wait_s"] = p.arrival_wait_s;
-  j["overlap_s"] = p.overlap_s;
-  j["update_s"] = p.update_s;
-  j["bytes_sent_per_rank"] = p.bytes_sent;
-  j["bytes_received_per_rank"] = p.bytes_received;
-  j["wire_bytes_sent_per_rank"] = p.wire_bytes_sent;
-  j["density_ratio"] = p.density_ratio;
-  j["imbalance"] = p.imbalance;
-  j["statistics"] = p.statistics;
-  const double s = speedup(row, p);
-  j["speedup_vs_dense"] = std::isfinite(s) ? nlohmann::ordered_json(s) : nlohmann::ordered_json();
-  return j;
-}
-
-void print_one(const Row& row) {
-  std::vector<const perf::StepPrediction*> order;
-  for (const perf::StepPrediction& p : row.methods) order.push_back(&p);
-  std::sort(order.begin(), order.end(),
-            [](const auto* a, const auto* b) { return a->step_s < b->step_s; });
-  fmt::print("{:<11} {:<30} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>11} {:>7} {:>8}\n",
-             "method", "exchange", "step ms", "compute", "accum", "select", "exchange", "(wait)",
-             "overlap", "update", "bytes/rank", "K/k", "vs dense");
-  for (const perf::StepPrediction* p : order) {
-    const double s = speedup(row, *p);
-    fmt::print(
-        "{:<11} {:<30} {:>9.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>9.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
-        "{:>11} {:>7.2f} {:>8}\n",
-        p->method, p->exchange, p->step_s * 1e3, p->compute_s * 1e3, p->accumulate_s * 1e3,
-        p->selection_s * 1e3, p->exchange_s * 1e3, p->arrival_wait_s * 1e3, p->overlap_s * 1e3,
-        p->update_s * 1e3, format_bytes(p->bytes_sent), p->density_ratio,
-        std::isfinite(s) ? fmt::format("{:.2f}x", s) : "-");
-  }
-}
-
-void print_curve(const std::vector<Row>& rows) {
-  fmt::print("{:>6} {:>12}", "ranks", "dense ms");
-  for (const perf::StepPrediction& p : rows.front().methods) {
-    if (p.method != "dense") fmt::print(" {:>10}", p.method);
-  }
-  fmt::print("  best\n");
-  for (const Row& row : rows) {
-    fmt::print("{:>6} {:>12}", row.ranks,
-               row.dense ? fmt::format("{:.2f}", row.dense->step_s * 1e3) : "-");
-    const perf::StepPrediction* best = nullptr;
-    for (const perf::StepPrediction& p : row.methods) {
-      if (best == nullptr || p.step_s < best->step_s) best = &p;
-      if (p.method == "dense") continue;
-      const double s = speedup(row, p);
-      fmt::print(" {:>10}", std::isfinite(s) ? fmt::format("{:.2f}x", s) : "-");
-    }
-    fmt::print("  {}\n", best->method);
-  }
-}
-
-void write_plan_plots(const std::vector<Row>& rows, const std::string& dir,
-                      const std::string& title) {
-  report::GnuplotFigures figures(dir, "`sparsecomm plan`");
-  std::string curve = "# ranks";
-  for (const perf::StepPrediction& p : rows.front().methods) curve += " " + p.method + "_speedup";
-  for (const perf::StepPrediction& p : rows.front().methods) curve += " " + p.method + "_bytes";
-  curve += "\n";
-  for (const Row& row : rows) {
-    curve += fmt::format("{}", row.ranks);
-    for (const perf::StepPrediction& p : row.methods) {
-      const double s = speedup(row, p);
-      curve += std::isfinite(s) ? fmt::format(" {}", s) : " NaN";
-    }
-    for (const perf::StepPrediction& p : row.methods) curve += fmt::format(" {}", p.bytes_sent);
-    curve += "\n";
-  }
-  figures.write_data("plan_curve.dat", curve);
-  const std::size_t m = rows.front().methods.size();
-  auto lines = [&](std::size_t first_column) {
-    std::vector<std::string> items;
-    for (std::size_t i = 0; i < m; ++i) {
-      // Twelve colours, then dashes: one line style per method.
-      static constexpr const char* kColors[] = {"#000000", "#1f77b4", "#d62728", "#2ca02c",
-                                                "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-                                                "#17becf", "#bcbd22", "#7f7f7f", "#393b79"};
-      items.push_back(
-          fmt::format("'plan_curve.dat' using 1:{} with linespoints lw 2 pt {} ps 0.8 "
-                      "lc rgb '{}' dt {} title '{}'",
-                      first_column + i, 5 + i % 4, kColors[i % 12], 1 + i / 12,
-                      rows.front().methods[i].method));
-    }
-    return items;
-  };
-  if (rows.size() > 1) {
-    figures.begin_png("speedup_vs_ranks.png");
-    figures += fmt::format(
-        "set title '{}'\nset xlabel 'ranks'\nset ylabel 'predicted speedup over dense'\n"
-        "set logscale x 2\nset key outside right top\n",
-        "Predicted speedup over dense: " + title);
-    figures.plot(lines(2));
-    figures.begin_png("bytes_vs_ranks.png");
-    figures += fmt::format(
-        "set title '{}'\nset xlabel 'ranks'\nset ylabel 'bytes sent per rank per step'\n"
-        "set logscale x 2\nset logscale y 10\nset key outside right top\n",
-        "Predicted bytes per rank: " + title);
-    figures.plot(lines(2 + m));
-  }
-  const Row& last = rows.back();
-  std::string breakdown = "# method compute accumulate selection exchange_less_overlap update\n";
-  for (const perf::StepPrediction& p : last.methods) {
-    breakdown +=
-        fmt::format("{} {} {} {} {} {}\n", p.method, p.compute_s * 1e3, p.accumulate_s * 1e3,
-                    p.selection_s * 1e3, (p.exchange_s - p.overlap_s) * 1e3, p.update_s * 1e3);
-  }
-  figures.write_data("plan_breakdown.dat", breakdown);
-  figures.begin_png("breakdown.png");
-  figures += fmt::format(
-      "set title 'Predicted step at {} ranks: {}'\nset ylabel 'ms per step'\nset yrange [0:*]\n"
-      "set style data histograms\nset style histogram rowstacked\n"
-      "set style fill solid 0.85 border rgb 'black'\nset boxwidth 0.6\n"
-      "set key outside right top\nset grid noxtics\nset xtics rotate by -30\n",
-      last.ranks, title);
-  figures.plot({"'plan_breakdown.dat' using 2:xtic(1) title 'compute'",
-                "'' using 3 title 'accumulate'", "'' using 4 title 'selection'",
-                "'' using 5 title 'exchange (less overlap)'", "'' using 6 title 'update'"});
-  for (const auto& png : figures.draw()) fmt::print(stderr, "wrote {}\n", png.string());
-}
-
-void run_plan(const PlanOptions& o) {
+// The options' checks; the methods to plan.
+std::vector<std::string> check_plan_options(const PlanOptions& o) {
   check_format(o.format);
   if (!(o.density > 0 && o.density <= 1)) {
     throw InvalidArgument(fmt::format("--density must be in (0, 1], got {}", o.density));
@@ -427,7 +234,6 @@ void run_plan(const PlanOptions& o) {
   if (o.values != "fp32" && o.values != "fp16" && o.values != "bf16") {
     throw InvalidArgument(fmt::format("--values must be fp32, fp16 or bf16, got '{}'", o.values));
   }
-  const std::vector<int> ranks = parse_ranks(o.ranks);
   std::vector<std::string> methods;
   if (o.methods.empty()) {
     // ps runs on hosts of its own (the servers): planned only when asked for.
@@ -441,20 +247,14 @@ void run_plan(const PlanOptions& o) {
     throw InvalidArgument(
         "ps needs --servers S: the parameter servers run on S hosts besides the ranks");
   }
-  perf::CostProfile profile = profile_of(o);
-  // The network-only bound: only bytes and messages remain (the best case
-  // for compression).
-  if (o.no_host_costs) profile = perf::without_host_costs(profile);
-  const Workload work = workload_of(o);
-  const perf::MeasuredScaling measured =
-      o.stats.empty() ? perf::MeasuredScaling{} : perf::load_bench_statistics(o.stats);
-  const std::vector<std::string> measured_schemes = measured.table.schemes();
-  if (!o.stats.empty() && measured_schemes.empty()) {
-    throw InvalidArgument(
-        "--stats: the files hold no statistics the model uses (it scales topk, dgc, gaussiank, "
-        "micro, exdyna and deft)");
-  }
+  return methods;
+}
 
+// The predicted step of each method at each world size.
+std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& ranks,
+                              const std::vector<std::string>& methods,
+                              const perf::CostProfile& profile, const Workload& work,
+                              const perf::MeasuredScaling& measured) {
   std::vector<Row> rows;
   for (const int n : ranks) {
     Row row;
@@ -479,75 +279,108 @@ void run_plan(const PlanOptions& o) {
       if (p.method == "dense") row.dense = &p;
     }
   }
-  const std::string title = fmt::format("{}, c = {:g}, {}", work.what, o.density, profile.name);
+  return rows;
+}
 
-  if (o.format == "json") {
-    nlohmann::ordered_json j;
-    j["model"] = work.what;
-    j["numel"] = work.numel;
-    j["dense_numel"] = work.dense_numel;
-    j["compute_s"] = work.compute_s;
-    j["compute_source"] = work.compute_source;
-    j["compute_spread_s"] = o.compute_spread_ms / 1e3;
-    j["density"] = o.density;
-    j["servers"] = o.servers;
-    j["bucket_mb"] = o.bucket_mb;
-    j["values"] = o.values;
-    j["profile"] = perf::to_json(profile);
-    j["statistics_files"] = o.stats;
-    for (const Row& row : rows) {
-      nlohmann::ordered_json r;
-      r["ranks"] = row.ranks;
-      for (const perf::StepPrediction& p : row.methods) r["methods"].push_back(to_json(p, row));
-      r["verdict"] = verdict(row);
-      j["predictions"].push_back(r);
-    }
-    j["crossovers"] = crossovers(rows);
-    std::cout << j.dump(2) << "\n";
-  } else {
-    fmt::print("plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}, {}\n", work.what,
-               work.compute_s * 1e3, work.compute_source,
-               o.compute_spread_ms > 0
-                   ? fmt::format("; spread {:g} ms: the step waits for the slowest rank",
-                                 o.compute_spread_ms)
-                   : "",
-               o.density,
-               o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb) : "not pipelined");
-    if (work.dense_numel > 0) {
-      fmt::print(
-          "dense beside the method: {:.0f} of the {:.0f} parameters ({}), ring all-reduced; the "
-          "sparse methods and Skip-Reduce run on the other {:.0f} (dgc's default momentum "
-          "correction refuses them: train it with memory=ef)\n",
-          work.dense_numel, work.numel, work.dense_rule, work.numel - work.dense_numel);
-    }
-    fmt::print("network: {} (alpha {:.3g} us, {:.3g} Gbit/s per direction; {})\n", profile.name,
-               profile.alpha_s * 1e6, 8.0 / profile.beta_s_per_byte / 1e9,
-               profile.source.empty() ? "no source given" : profile.source);
-    const std::string statistics =
-        measured_schemes.empty()
-            ? std::string("built-in (synthetic stream)")
-            : fmt::format("measured for {} ({}), built-in (synthetic stream) for the others{}",
-                          fmt::join(measured_schemes, ", "), fmt::join(o.stats, ", "),
-                          measured.unused.empty() ? std::string()
-                                                  : fmt::format("; not used by the model: {}",
-                                                                fmt::join(measured.unused, ", ")));
-    fmt::print("{}statistics of the sparse schemes: {}\n\n",
-               o.servers == 0
-                   ? std::string()
-                   : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers),
-               statistics);
-    if (rows.size() == 1) {
-      print_one(rows.front());
-    } else {
-      print_curve(rows);
-      fmt::print("\nbreakdown at {} ranks:\n", rows.back().ranks);
-      print_one(rows.back());
-      fmt::print("\ncrossovers:\n");
-      for (const std::string& line : crossovers(rows)) fmt::print("  {}\n", line);
-    }
-    fmt::print("\n{}\n", verdict(rows.back()));
+void print_plan_json(const PlanOptions& o, const Workload& work, const perf::CostProfile& profile,
+                     const std::vector<Row>& rows) {
+  nlohmann::ordered_json j;
+  j["model"] = work.what;
+  j["numel"] = work.numel;
+  j["dense_numel"] = work.dense_numel;
+  j["compute_s"] = work.compute_s;
+  j["compute_source"] = work.compute_source;
+  j["compute_spread_s"] = o.compute_spread_ms / 1e3;
+  j["density"] = o.density;
+  j["servers"] = o.servers;
+  j["bucket_mb"] = o.bucket_mb;
+  j["values"] = o.values;
+  j["profile"] = perf::to_json(profile);
+  j["statistics_files"] = o.stats;
+  for (const Row& row : rows) {
+    nlohmann::ordered_json r;
+    r["ranks"] = row.ranks;
+    for (const perf::StepPrediction& p : row.methods) r["methods"].push_back(to_json(p, row));
+    r["verdict"] = verdict(row);
+    j["predictions"].push_back(r);
   }
-  if (!o.plot_dir.empty()) write_plan_plots(rows, o.plot_dir, title);
+  j["crossovers"] = crossovers(rows);
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_plan_text(const PlanOptions& o, const Workload& work, const perf::CostProfile& profile,
+                     const perf::MeasuredScaling& measured, const std::vector<Row>& rows) {
+  const std::vector<std::string> measured_schemes = measured.table.schemes();
+  fmt::print("plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}, {}\n", work.what,
+             work.compute_s * 1e3, work.compute_source,
+             o.compute_spread_ms > 0
+                 ? fmt::format("; spread {:g} ms: the step waits for the slowest rank",
+                               o.compute_spread_ms)
+                 : "",
+             o.density,
+             o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb) : "not pipelined");
+  if (work.dense_numel > 0) {
+    fmt::print(
+        "dense beside the method: {:.0f} of the {:.0f} parameters ({}), ring all-reduced; the "
+        "sparse methods and Skip-Reduce run on the other {:.0f} (dgc's default momentum "
+        "correction refuses them: train it with memory=ef)\n",
+        work.dense_numel, work.numel, work.dense_rule, work.numel - work.dense_numel);
+  }
+  fmt::print("network: {} (alpha {:.3g} us, {:.3g} Gbit/s per direction; {})\n", profile.name,
+             profile.alpha_s * 1e6, 8.0 / profile.beta_s_per_byte / 1e9,
+             profile.source.empty() ? "no source given" : profile.source);
+  const std::string statistics =
+      measured_schemes.empty()
+          ? std::string("built-in (synthetic stream)")
+          : fmt::format("measured for {} ({}), built-in (synthetic stream) for the others{}",
+                        fmt::join(measured_schemes, ", "), fmt::join(o.stats, ", "),
+                        measured.unused.empty() ? std::string()
+                                                : fmt::format("; not used by the model: {}",
+                                                              fmt::join(measured.unused, ", ")));
+  fmt::print("{}statistics of the sparse schemes: {}\n\n",
+             o.servers == 0
+                 ? std::string()
+                 : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers),
+             statistics);
+  if (rows.size() == 1) {
+    print_one(rows.front());
+  } else {
+    print_curve(rows);
+    fmt::print("\nbreakdown at {} ranks:\n", rows.back().ranks);
+    print_one(rows.back());
+    fmt::print("\ncrossovers:\n");
+    for (const std::string& line : crossovers(rows)) fmt::print("  {}\n", line);
+  }
+  fmt::print("\n{}\n", verdict(rows.back()));
+}
+
+void run_plan(const PlanOptions& o) {
+  const std::vector<std::string> methods = check_plan_options(o);
+  const std::vector<int> ranks = parse_ranks(o.ranks);
+  perf::CostProfile profile = profile_of(o);
+  // The network-only bound: only bytes and messages remain (the best case
+  // for compression).
+  if (o.no_host_costs) profile = perf::without_host_costs(profile);
+  const Workload work = workload_of(o);
+  const perf::MeasuredScaling measured =
+      o.stats.empty() ? perf::MeasuredScaling{} : perf::load_bench_statistics(o.stats);
+  const std::vector<std::string> measured_schemes = measured.table.schemes();
+  if (!o.stats.empty() && measured_schemes.empty()) {
+    throw InvalidArgument(
+        "--stats: the files hold no statistics the model uses (it scales topk, dgc, gaussiank, "
+        "micro, exdyna and deft)");
+  }
+
+  const std::vector<Row> rows = predict_rows(o, ranks, methods, profile, work, measured);
+  if (o.format == "json") {
+    print_plan_json(o, work, profile, rows);
+  } else {
+    print_plan_text(o, work, profile, measured, rows);
+  }
+  if (!o.plot_dir.empty()) {
+    write_plan_plots(rows, o.plot_dir,
+                     fmt::format("{}, c = {:g}, {}", work.what, o.density, profile.name));
+  }
 }
 
 }  // namespace

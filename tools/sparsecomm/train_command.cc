@@ -250,19 +250,8 @@ void run_compare(const TrainConfig& base, const std::vector<std::string>& items)
   }
 }
 
-}  // namespace
-
-void add_train_command(CLI::App& app) {
-  auto flags = std::make_shared<TrainFlags>();
-  TrainConfig& c = flags->config;
-  CLI::App* cmd = app.add_subcommand(
-      "train",
-      "Data-parallel training of a LibTorch model on Fashion-MNIST (or fortune text: "
-      "--model char-lstm --dataset fortunes) with a chosen gradient "
-      "synchronization, or through parameter servers (--servers, --sync). With no arguments: 4 "
-      "ranks as threads, the CNN, ExDyna at density 1%, 5 epochs.");
-  cmd->add_option("--config", flags->config_file,
-                  "JSON file of settings (a run's config.json reproduces it); flags override it");
+// The flags of `train`, by group, each bound to its TrainConfig field.
+void add_train_world_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--workers,-n", c.workers,
                   "ranks (thread backend); under mpirun: the job size. With --servers S: the "
                   "number of workers, and the world is workers + S ranks (mpirun -n W+S)")
@@ -296,6 +285,9 @@ void add_train_command(CLI::App& app) {
                   "LibTorch intra-op threads per rank (0: 1 per thread rank; under mpirun the "
                   "cores shared among the local ranks)")
       ->capture_default_str();
+}
+
+void add_train_data_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--model", c.model,
                   "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm (text) | dlrm (clicks: "
                   "embedding tables of 169M parameters and MLPs)")
@@ -334,11 +326,15 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--test-samples", c.test_samples, "use the first N test samples (0: all)")
       ->capture_default_str();
+}
+
+void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
+  TrainConfig& c = flags.config;
   cmd->add_option("--method,-m", c.method, "synchronization: " + sync_method_names())
       ->capture_default_str();
   cmd->add_option("--density,-d", c.density, "target density for sparsifying methods (0.01 = 1%)")
       ->capture_default_str();
-  cmd->add_option("--method-option,-o", flags->method_options,
+  cmd->add_option("--method-option,-o", flags.method_options,
                   "the method's own key=value options (repeatable); see `sparsecomm methods`");
   cmd->add_option("--nonfinite", c.nonfinite, "NaN/inf gradients: stop | skip")
       ->capture_default_str();
@@ -354,6 +350,10 @@ void add_train_command(CLI::App& app) {
       "--exclude", c.exclude,
       "average the tensors whose name matches this shell pattern densely (repeatable; "
       "e.g. 'fc2.*'; a pattern that matches no tensor is an error that lists the names)");
+}
+
+void add_train_optimizer_flags(CLI::App* cmd, TrainFlags& flags) {
+  TrainConfig& c = flags.config;
   cmd->add_option("--epochs,-e", c.epochs, "epochs")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps, "total steps instead of whole epochs (0: off)")
       ->capture_default_str();
@@ -385,9 +385,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--warmup-epochs", c.warmup_epochs, "linear learning-rate warm-up")
       ->capture_default_str();
   cmd->add_option("--lr-decay", c.lr_decay, "none | step | cosine")->capture_default_str();
-  cmd->add_option("--lr-milestones", flags->lr_milestones,
+  cmd->add_option("--lr-milestones", flags.lr_milestones,
                   "step decay: comma-separated epochs at which lr *= --lr-gamma");
   cmd->add_option("--lr-gamma", c.lr_gamma, "step decay factor")->capture_default_str();
+}
+
+void add_train_run_flags(CLI::App* cmd, TrainFlags& flags) {
+  TrainConfig& c = flags.config;
   cmd->add_option("--seed", c.seed, "seed of initialization and data order")->capture_default_str();
   cmd->add_flag("--deterministic", c.deterministic,
                 "bit-identical across runs and backends: 1 intra-op thread, our ring all-reduce, "
@@ -404,7 +408,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--stop-at-step", c.stop_at_step,
                   "stop after this step with a checkpoint (resume with --resume)")
       ->capture_default_str();
-  cmd->add_option("--resume", flags->resume, "continue the run in DIR from its latest checkpoint");
+  cmd->add_option("--resume", flags.resume, "continue the run in DIR from its latest checkpoint");
   cmd->add_option("--record-gradients", c.record_gradients,
                   "write a gradient trace to DIR (format: docs/algorithms.md, \"Gradient "
                   "traces\")");
@@ -413,67 +417,91 @@ void add_train_command(CLI::App& app) {
                   "seconds a rank waits for a peer before failing (0: 60 s or "
                   "SPARSECOMM_TIMEOUT_MS)")
       ->capture_default_str();
-  cmd->add_flag("--no-plots", flags->no_plots, "do not draw PNG plots");
-  cmd->add_option("--compare", flags->compare,
+  cmd->add_flag("--no-plots", flags.no_plots, "do not draw PNG plots");
+  cmd->add_option("--compare", flags.compare,
                   "train each of these in turn (comma-separated) on the same seed and data, then "
                   "print one table and draw comparison plots; an item is METHOD or, with "
                   "--servers, METHOD@SYNC (bsp, asp, ssp, dssp with the --staleness flags, or "
                   "ssp:S, dssp:L:U), e.g. topk@bsp,topk@ssp:2,topk@dssp:1:4");
+}
 
-  // Defaults come from the config file (or a resumed run's config.json),
-  // then explicit flags override: read those files before parsing flags.
+// The run's settings: the config file's (or a resumed run's config.json),
+// then every flag the user gave over them.
+TrainConfig config_from_flags(const TrainFlags& flags, const CLI::App& cmd) {
+  TrainConfig config;
+  const std::string file =
+      !flags.config_file.empty()
+          ? flags.config_file
+          : (!flags.resume.empty() ? (fs::path(flags.resume) / "config.json").string() : "");
+  if (!file.empty()) load_config_file(config, file);
+  // Every flag the user gave overrides the file.
+  const TrainConfig& given = flags.config;
+  nlohmann::json overrides = nlohmann::json::object();
+  const nlohmann::json given_json = to_json(given);
+  for (const CLI::Option* option : cmd.get_options()) {
+    const std::string key = config_key_of(*option);
+    if (key.empty()) continue;
+    if (!given_json.contains(key)) {
+      throw std::logic_error(fmt::format(
+          "train: the flag --{} sets no TrainConfig field '{}'; bind it to one or list it in "
+          "kFlagsBesideTheConfig",
+          option->get_lnames().front(), key));
+    }
+    if (option->count() > 0) overrides[key] = given_json.at(key);
+  }
+  // A model named on the command line brings its own defaults (its
+  // dataset, the transformer's optimizer) for the settings not given.
+  if (overrides.contains("model")) {
+    const nlohmann::json defaults = model_defaults(overrides["model"].get<std::string>());
+    for (const auto& [key, value] : defaults.items()) {
+      if (!overrides.contains(key)) overrides[key] = value;
+    }
+  }
+  update_from_json(config, overrides, "the command line");
+  if (!flags.resume.empty()) {
+    // A resumed run continues in its own directory and, unless told
+    // otherwise, to its end: the stop that wrote the checkpoint is done.
+    if (cmd.count("--out") == 0) config.out.clear();
+    if (cmd.count("--stop-at-step") == 0) config.stop_at_step = 0;
+  }
+  if (!flags.method_options.empty()) {
+    SchemeOptions parsed;
+    for (const std::string& item : flags.method_options) parsed.set(item);
+    for (const auto& [key, value] : parsed.values()) config.method_options[key] = value;
+  }
+  if (!flags.lr_milestones.empty()) {
+    config.lr_milestones.clear();
+    for (const std::string& item : split_list(flags.lr_milestones, "--lr-milestones")) {
+      config.lr_milestones.push_back(std::stod(item));
+    }
+  }
+  if (flags.no_plots) config.plots = false;
+  // Under mpirun the job's size is the number of workers unless given.
+  if (launched_by_mpirun() && cmd.count("--workers") == 0 && file.empty()) config.workers = 0;
+  return config;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  TrainConfig& c = flags->config;
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Data-parallel training of a LibTorch model on Fashion-MNIST (or fortune text: "
+      "--model char-lstm --dataset fortunes) with a chosen gradient "
+      "synchronization, or through parameter servers (--servers, --sync). With no arguments: 4 "
+      "ranks as threads, the CNN, ExDyna at density 1%, 5 epochs.");
+  cmd->add_option("--config", flags->config_file,
+                  "JSON file of settings (a run's config.json reproduces it); flags override it");
+  add_train_world_flags(cmd, c);
+  add_train_data_flags(cmd, c);
+  add_train_sync_flags(cmd, *flags);
+  add_train_optimizer_flags(cmd, *flags);
+  add_train_run_flags(cmd, *flags);
+
   cmd->callback([flags, cmd] {
-    TrainConfig config;
-    const std::string file =
-        !flags->config_file.empty()
-            ? flags->config_file
-            : (!flags->resume.empty() ? (fs::path(flags->resume) / "config.json").string() : "");
-    if (!file.empty()) load_config_file(config, file);
-    // Every flag the user gave overrides the file.
-    const TrainConfig& given = flags->config;
-    nlohmann::json overrides = nlohmann::json::object();
-    const nlohmann::json given_json = to_json(given);
-    for (const CLI::Option* option : cmd->get_options()) {
-      const std::string key = config_key_of(*option);
-      if (key.empty()) continue;
-      if (!given_json.contains(key)) {
-        throw std::logic_error(fmt::format(
-            "train: the flag --{} sets no TrainConfig field '{}'; bind it to one or list it in "
-            "kFlagsBesideTheConfig",
-            option->get_lnames().front(), key));
-      }
-      if (option->count() > 0) overrides[key] = given_json.at(key);
-    }
-    // A model named on the command line brings its own defaults (its
-    // dataset, the transformer's optimizer) for the settings not given.
-    if (overrides.contains("model")) {
-      const nlohmann::json defaults = model_defaults(overrides["model"].get<std::string>());
-      for (const auto& [key, value] : defaults.items()) {
-        if (!overrides.contains(key)) overrides[key] = value;
-      }
-    }
-    update_from_json(config, overrides, "the command line");
-    if (!flags->resume.empty()) {
-      // A resumed run continues in its own directory and, unless told
-      // otherwise, to its end: the stop that wrote the checkpoint is done.
-      if (cmd->count("--out") == 0) config.out.clear();
-      if (cmd->count("--stop-at-step") == 0) config.stop_at_step = 0;
-    }
-    if (!flags->method_options.empty()) {
-      SchemeOptions parsed;
-      for (const std::string& item : flags->method_options) parsed.set(item);
-      for (const auto& [key, value] : parsed.values()) config.method_options[key] = value;
-    }
-    if (!flags->lr_milestones.empty()) {
-      config.lr_milestones.clear();
-      for (const std::string& item : split_list(flags->lr_milestones, "--lr-milestones")) {
-        config.lr_milestones.push_back(std::stod(item));
-      }
-    }
-    if (flags->no_plots) config.plots = false;
-    // Under mpirun the job's size is the number of workers unless given.
-    if (launched_by_mpirun() && cmd->count("--workers") == 0 && file.empty()) config.workers = 0;
-
+    const TrainConfig config = config_from_flags(*flags, *cmd);
     if (!flags->compare.empty()) {
       if (!flags->resume.empty())
         throw InvalidArgument("--compare and --resume exclude each other");

@@ -285,6 +285,14 @@ class PsWorker {
 
  private:
   struct Sparse;
+  struct Payloads;
+  void check_push(std::span<const float> gradient) const;
+  void dense_payloads(std::span<const float> gradient, Payloads& payloads,
+                      PushReport& report) const;
+  void sparse_payloads(std::span<const float> gradient, double epoch, Payloads& payloads,
+                       PushReport& report);
+  void send_payloads(const Payloads& payloads, double learning_rate, PushReport& report);
+
   Communicator& comm_;
   ServerLayout layout_;
   PsOptions options_;

@@ -177,6 +177,51 @@ struct PsWorker::Sparse {
   std::vector<std::uint64_t> gathered;               // per worker: selected count
   std::vector<std::size_t> counts;                   // per worker (or only this one's)
   std::vector<std::vector<std::uint32_t>> payloads;  // per server: indices, then value bits
+
+  // Partition-based schemes: every worker's counts and indices, all-gathered
+  // and merged; returns this worker's accumulated values at their union.
+  // `index_bytes_to_workers`: the index bytes this worker sent.
+  const SparseSelection& gather_union(const SparseSelection& sel,
+                                      std::span<const float> accumulated,
+                                      std::size_t& index_bytes_to_workers) {
+    const std::uint64_t own = sel.size();
+    view.allgather(ps::object_bytes(own),
+                   std::as_writable_bytes(std::span<std::uint64_t>(gathered)));
+    counts.assign(gathered.begin(), gathered.end());
+    // As in the union all-reduce, every worker sends its own accumulated
+    // values at the union of all workers' indices (the servers sum them),
+    // not only at its own: all-gather the indices, merge them.
+    std::vector<std::size_t>& byte_counts = index_byte_counts;
+    byte_counts.resize(counts.size());
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      byte_counts[r] = counts[r] * sizeof(Index);
+      total += counts[r];
+    }
+    all_indices.resize(total);
+    view.allgatherv(std::as_bytes(std::span<const Index>(sel.indices.data(), sel.size())),
+                    std::as_writable_bytes(std::span<Index>(all_indices)), byte_counts);
+    index_bytes_to_workers = sel.size() * sizeof(Index) * (counts.size() - 1);
+    std::sort(all_indices.begin(), all_indices.end());
+    all_indices.erase(std::unique(all_indices.begin(), all_indices.end()), all_indices.end());
+    union_selection.clear();
+    union_selection.indices.resize(all_indices.size());
+    union_selection.values.resize(all_indices.size());
+    for (std::size_t j = 0; j < all_indices.size(); ++j) {
+      union_selection.indices[j] = all_indices[j];
+      union_selection.values[j] = accumulated[all_indices[j]];
+    }
+    union_selection.known = sel.known;
+    return union_selection;
+  }
+};
+
+// push()'s payload per server: its bytes, values and their sum (the log's).
+struct PsWorker::Payloads {
+  explicit Payloads(std::size_t servers) : bytes(servers), counts(servers, 0), sums(servers, 0.0) {}
+  std::vector<std::span<const std::byte>> bytes;
+  std::vector<std::size_t> counts;
+  std::vector<double> sums;
 };
 
 PsWorker::PsWorker(Communicator& comm, const ServerLayout& layout, PsOptions options)
@@ -264,6 +309,29 @@ void PsWorker::pull(std::span<float> parameters) {
 }
 
 PushReport PsWorker::push(std::span<const float> gradient, double learning_rate, double epoch) {
+  check_push(gradient);
+  PushReport report;
+  report.step = clock_;
+  report.target = layout_.numel();
+  Payloads payloads(static_cast<std::size_t>(layout_.servers()));
+  Stopwatch watch;
+  if (!sparse_) {
+    dense_payloads(gradient, payloads, report);
+  } else {
+    sparse_payloads(gradient, epoch, payloads, report);
+  }
+  report.select_s = watch.seconds();
+
+  watch.restart();
+  send_payloads(payloads, learning_rate, report);
+  report.send_s = watch.seconds();
+  log_.bytes_pushed += report.bytes_sent;
+  ++clock_;
+  in_step_ = false;
+  return report;
+}
+
+void PsWorker::check_push(std::span<const float> gradient) const {
   if (finished_) throw Error(fmt::format("[ps] worker {}: push() after finish()", worker_));
   if (!in_step_) {
     throw Error(
@@ -279,129 +347,104 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     throw NonFiniteGradient(
         fmt::format("[ps] worker {}: step {}: non-finite gradient (NaN or inf)", worker_, clock_));
   }
+}
+
+// Dense pushes: each server's shard of the gradient, as it is.
+void PsWorker::dense_payloads(std::span<const float> gradient, Payloads& payloads,
+                              PushReport& report) const {
+  const int servers = layout_.servers();
+  report.selected = layout_.numel();
+  report.union_size = layout_.numel();
+  for (int s = 0; s < servers; ++s) {
+    const Range shard = layout_.shard(s);
+    const auto slice = gradient.subspan(shard.begin, shard.size());
+    payloads.bytes[static_cast<std::size_t>(s)] = std::as_bytes(slice);
+    payloads.counts[static_cast<std::size_t>(s)] = slice.size();
+    double sum = 0.0;
+    for (const float v : slice) sum += v;
+    payloads.sums[static_cast<std::size_t>(s)] = sum;
+  }
+}
+
+// Sparse pushes: the scheme's selection from the memory (for partition-based
+// schemes the union over workers), split by shard as [indices][values];
+// what was pushed leaves the residual.
+void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Payloads& payloads,
+                               PushReport& report) {
+  const int servers = layout_.servers();
+  Sparse& sp = *sparse_;
+  StepContext ctx;
+  ctx.step = clock_;
+  ctx.epoch = epoch;
+  ctx.rank = worker_;
+  ctx.world = layout_.workers();
+  ctx.layers = options_.layers;
+  report.target = sp.parts.sparsifier->target(gradient.size(), ctx);
+  sp.parts.memory->accumulate(gradient);
+  const std::span<float> accumulated = sp.parts.memory->accumulated();
+  sp.parts.sparsifier->select(accumulated, ctx, sp.view, sp.selection);
+  const SparseSelection& sel = sp.selection;
+  std::size_t known = 0;
+  for (const Range& range : sel.known) known += range.size();
+  // The step's shared outcome. Partition-based schemes (BSP, so every
+  // worker is at this step): the union of all workers' indices (see
+  // parameter_server.h); the known ranges, which every worker pushes, are
+  // in the union once and in no count (as in sparse_exchange.h).
+  // Per-worker schemes: no collective under any model (workers need not
+  // be in step), this worker's own count only.
+  std::size_t union_size = 0;
+  std::size_t index_bytes_to_workers = 0;
+  const SparseSelection* pushed = &sel;
+  if (sp.gather_counts) {
+    pushed = &sp.gather_union(sel, accumulated, index_bytes_to_workers);
+    union_size = sp.all_indices.size();
+  } else {
+    sp.counts.assign(1, sel.size());
+    union_size = sel.size();
+  }
+  union_size += known;
+  expand_selection(*pushed, accumulated, worker_, options_.push, sp.indices, sp.values);
+  // Split the ascending pushed entries by shard.
+  std::size_t pos = 0;
+  for (int s = 0; s < servers; ++s) {
+    const Range shard = layout_.shard(s);
+    const auto end = static_cast<std::size_t>(
+        std::lower_bound(sp.indices.begin() + static_cast<std::ptrdiff_t>(pos), sp.indices.end(),
+                         static_cast<Index>(shard.end)) -
+        sp.indices.begin());
+    const std::size_t n = end - pos;
+    auto& words = sp.payloads[static_cast<std::size_t>(s)];
+    words.resize(2 * n);
+    double sum = 0.0;
+    for (std::size_t j = 0; j < n; ++j) {
+      words[j] = static_cast<std::uint32_t>(sp.indices[pos + j] - shard.begin);
+      sum += sp.values[pos + j];
+    }
+    if (n > 0) std::memcpy(words.data() + n, sp.values.data() + pos, n * sizeof(float));
+    payloads.bytes[static_cast<std::size_t>(s)] =
+        std::as_bytes(std::span<const std::uint32_t>(words));
+    payloads.counts[static_cast<std::size_t>(s)] = n;
+    payloads.sums[static_cast<std::size_t>(s)] = sum;
+    pos = end;
+  }
+  // Error feedback: exactly what was pushed leaves the residual (fp32
+  // values; a known position's residual becomes 0).
+  for (std::size_t j = 0; j < sp.indices.size(); ++j) {
+    accumulated[sp.indices[j]] -= sp.values[j];
+  }
+  sp.parts.memory->after_exchange(std::span<const Index>(sp.indices.data(), sp.indices.size()));
+  report.selected = sel.size();
+  report.union_size = union_size;
+  report.bytes_to_workers = index_bytes_to_workers;
+  const ExchangeOutcome outcome{sp.counts, union_size, report.target};
+  sp.parts.sparsifier->observe(outcome, ctx);
+  report.residual_norm = sp.parts.memory->residual_norm();
+}
+
+// One push request per server, its payload after it; the log counts them.
+void PsWorker::send_payloads(const Payloads& payloads, double learning_rate, PushReport& report) {
   const int servers = layout_.servers();
   const auto n_servers = static_cast<std::size_t>(servers);
-  PushReport report;
-  report.step = clock_;
-  report.target = layout_.numel();
-
-  // One payload per server, as bytes.
-  std::vector<std::span<const std::byte>> payloads(n_servers);
-  std::vector<std::size_t> counts(n_servers, 0);
-  std::vector<double> sums(n_servers, 0.0);
-  Stopwatch watch;
-  if (!sparse_) {
-    report.selected = layout_.numel();
-    report.union_size = layout_.numel();
-    for (int s = 0; s < servers; ++s) {
-      const Range shard = layout_.shard(s);
-      const auto slice = gradient.subspan(shard.begin, shard.size());
-      payloads[static_cast<std::size_t>(s)] = std::as_bytes(slice);
-      counts[static_cast<std::size_t>(s)] = slice.size();
-      double sum = 0.0;
-      for (const float v : slice) sum += v;
-      sums[static_cast<std::size_t>(s)] = sum;
-    }
-  } else {
-    Sparse& sp = *sparse_;
-    StepContext ctx;
-    ctx.step = clock_;
-    ctx.epoch = epoch;
-    ctx.rank = worker_;
-    ctx.world = layout_.workers();
-    ctx.layers = options_.layers;
-    report.target = sp.parts.sparsifier->target(gradient.size(), ctx);
-    sp.parts.memory->accumulate(gradient);
-    const std::span<float> accumulated = sp.parts.memory->accumulated();
-    sp.parts.sparsifier->select(accumulated, ctx, sp.view, sp.selection);
-    const SparseSelection& sel = sp.selection;
-    std::size_t known = 0;
-    for (const Range& range : sel.known) known += range.size();
-    // The step's shared outcome. Partition-based schemes (BSP, so every
-    // worker is at this step): the union of all workers' indices (see
-    // parameter_server.h); the known ranges, which every worker pushes, are
-    // in the union once and in no count (as in sparse_exchange.h).
-    // Per-worker schemes: no collective under any model (workers need not
-    // be in step), this worker's own count only.
-    std::size_t union_size = 0;
-    std::size_t index_bytes_to_workers = 0;
-    const SparseSelection* pushed = &sel;
-    if (sp.gather_counts) {
-      const std::uint64_t own = sel.size();
-      sp.view.allgather(ps::object_bytes(own),
-                        std::as_writable_bytes(std::span<std::uint64_t>(sp.gathered)));
-      sp.counts.assign(sp.gathered.begin(), sp.gathered.end());
-      // As in the union all-reduce, every worker sends its own accumulated
-      // values at the union of all workers' indices (the servers sum them),
-      // not only at its own: all-gather the indices, merge them.
-      std::vector<std::size_t>& byte_counts = sp.index_byte_counts;
-      byte_counts.resize(sp.counts.size());
-      std::size_t total = 0;
-      for (std::size_t r = 0; r < sp.counts.size(); ++r) {
-        byte_counts[r] = sp.counts[r] * sizeof(Index);
-        total += sp.counts[r];
-      }
-      sp.all_indices.resize(total);
-      sp.view.allgatherv(std::as_bytes(std::span<const Index>(sel.indices.data(), sel.size())),
-                         std::as_writable_bytes(std::span<Index>(sp.all_indices)), byte_counts);
-      index_bytes_to_workers = sel.size() * sizeof(Index) * (sp.counts.size() - 1);
-      std::sort(sp.all_indices.begin(), sp.all_indices.end());
-      sp.all_indices.erase(std::unique(sp.all_indices.begin(), sp.all_indices.end()),
-                           sp.all_indices.end());
-      sp.union_selection.clear();
-      sp.union_selection.indices.resize(sp.all_indices.size());
-      sp.union_selection.values.resize(sp.all_indices.size());
-      for (std::size_t j = 0; j < sp.all_indices.size(); ++j) {
-        sp.union_selection.indices[j] = sp.all_indices[j];
-        sp.union_selection.values[j] = accumulated[sp.all_indices[j]];
-      }
-      sp.union_selection.known = sel.known;
-      pushed = &sp.union_selection;
-      union_size = sp.all_indices.size();
-    } else {
-      sp.counts.assign(1, sel.size());
-      union_size = sel.size();
-    }
-    union_size += known;
-    expand_selection(*pushed, accumulated, worker_, options_.push, sp.indices, sp.values);
-    // Split the ascending pushed entries by shard.
-    std::size_t pos = 0;
-    for (int s = 0; s < servers; ++s) {
-      const Range shard = layout_.shard(s);
-      const auto end = static_cast<std::size_t>(
-          std::lower_bound(sp.indices.begin() + static_cast<std::ptrdiff_t>(pos), sp.indices.end(),
-                           static_cast<Index>(shard.end)) -
-          sp.indices.begin());
-      const std::size_t n = end - pos;
-      auto& words = sp.payloads[static_cast<std::size_t>(s)];
-      words.resize(2 * n);
-      double sum = 0.0;
-      for (std::size_t j = 0; j < n; ++j) {
-        words[j] = static_cast<std::uint32_t>(sp.indices[pos + j] - shard.begin);
-        sum += sp.values[pos + j];
-      }
-      if (n > 0) std::memcpy(words.data() + n, sp.values.data() + pos, n * sizeof(float));
-      payloads[static_cast<std::size_t>(s)] = std::as_bytes(std::span<const std::uint32_t>(words));
-      counts[static_cast<std::size_t>(s)] = n;
-      sums[static_cast<std::size_t>(s)] = sum;
-      pos = end;
-    }
-    // Error feedback: exactly what was pushed leaves the residual (fp32
-    // values; a known position's residual becomes 0).
-    for (std::size_t j = 0; j < sp.indices.size(); ++j) {
-      accumulated[sp.indices[j]] -= sp.values[j];
-    }
-    sp.parts.memory->after_exchange(std::span<const Index>(sp.indices.data(), sp.indices.size()));
-    report.selected = sel.size();
-    report.union_size = union_size;
-    report.bytes_to_workers = index_bytes_to_workers;
-    const ExchangeOutcome outcome{sp.counts, union_size, report.target};
-    sp.parts.sparsifier->observe(outcome, ctx);
-    report.residual_norm = sp.parts.memory->residual_norm();
-  }
-  report.select_s = watch.seconds();
-
-  watch.restart();
   std::vector<RequestHeader> headers(n_servers);
   std::vector<Request> sends;
   sends.reserve(2 * n_servers);
@@ -411,27 +454,22 @@ PushReport PsWorker::push(std::span<const float> gradient, double learning_rate,
     header.kind = static_cast<std::uint32_t>(RequestKind::kPush);
     header.sparse = sparse_ ? 1 : 0;
     header.clock = clock_;
-    header.count = counts[i];
+    header.count = payloads.counts[i];
     header.pulled_version = versions_[i];
     header.learning_rate = learning_rate;
     sends.push_back(comm_.isend(ps::object_bytes(header), layout_.server_rank(s), ps::kTagRequest));
-    if (counts[i] > 0) {
-      sends.push_back(comm_.isend(payloads[i], layout_.server_rank(s), ps::kTagPushPayload));
+    if (payloads.counts[i] > 0) {
+      sends.push_back(comm_.isend(payloads.bytes[i], layout_.server_rank(s), ps::kTagPushPayload));
     }
     SentToServer& sent = log_.sent[i];
     ++sent.pushes;
-    sent.values += counts[i];
-    sent.value_sum += sums[i];
-    sent.fingerprint += ps::push_fingerprint(worker_, clock_, payloads[i]);
-    report.values += counts[i];
-    report.bytes_sent += sizeof(RequestHeader) + payloads[i].size();
+    sent.values += payloads.counts[i];
+    sent.value_sum += payloads.sums[i];
+    sent.fingerprint += ps::push_fingerprint(worker_, clock_, payloads.bytes[i]);
+    report.values += payloads.counts[i];
+    report.bytes_sent += sizeof(RequestHeader) + payloads.bytes[i].size();
   }
   wait_all(sends);
-  report.send_s = watch.seconds();
-  log_.bytes_pushed += report.bytes_sent;
-  ++clock_;
-  in_step_ = false;
-  return report;
 }
 
 std::span<const float> PsWorker::residual() const {

@@ -298,76 +298,66 @@ std::vector<fs::path> GnuplotFigures::draw() {
   return pngs_;
 }
 
-std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path& out_dir,
-                                  const PlotOptions& options) {
-  if (runs.empty()) throw InvalidArgument("[report] write_plots: no runs given");
-  GnuplotFigures figures(out_dir, fmt::format("`sparsecomm report` for {} run(s)", runs.size()),
-                         options);
-  const std::vector<std::string> labels = run_labels(runs);
-  const bool single = runs.size() == 1;
-  const std::string about = single ? fmt::format(" - {} ({}, {} workers)", labels[0],
-                                                 runs[0].summary.model, runs[0].summary.workers)
-                                   : std::string();
+namespace {
 
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    figures.write_data(fmt::format("run{}_steps.dat", i), steps_data(runs[i], labels[i]));
-    figures.write_data(fmt::format("run{}_evals.dat", i), evals_data(runs[i], labels[i]));
+// The figures of write_plots, one method each, over the same runs.
+struct RunPlots {
+  RunPlots(std::span<const RunData> data, GnuplotFigures& out)
+      : runs(data),
+        figures(out),
+        labels(run_labels(data)),
+        single(data.size() == 1),
+        about(single ? fmt::format(" - {} ({}, {} workers)", labels[0], data[0].summary.model,
+                                   data[0].summary.workers)
+                     : std::string()) {}
+
+  void write_data() {
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      figures.write_data(fmt::format("run{}_steps.dat", i), steps_data(runs[i], labels[i]));
+      figures.write_data(fmt::format("run{}_evals.dat", i), evals_data(runs[i], labels[i]));
+    }
+    figures.write_data("breakdown.dat", breakdown_data(runs, labels));
   }
-  figures.write_data("breakdown.dat", breakdown_data(runs, labels));
-
-  const auto begin_plot = [&](const char* png) { figures.begin_png(png); };
-  const auto plot = [&](const std::vector<std::string>& items) { figures.plot(items); };
-
-  // Run i's per-step values in column `column` of its steps data (faint)
-  // and their rolling mean in the next column (bold).
-  const auto add_per_step_and_mean = [&](std::vector<std::string>& items, std::size_t i, int column,
-                                         const char* per_step_title) {
-    items.push_back(fmt::format("'run{}_steps.dat' using 1:{} with lines lw 1 lc rgb '{}' {}", i,
-                                column, color(i, "a0"),
-                                single ? fmt::format("title '{}'", per_step_title) : "notitle"));
-    items.push_back(fmt::format(
-        "'run{}_steps.dat' using 1:{} with lines lw 2.5 lc rgb '{}' title {}", i, column + 1,
-        color(i),
-        gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
-                        : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
-  };
 
   // Test accuracy against wall time and against epoch.
-  const double accuracy_floor = accuracy_axis_floor(runs);
-  const auto accuracy_plot = [&](const char* png, double EvalRecord::*x, int column,
-                                 const char* what, const char* xlabel) {
-    std::vector<std::string> items;
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      if (!any_accuracy(runs[i].evals, x)) continue;
-      items.push_back(
-          fmt::format("'run{}_evals.dat' using {}:4 with linespoints lw 2 pt 7 ps 0.6 "
-                      "lc rgb '{}' title {}",
-                      i, column, color(i), gp_quote(single ? "test accuracy" : labels[i])));
-    }
-    if (items.empty()) return;
-    begin_plot(png);
-    figures +=
-        fmt::format("set title {}\nset xlabel {}\nset ylabel 'test accuracy (%)'\n",
-                    gp_quote(fmt::format("Test accuracy vs {}{}", what, about)), gp_quote(xlabel));
-    figures += "set key bottom right\nset xrange [0:*]\n";
-    // Comparisons: zoom on the end, and mark the first run's final accuracy
-    // (the table's "s to X%" target).
-    if (!single && std::isfinite(accuracy_floor)) {
-      figures += fmt::format("set yrange [{}:*]\n", accuracy_floor);
-      if (std::isfinite(runs[0].summary.test_accuracy)) {
-        items.push_back(fmt::format("{} with lines dt 2 lw 1.5 lc rgb 'black' title {}",
-                                    100.0 * runs[0].summary.test_accuracy,
-                                    gp_quote(fmt::format("{}: final {:.2f}%", labels[0],
-                                                         100.0 * runs[0].summary.test_accuracy))));
+  void accuracy() {
+    const double accuracy_floor = accuracy_axis_floor(runs);
+    const auto accuracy_plot = [&](const char* png, double EvalRecord::*x, int column,
+                                   const char* what, const char* xlabel) {
+      std::vector<std::string> items;
+      for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (!any_accuracy(runs[i].evals, x)) continue;
+        items.push_back(
+            fmt::format("'run{}_evals.dat' using {}:4 with linespoints lw 2 pt 7 ps 0.6 "
+                        "lc rgb '{}' title {}",
+                        i, column, color(i), gp_quote(single ? "test accuracy" : labels[i])));
       }
-    }
-    plot(items);
-  };
-  accuracy_plot("accuracy_vs_time.png", &EvalRecord::wall_s, 3, "wall time", "wall time (s)");
-  accuracy_plot("accuracy_vs_epoch.png", &EvalRecord::epoch, 2, "epoch", "epoch");
+      if (items.empty()) return;
+      begin_plot(png);
+      figures += fmt::format("set title {}\nset xlabel {}\nset ylabel 'test accuracy (%)'\n",
+                             gp_quote(fmt::format("Test accuracy vs {}{}", what, about)),
+                             gp_quote(xlabel));
+      figures += "set key bottom right\nset xrange [0:*]\n";
+      // Comparisons: zoom on the end, and mark the first run's final accuracy
+      // (the table's "s to X%" target).
+      if (!single && std::isfinite(accuracy_floor)) {
+        figures += fmt::format("set yrange [{}:*]\n", accuracy_floor);
+        if (std::isfinite(runs[0].summary.test_accuracy)) {
+          items.push_back(
+              fmt::format("{} with lines dt 2 lw 1.5 lc rgb 'black' title {}",
+                          100.0 * runs[0].summary.test_accuracy,
+                          gp_quote(fmt::format("{}: final {:.2f}%", labels[0],
+                                               100.0 * runs[0].summary.test_accuracy))));
+        }
+      }
+      plot(items);
+    };
+    accuracy_plot("accuracy_vs_time.png", &EvalRecord::wall_s, 3, "wall time", "wall time (s)");
+    accuracy_plot("accuracy_vs_epoch.png", &EvalRecord::epoch, 2, "epoch", "epoch");
+  }
 
   // K/k per step (faint), its rolling mean (bold), and the target 1.0.
-  {
+  void density_ratio() {
     std::vector<std::string> items;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!any_finite(runs[i].steps, &StepRecord::density_ratio, false)) continue;
@@ -385,26 +375,28 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
   }
 
   // Seconds per phase, one stacked bar per run.
-  const bool any_time = std::any_of(runs.begin(), runs.end(), [](const RunData& run) {
-    const TimeBreakdown& t = run.summary.time_breakdown_s;
-    return t.compute > 0 || t.selection > 0 || t.exchange > 0 || t.update > 0;  // NaN: false
-  });
-  if (any_time) {
-    begin_plot("time_breakdown.png");
-    figures += fmt::format(
-        "set title {}\nset ylabel 'seconds (whole run)'\nset yrange [0:*]\n"
-        "set style data histograms\nset style histogram rowstacked\n"
-        "set style fill solid 0.85 border rgb 'black'\nset boxwidth 0.6\n"
-        "set key outside right top\nset grid noxtics\n{}",
-        gp_quote("Time breakdown" + about), runs.size() > 4 ? "set xtics rotate by -30\n" : "");
-    plot({fmt::format("'breakdown.dat' using 2:xtic(1) title 'compute' lc rgb '{}'", color(0)),
-          fmt::format("'' using 3 title 'selection' lc rgb '{}'", color(3)),
-          fmt::format("'' using 4 title 'exchange' lc rgb '{}'", color(1)),
-          fmt::format("'' using 5 title 'update' lc rgb '{}'", color(2))});
+  void time_breakdown() {
+    const bool any_time = std::any_of(runs.begin(), runs.end(), [](const RunData& run) {
+      const TimeBreakdown& t = run.summary.time_breakdown_s;
+      return t.compute > 0 || t.selection > 0 || t.exchange > 0 || t.update > 0;  // NaN: false
+    });
+    if (any_time) {
+      begin_plot("time_breakdown.png");
+      figures += fmt::format(
+          "set title {}\nset ylabel 'seconds (whole run)'\nset yrange [0:*]\n"
+          "set style data histograms\nset style histogram rowstacked\n"
+          "set style fill solid 0.85 border rgb 'black'\nset boxwidth 0.6\n"
+          "set key outside right top\nset grid noxtics\n{}",
+          gp_quote("Time breakdown" + about), runs.size() > 4 ? "set xtics rotate by -30\n" : "");
+      plot({fmt::format("'breakdown.dat' using 2:xtic(1) title 'compute' lc rgb '{}'", color(0)),
+            fmt::format("'' using 3 title 'selection' lc rgb '{}'", color(3)),
+            fmt::format("'' using 4 title 'exchange' lc rgb '{}'", color(1)),
+            fmt::format("'' using 5 title 'update' lc rgb '{}'", color(2))});
+    }
   }
 
   // Bytes sent per rank per step, log scale.
-  {
+  void bytes_per_step() {
     std::vector<std::string> items;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       if (!any_finite(runs[i].steps, &StepRecord::bytes_sent, true)) continue;
@@ -424,7 +416,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
   }
 
   // The click model's tables: rows touched per rank and their union per step.
-  {
+  void embedding_rows() {
     std::vector<std::string> items;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const bool tables =
@@ -450,7 +442,7 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
   }
 
   // Pipelining: the share of communication hidden under backward, per step.
-  {
+  void overlap() {
     std::vector<std::string> items;
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const bool pipelined = std::any_of(runs[i].steps.begin(), runs[i].steps.end(),
@@ -469,6 +461,45 @@ std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path&
     }
   }
 
+  void begin_plot(const char* png) { figures.begin_png(png); }
+  void plot(const std::vector<std::string>& items) { figures.plot(items); }
+
+  // Run i's per-step values in column `column` of its steps data (faint)
+  // and their rolling mean in the next column (bold).
+  void add_per_step_and_mean(std::vector<std::string>& items, std::size_t i, int column,
+                             const char* per_step_title) const {
+    items.push_back(fmt::format("'run{}_steps.dat' using 1:{} with lines lw 1 lc rgb '{}' {}", i,
+                                column, color(i, "a0"),
+                                single ? fmt::format("title '{}'", per_step_title) : "notitle"));
+    items.push_back(fmt::format(
+        "'run{}_steps.dat' using 1:{} with lines lw 2.5 lc rgb '{}' title {}", i, column + 1,
+        color(i),
+        gp_quote(single ? fmt::format("{}-step rolling mean", kRollingWindow)
+                        : fmt::format("{} ({}-step mean)", labels[i], kRollingWindow))));
+  }
+
+  std::span<const RunData> runs;
+  GnuplotFigures& figures;
+  const std::vector<std::string> labels;
+  const bool single;
+  const std::string about;
+};
+
+}  // namespace
+
+std::vector<fs::path> write_plots(std::span<const RunData> runs, const fs::path& out_dir,
+                                  const PlotOptions& options) {
+  if (runs.empty()) throw InvalidArgument("[report] write_plots: no runs given");
+  GnuplotFigures figures(out_dir, fmt::format("`sparsecomm report` for {} run(s)", runs.size()),
+                         options);
+  RunPlots plots(runs, figures);
+  plots.write_data();
+  plots.accuracy();
+  plots.density_ratio();
+  plots.time_breakdown();
+  plots.bytes_per_step();
+  plots.embedding_rows();
+  plots.overlap();
   return figures.draw();
 }
 

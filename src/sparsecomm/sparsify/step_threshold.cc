@@ -31,6 +31,21 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // they take log2(n) exchanges instead of the ring's 2(n - 1) steps.
 constexpr AllreduceOptions kSmallAllreduce{.algorithm = AllreduceAlgorithm::kRecursiveDoubling};
 
+// The most elements one rank may count for: cap * k / n, at least 1
+// (0: no cap).
+std::int64_t rank_cap(double cap, std::size_t k, int world) {
+  if (!(cap > 0)) return 0;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(
+                                       cap * static_cast<double>(k) / static_cast<double>(world))));
+}
+
+// A floor found above the step's crossing after `passes` candidate passes:
+// the next is 2 binades lower, then 4 more, then everything nonzero.
+float lower_floor(float floor, int passes) {
+  const float lower = passes == 1 ? floor / 16.0f : passes == 2 ? floor / 256.0f : kLowestFloor;
+  return std::max(lower, kLowestFloor);
+}
+
 float from_bits(std::uint64_t bits) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(std::min<std::uint64_t>(bits, kInfBits)));
 }
@@ -144,12 +159,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
   }
   const auto want = static_cast<std::int64_t>(k);
   const double tolerance = options_.tolerance * static_cast<double>(k);
-  rank_cap_ = 0;
-  if (options_.cap > 0 && !options_.per_rank) {
-    rank_cap_ = std::max<std::int64_t>(
-        1, static_cast<std::int64_t>(std::ceil(options_.cap * static_cast<double>(k) /
-                                               static_cast<double>(comm.size()))));
-  }
+  rank_cap_ = options_.per_rank ? 0 : rank_cap(options_.cap, k, comm.size());
   float floor = floor_;
   bool rescanned = false;
   bool shared_pending = !shared.empty();
@@ -192,12 +202,7 @@ float StepThreshold::choose(SparseSelection& candidates, std::size_t k,
           stats_.selected = total;
           break;
         }
-        // The floor was above this step's crossing: collect again lower
-        // (2 binades, then 4 more, then everything nonzero).
-        floor = stats_.candidate_passes == 1   ? floor / 16.0f
-                : stats_.candidate_passes == 2 ? floor / 256.0f
-                                               : kLowestFloor;
-        floor = std::max(floor, kLowestFloor);
+        floor = lower_floor(floor, stats_.candidate_passes);
         rescan(floor, candidates);
         ++stats_.candidate_passes;
         rescanned = true;

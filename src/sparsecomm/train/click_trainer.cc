@@ -36,6 +36,7 @@
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/data/click_log.h"
 #include "sparsecomm/optim/row_optimizer.h"
+#include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/train/click_model.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
@@ -68,29 +69,6 @@ std::uint64_t peak_resident_bytes() {
     status.ignore(1 << 12, '\n');
   }
   return 0;
-}
-
-// AUC from per-label histograms over increasing probability bins.
-double histogram_auc(std::span<const std::int64_t> negatives,
-                     std::span<const std::int64_t> positives) {
-  double below = 0.0;  // negatives in lower bins
-  double pairs = 0.0;
-  double total_negative = 0.0;
-  double total_positive = 0.0;
-  for (std::size_t b = 0; b < negatives.size(); ++b) {
-    const auto neg = static_cast<double>(negatives[b]);
-    const auto pos = static_cast<double>(positives[b]);
-    pairs += pos * (below + 0.5 * neg);
-    below += neg;
-    total_negative += neg;
-    total_positive += pos;
-  }
-  if (total_negative == 0.0 || total_positive == 0.0) return std::nan("");
-  return pairs / (total_negative * total_positive);
-}
-
-bool all_finite(std::span<const float> values) {
-  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
 }
 
 class ClickTrainer {

@@ -164,4 +164,22 @@ void EvalSnapshots::replay(torch::nn::Module& model, std::span<float> parameters
   snapshots_.clear();
 }
 
+double histogram_auc(std::span<const std::int64_t> negatives,
+                     std::span<const std::int64_t> positives) {
+  double below = 0.0;  // negatives in lower bins
+  double pairs = 0.0;
+  double total_negative = 0.0;
+  double total_positive = 0.0;
+  for (std::size_t b = 0; b < negatives.size(); ++b) {
+    const auto neg = static_cast<double>(negatives[b]);
+    const auto pos = static_cast<double>(positives[b]);
+    pairs += pos * (below + 0.5 * neg);
+    below += neg;
+    total_negative += neg;
+    total_positive += pos;
+  }
+  if (total_negative == 0.0 || total_positive == 0.0) return std::nan("");
+  return pairs / (total_negative * total_positive);
+}
+
 }  // namespace sparsecomm

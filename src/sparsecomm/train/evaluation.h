@@ -48,6 +48,12 @@ EvalCounts evaluate_range(Model& model, const TensorSplit& test, std::int64_t be
 TrainEval make_train_eval(const EvalPoint& at, std::int64_t test_count, const EvalCounts& counts,
                           double train_loss_sum, std::int64_t train_loss_count);
 
+// The area under the ROC curve from per-label histograms of the predicted
+// probability over increasing bins (ties within a bin count half); NaN
+// without both labels.
+double histogram_auc(std::span<const std::int64_t> negatives,
+                     std::span<const std::int64_t> positives);
+
 // A model's parameters and buffers at an evaluation point.
 struct EvalSnapshot {
   EvalPoint point;

@@ -84,9 +84,8 @@ bool one_of(const std::string& value, const std::vector<std::string>& allowed) {
   return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
 }
 
-}  // namespace
-
-void validate(const TrainConfig& c) {
+// The world, the model and its dataset.
+void validate_world_and_data(const TrainConfig& c) {
   require(one_of(c.backend, {"auto", "thread", "mpi"}), "backend",
           fmt::format("'{}' is not a backend; valid: auto, thread, mpi", c.backend));
   require(c.workers >= 0 && c.workers <= 1024, "workers",
@@ -113,35 +112,40 @@ void validate(const TrainConfig& c) {
                         "char-transformer train on fortunes, dlrm on click-log)",
                         c.model, kind, needs, c.dataset));
   }
-  if (model_reads_clicks(c.model)) {
-    require(c.embedding_cap >= 1 && c.embedding_cap <= (std::int64_t{1} << 31), "embedding-cap",
-            fmt::format("{} rows per table: give 1 .. 2^31", c.embedding_cap));
-    require(c.embedding_dim >= 1 && c.embedding_dim <= 1024, "embedding-dim",
-            fmt::format("{} floats per row: give 1 .. 1024", c.embedding_dim));
-    require(
-        one_of(c.embedding_exchange, {"auto", "allgather", "sparse-allreduce", "sharded", "dense"}),
-        "embedding-exchange",
-        fmt::format("'{}': valid are auto, allgather, sparse-allreduce, sharded, dense",
-                    c.embedding_exchange));
-    require(one_of(c.embedding_optimizer, {"adagrad", "sgd"}), "embedding-optimizer",
-            fmt::format("'{}': valid are adagrad, sgd", c.embedding_optimizer));
-    require(one_of(c.embedding_values, {"fp32", "bf16", "fp16"}), "embedding-values",
-            fmt::format("'{}': valid are fp32, bf16, fp16", c.embedding_values));
-    require(c.embedding_values == "fp32" || c.embedding_exchange != "dense", "embedding-values",
-            fmt::format("--embedding-values {}: the dense comparison all-reduces fp32; use it "
-                        "with allgather, sparse-allreduce, sharded or auto",
-                        c.embedding_values));
-    require(c.embedding_lr > 0.0 && std::isfinite(c.embedding_lr), "embedding-lr",
-            fmt::format("{} must be > 0", c.embedding_lr));
-    const std::string_view not_yet = "is not available for the click model (dlrm) yet";
-    require(!ps_mode(c), "servers",
-            fmt::format("parameter-server mode {}; drop --servers", not_yet));
-    require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
-            fmt::format("checkpoints (and --stop-at-step) {}", not_yet));
-    require(c.record_gradients.empty(), "record-gradients",
-            fmt::format("gradient traces {}", not_yet));
-    require(!c.eval_deferred, "eval-deferred", fmt::format("--eval-deferred {}", not_yet));
-  }
+}
+
+// The click model's own settings, and what it does not support yet.
+void validate_click_model(const TrainConfig& c) {
+  require(c.embedding_cap >= 1 && c.embedding_cap <= (std::int64_t{1} << 31), "embedding-cap",
+          fmt::format("{} rows per table: give 1 .. 2^31", c.embedding_cap));
+  require(c.embedding_dim >= 1 && c.embedding_dim <= 1024, "embedding-dim",
+          fmt::format("{} floats per row: give 1 .. 1024", c.embedding_dim));
+  require(
+      one_of(c.embedding_exchange, {"auto", "allgather", "sparse-allreduce", "sharded", "dense"}),
+      "embedding-exchange",
+      fmt::format("'{}': valid are auto, allgather, sparse-allreduce, sharded, dense",
+                  c.embedding_exchange));
+  require(one_of(c.embedding_optimizer, {"adagrad", "sgd"}), "embedding-optimizer",
+          fmt::format("'{}': valid are adagrad, sgd", c.embedding_optimizer));
+  require(one_of(c.embedding_values, {"fp32", "bf16", "fp16"}), "embedding-values",
+          fmt::format("'{}': valid are fp32, bf16, fp16", c.embedding_values));
+  require(c.embedding_values == "fp32" || c.embedding_exchange != "dense", "embedding-values",
+          fmt::format("--embedding-values {}: the dense comparison all-reduces fp32; use it "
+                      "with allgather, sparse-allreduce, sharded or auto",
+                      c.embedding_values));
+  require(c.embedding_lr > 0.0 && std::isfinite(c.embedding_lr), "embedding-lr",
+          fmt::format("{} must be > 0", c.embedding_lr));
+  const std::string_view not_yet = "is not available for the click model (dlrm) yet";
+  require(!ps_mode(c), "servers", fmt::format("parameter-server mode {}; drop --servers", not_yet));
+  require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
+          fmt::format("checkpoints (and --stop-at-step) {}", not_yet));
+  require(c.record_gradients.empty(), "record-gradients",
+          fmt::format("gradient traces {}", not_yet));
+  require(!c.eval_deferred, "eval-deferred", fmt::format("--eval-deferred {}", not_yet));
+}
+
+// The synchronization method and what goes with it.
+void validate_method(const TrainConfig& c) {
   require(c.train_samples >= 0, "train-samples", "must be >= 0 (0: all)");
   require(c.test_samples >= 0, "test-samples", "must be >= 0 (0: all)");
   require(find_sync_method(c.method) != nullptr, "method",
@@ -160,6 +164,10 @@ void validate(const TrainConfig& c) {
   require(
       c.servers >= 0 && c.servers <= (1 << 24), "servers",
       fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));
+}
+
+// Parameter-server settings: only with --servers, and what that mode lacks.
+void validate_servers(const TrainConfig& c) {
   if (!ps_mode(c)) {
     require(c.sync.empty(), "sync",
             fmt::format("'{}' needs parameter servers: add --servers S (S >= 1)", c.sync));
@@ -200,7 +208,10 @@ void validate(const TrainConfig& c) {
             "--deterministic is for all-reduce mode; BSP with dense pushes is already "
             "order-independent on the servers");
   }
-  parse_slowdowns(c);
+}
+
+// The schedule's length, the batch and the optimizer.
+void validate_optimizer(const TrainConfig& c) {
   require(c.epochs >= 1, "epochs", fmt::format("{} epochs: give at least 1", c.epochs));
   require(c.max_steps >= 0, "max-steps", "must be >= 0 (0: epochs * steps per epoch)");
   require(c.batch >= 1 && c.batch <= 65536, "batch",
@@ -243,6 +254,17 @@ void validate(const TrainConfig& c) {
           fmt::format("{} must lie in [0, 1)", c.momentum));
   require(!c.nesterov || c.momentum > 0.0, "nesterov", "Nesterov needs --momentum > 0");
   require(c.weight_decay >= 0.0, "weight-decay", "must be >= 0");
+}
+
+}  // namespace
+
+void validate(const TrainConfig& c) {
+  validate_world_and_data(c);
+  if (model_reads_clicks(c.model)) validate_click_model(c);
+  validate_method(c);
+  validate_servers(c);
+  parse_slowdowns(c);
+  validate_optimizer(c);
   require(c.warmup_epochs >= 0.0, "warmup-epochs", "must be >= 0");
   parse_lr_decay(c.lr_decay);
   require(std::is_sorted(c.lr_milestones.begin(), c.lr_milestones.end()), "lr-milestones",

@@ -53,21 +53,8 @@ fs::path default_run_dir(const TrainConfig& config) {
                                         tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-}  // namespace
-
-nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
-                            const std::string& resume_dir) {
-  validate(config);
-  RunPlan plan;
-  plan.config = config;
-  plan.method_options = effective_method_options(config);
-  if (config.deterministic && config.method == "dense" && plan.method_options.count("allreduce") &&
-      plan.method_options.at("allreduce") != "ring") {
-    throw InvalidArgument(
-        "--deterministic needs our ring all-reduce (a fixed reduction order); drop "
-        "--method-option allreduce=native");
-  }
-  // Build the method once up front so bad options fail before any work.
+// Builds the method once up front so that bad options fail before any work.
+void check_method(const TrainConfig& config, const RunPlan& plan, const std::string& resume_dir) {
   if (ps_mode(config)) {
     if (!resume_dir.empty()) {
       throw InvalidArgument("--resume: parameter-server runs write no checkpoints yet");
@@ -87,12 +74,11 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
       check_dense_layer_rule(config, probe.layers());
     }
   }
+}
 
-  plan.backend = resolve_backend(parse_backend(config.backend));
-  plan.threads = resolve_threads(config, plan.backend);
-  torch::set_num_threads(plan.threads);
-  plan.observer = observer;
-
+// The run directory: the resumed run's own (checked against its latest
+// checkpoint), --out, or a new one under runs/.
+void choose_run_dir(const TrainConfig& config, const std::string& resume_dir, RunPlan& plan) {
   if (!resume_dir.empty()) {
     if (!config.out.empty() && fs::path(config.out) != fs::path(resume_dir)) {
       throw InvalidArgument(
@@ -117,11 +103,9 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
   } else {
     plan.run_dir = config.out.empty() ? default_run_dir(config) : fs::path(config.out);
   }
-  plan.config.out = plan.run_dir.string();
+}
 
-  const Datasets data = load_datasets(config);
-  plan.data = &data;
-
+WorldOptions world_of(const TrainConfig& config, const RunPlan& plan) {
   WorldOptions world;
   world.backend = plan.backend;
   world.ranks = config.workers;
@@ -132,42 +116,80 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
   if (config.timeout_s > 0) {
     world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.timeout_s * 1000));
   }
+  return world;
+}
+
+// The world as started against the configuration (under MPI its size is the
+// job's); in parameter-server mode, which ranks serve which shards.
+std::optional<ServerLayout> check_world(const TrainConfig& config, const Communicator& comm) {
+  std::optional<ServerLayout> layout;
+  if (ps_mode(config)) {
+    if (config.workers > 0 && comm.size() != config.workers + config.servers) {
+      throw InvalidArgument(fmt::format(
+          "--workers {} --servers {}: the world must have {} ranks (workers + servers), but "
+          "the MPI job has {}; run mpirun -n {} (or give --workers {} to use this job)",
+          config.workers, config.servers, config.workers + config.servers, comm.size(),
+          config.workers + config.servers, comm.size() - config.servers));
+    }
+    if (comm.size() <= config.servers) {
+      throw InvalidArgument(fmt::format(
+          "--servers {}: the job has {} ranks, which leaves no worker; the world is workers + "
+          "servers ranks",
+          config.servers, comm.size()));
+    }
+    const int workers = comm.size() - config.servers;
+    for (const auto& [rank, factor] : parse_slowdowns(config).fixed) {
+      if (rank >= workers) {
+        throw InvalidArgument(fmt::format(
+            "--slowdown {}:{}: rank {} is not a worker (workers are ranks 0..{}, servers "
+            "{}..{})",
+            rank, factor, rank, workers - 1, workers, comm.size() - 1));
+      }
+    }
+    layout.emplace(model_numel(config), workers, config.servers);
+  } else {
+    for (const auto& [rank, factor] : parse_slowdowns(config).fixed) {
+      if (rank >= comm.size()) {
+        throw InvalidArgument(
+            fmt::format("--slowdown {}:{}: there are only {} ranks", rank, factor, comm.size()));
+      }
+    }
+  }
+  return layout;
+}
+
+}  // namespace
+
+nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
+                            const std::string& resume_dir) {
+  validate(config);
+  RunPlan plan;
+  plan.config = config;
+  plan.method_options = effective_method_options(config);
+  if (config.deterministic && config.method == "dense" && plan.method_options.count("allreduce") &&
+      plan.method_options.at("allreduce") != "ring") {
+    throw InvalidArgument(
+        "--deterministic needs our ring all-reduce (a fixed reduction order); drop "
+        "--method-option allreduce=native");
+  }
+  check_method(config, plan, resume_dir);
+
+  plan.backend = resolve_backend(parse_backend(config.backend));
+  plan.threads = resolve_threads(config, plan.backend);
+  torch::set_num_threads(plan.threads);
+  plan.observer = observer;
+
+  choose_run_dir(config, resume_dir, plan);
+  plan.config.out = plan.run_dir.string();
+
+  const Datasets data = load_datasets(config);
+  plan.data = &data;
+
+  const WorldOptions world = world_of(config, plan);
 
   std::unique_ptr<RunWriter> writer;
   run_world(world, [&](Communicator& comm) {
-    std::optional<ServerLayout> layout;
-    if (ps_mode(config)) {
-      if (config.workers > 0 && comm.size() != config.workers + config.servers) {
-        throw InvalidArgument(fmt::format(
-            "--workers {} --servers {}: the world must have {} ranks (workers + servers), but "
-            "the MPI job has {}; run mpirun -n {} (or give --workers {} to use this job)",
-            config.workers, config.servers, config.workers + config.servers, comm.size(),
-            config.workers + config.servers, comm.size() - config.servers));
-      }
-      if (comm.size() <= config.servers) {
-        throw InvalidArgument(fmt::format(
-            "--servers {}: the job has {} ranks, which leaves no worker; the world is workers + "
-            "servers ranks",
-            config.servers, comm.size()));
-      }
-      const int workers = comm.size() - config.servers;
-      for (const auto& [rank, factor] : parse_slowdowns(config).fixed) {
-        if (rank >= workers) {
-          throw InvalidArgument(fmt::format(
-              "--slowdown {}:{}: rank {} is not a worker (workers are ranks 0..{}, servers "
-              "{}..{})",
-              rank, factor, rank, workers - 1, workers, comm.size() - 1));
-        }
-      }
-      layout.emplace(model_numel(config), workers, config.servers);
-    } else {
-      for (const auto& [rank, factor] : parse_slowdowns(config).fixed) {
-        if (rank >= comm.size()) {
-          throw InvalidArgument(
-              fmt::format("--slowdown {}:{}: there are only {} ranks", rank, factor, comm.size()));
-        }
-      }
-    }
+    const std::optional<ServerLayout> layout = check_world(config, comm);
     if (comm.rank() == 0) {
       writer = std::make_unique<RunWriter>(plan.run_dir, plan.config,
                                            plan.resume_step ? *plan.resume_step : -1);

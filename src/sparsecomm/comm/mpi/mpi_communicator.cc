@@ -16,6 +16,7 @@
 #define MPICH_SKIP_MPICXX 1
 
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
+#include "sparsecomm/comm/mpi/mpi_runtime.h"
 
 #include <sched.h>
 
@@ -56,96 +57,6 @@ constexpr auto kMinSleep = std::chrono::microseconds(50);
 constexpr auto kMaxSleep = std::chrono::microseconds(200);
 // How long an abandoned receive may take to finish after MPI_Cancel.
 constexpr auto kCancelGrace = std::chrono::seconds(1);
-
-// Set just before MPI_Abort: the exit path must not finalize after it.
-std::atomic<bool> abort_called{false};
-
-bool mpi_initialized() {
-  int flag = 0;
-  MPI_Initialized(&flag);
-  return flag != 0;
-}
-
-bool mpi_finalized() {
-  int flag = 0;
-  MPI_Finalized(&flag);
-  return flag != 0;
-}
-
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) {
-    return fmt::format("MPI error code {}", code);
-  }
-  return std::string(text, static_cast<std::size_t>(std::max(length, 0)));
-}
-
-int error_class(int code) {
-  int cls = code;
-  MPI_Error_class(code, &cls);
-  return cls;
-}
-
-std::string thread_level_name(int level) {
-  switch (level) {
-    case MPI_THREAD_SINGLE:
-      return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-      return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-      return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE:
-      return "MPI_THREAD_MULTIPLE";
-    default:
-      return fmt::format("thread level {}", level);
-  }
-}
-
-// MPI's lifetime in this process: initialized on the first call of ensure(),
-// finalized by the destructor of the function-local static at exit (unless
-// the job was aborted, or MPI was initialized by someone else, who then also
-// finalizes it). Communicators are created after it, so static ones are
-// destroyed (and their MPI_Comm freed) before MPI_Finalize.
-class MpiRuntime {
- public:
-  static void ensure() { static MpiRuntime runtime; }
-
-  MpiRuntime(const MpiRuntime&) = delete;
-  MpiRuntime& operator=(const MpiRuntime&) = delete;
-
-  ~MpiRuntime() {
-    if (owner_ && !abort_called.load() && !mpi_finalized()) MPI_Finalize();
-  }
-
- private:
-  MpiRuntime() {
-    if (mpi_finalized()) {
-      throw CommError("[mpi] MPI was already finalized in this process; it cannot be used again");
-    }
-    int provided = MPI_THREAD_SINGLE;
-    if (!mpi_initialized()) {
-      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      if (rc != MPI_SUCCESS) {
-        throw CommError("[mpi] MPI_Init_thread failed: " + mpi_error_text(rc));
-      }
-      owner_ = true;
-    } else {
-      MPI_Query_thread(&provided);
-    }
-    if (provided < MPI_THREAD_SERIALIZED) {
-      const std::string message = fmt::format(
-          "[mpi] MPI provides only {}; sparsecomm needs MPI_THREAD_SERIALIZED or higher",
-          thread_level_name(provided));
-      if (owner_) MPI_Finalize();
-      throw NotSupported(message);
-    }
-    // Errors on the world (MPI_Comm_dup) are returned, not fatal.
-    if (owner_) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  }
-
-  bool owner_ = false;
-};
 
 enum class OpKind { kSend, kRecv, kCollective };
 
@@ -289,7 +200,7 @@ class MpiRequest final : public Request::Impl {
     done_ = true;
     // Open MPI keeps a request that completed with an error; release it.
     if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
-    if (op_.kind == OpKind::kRecv && error_class(rc) == MPI_ERR_TRUNCATE) {
+    if (op_.kind == OpKind::kRecv && mpi_error_class(rc) == MPI_ERR_TRUNCATE) {
       throw CommError(
           prefix(rank_) +
           fmt::format(
@@ -321,7 +232,7 @@ class MpiRequest final : public Request::Impl {
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(std::chrono::milliseconds timeout) {
-    MpiRuntime::ensure();
+    ensure_mpi_runtime();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     set_process_log_rank(rank_);
@@ -592,7 +503,7 @@ void mpi_abort_job(const std::string& message, int exit_code) {
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);
   if (mpi_initialized() && !mpi_finalized()) {
-    abort_called.store(true);
+    note_mpi_abort();
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);  // MPI_Abort does not return; this only satisfies [[noreturn]]
   }

@@ -88,6 +88,35 @@ void append_with_nans(std::span<const float> x, std::size_t k, std::size_t non_n
   }
 }
 
+// Step 4 of TopKSelector::select: appends to `out`, in ascending index,
+// every candidate whose magnitude is above `kth` and the lowest-index ones
+// equal to it, k in all (`above` of them strictly above). Branch-free, so
+// one slot of slack.
+void emit_top(const SparseSelection& candidates, std::uint32_t kth, std::size_t above,
+              std::size_t k, SparseSelection& out) {
+  const std::size_t count = candidates.size();
+  const float* val = candidates.values.data();
+  std::size_t ties_left = k - above;
+  const Index* idx = candidates.indices.data();
+  const std::size_t start = out.indices.size();
+  out.indices.resize(start + k + 1);
+  out.values.resize(start + k + 1);
+  Index* out_idx = out.indices.data() + start;
+  float* out_val = out.values.data() + start;
+  std::size_t kept = 0;
+  for (std::size_t j = 0; j < count; ++j) {
+    const std::uint32_t a = magnitude_bits(val[j]);
+    const bool tie = a == kth;
+    const bool take = a > kth || (tie && ties_left > 0);
+    out_idx[kept] = idx[j];
+    out_val[kept] = val[j];
+    kept += take ? 1 : 0;
+    ties_left -= (tie && take) ? 1 : 0;
+  }
+  out.indices.resize(start + k);
+  out.values.resize(start + k);
+}
+
 }  // namespace
 
 void TopKSelector::select(std::span<const float> x, std::size_t k, Index base,
@@ -195,26 +224,8 @@ void TopKSelector::select(std::span<const float> x, std::size_t k, Index base,
   for (auto it = order_.begin(); it != kth_it; ++it) above += *it > kth ? 1 : 0;
 
   // 4. Emit, in ascending index: every candidate above kth and the
-  // lowest-index ones equal to it. Branch-free, so one slot of slack.
-  std::size_t ties_left = k - above;
-  const Index* idx = candidates_.indices.data();
-  const std::size_t start = out.indices.size();
-  out.indices.resize(start + k + 1);
-  out.values.resize(start + k + 1);
-  Index* out_idx = out.indices.data() + start;
-  float* out_val = out.values.data() + start;
-  std::size_t kept = 0;
-  for (std::size_t j = 0; j < count; ++j) {
-    const std::uint32_t a = magnitude_bits(val[j]);
-    const bool tie = a == kth;
-    const bool take = a > kth || (tie && ties_left > 0);
-    out_idx[kept] = idx[j];
-    out_val[kept] = val[j];
-    kept += take ? 1 : 0;
-    ties_left -= (tie && take) ? 1 : 0;
-  }
-  out.indices.resize(start + k);
-  out.values.resize(start + k);
+  // lowest-index ones equal to it.
+  emit_top(candidates_, kth, above, k, out);
 }
 
 void topk_reference(std::span<const float> x, std::size_t k, Index base, SparseSelection& out) {

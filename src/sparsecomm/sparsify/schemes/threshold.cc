@@ -38,7 +38,8 @@ class HardThreshold final : public DensitySparsifier {
   double lambda_;
 };
 
-void build_threshold(const SchemeOptions& options, const CommonOptions& common, SchemeParts& parts) {
+void build_threshold(const SchemeOptions& options, const CommonOptions& common,
+                     SchemeParts& parts) {
   const double lambda = options.has("lambda")
                             ? options.number(common.scheme, "lambda", 0.0, 0.0,
                                              std::numeric_limits<double>::infinity())
