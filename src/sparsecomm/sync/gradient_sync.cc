@@ -191,26 +191,6 @@ class SkipReduceSync final : public GradientSync {
   std::vector<float> residual_;
 };
 
-// GradientSync of a registry scheme: an adapter over SparsifyExchangeStep.
-class SparseSchemeSync final : public GradientSync {
- public:
-  SparseSchemeSync(std::string_view method, const SchemeOptions& options, NonFinitePolicy policy)
-      : step_(make_scheme(method, options), policy) {}
-  std::string_view method() const override { return step_.sparsifier().name(); }
-  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
-                          Communicator& comm) override {
-    return step_.synchronize(gradient, ctx, comm);
-  }
-  bool applies_momentum() const override { return step_.memory().applies_momentum(); }
-  bool bucketable() const override { return !step_.sparsifier().spans_the_model(); }
-  std::span<const float> kept() const override { return step_.kept(); }
-  void save(StateWriter& writer) const override { step_.save(writer); }
-  void load(StateReader& reader) override { step_.load(reader); }
-
- private:
-  SparsifyExchangeStep step_;
-};
-
 }  // namespace
 
 const std::vector<SyncMethodInfo>& sync_methods() {
@@ -255,7 +235,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
   sync_method(method);  // unknown names: InvalidArgument
   if (method == "dense") return std::make_unique<DenseSync>(options, nonfinite);
   if (method == "skipreduce") return std::make_unique<SkipReduceSync>(options, nonfinite);
-  return std::make_unique<SparseSchemeSync>(method, options, nonfinite);
+  return std::make_unique<SparsifyExchangeStep>(make_scheme(method, options), nonfinite);
 }
 
 }  // namespace sparsecomm

@@ -25,6 +25,7 @@
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/sparsify/sparsifier.h"
+#include "sparsecomm/sync/gradient_sync_interface.h"
 #include "sparsecomm/sync/step_metrics.h"
 
 namespace sparsecomm {
@@ -57,27 +58,32 @@ void load_scheme_state(SchemeParts& parts, StateReader& reader);
 
 // Runs sparsify + exchange (with error feedback) on one flat gradient per
 // step; owns the scheme's parts and the exchange pattern's scratch.
-class SparsifyExchangeStep {
+class SparsifyExchangeStep final : public GradientSync {
  public:
   SparsifyExchangeStep(SchemeParts parts, NonFinitePolicy policy = NonFinitePolicy::kStop);
 
+  // The sparsifier's name (topk, exdyna, ...).
+  std::string_view method() const override { return parts_.sparsifier->name(); }
   // In: this rank's local gradient (length d, the same d every step and on
   // every rank). Out: `gradient` replaced by the averaged sparse gradient.
-  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx, Communicator& comm);
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override;
+  bool applies_momentum() const override { return parts_.memory->applies_momentum(); }
+  bool bucketable() const override { return !parts_.sparsifier->spans_the_model(); }
 
   const Sparsifier& sparsifier() const { return *parts_.sparsifier; }
   const GradientMemory& memory() const { return *parts_.memory; }
   // What the memory kept after the last step (error feedback: the
   // residual e; DGC: its v), length d; empty before the first step.
-  std::span<const float> kept() const { return parts_.memory->accumulated(); }
+  std::span<const float> kept() const override { return parts_.memory->accumulated(); }
   ExchangePattern exchange_pattern() const { return exchanger_->pattern(); }
   // This rank's selection and the exchange's result of the last step that
   // was not skipped (for tests and diagnostics; valid until the next step).
   const SparseSelection& last_selection() const { return selection_; }
   const ExchangeResult& last_exchange() const { return result_; }
 
-  void save(StateWriter& writer) const;
-  void load(StateReader& reader);
+  void save(StateWriter& writer) const override;
+  void load(StateReader& reader) override;
 
  private:
   SchemeParts parts_;
