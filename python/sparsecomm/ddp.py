@@ -7,10 +7,11 @@ rebuilds after the first iteration:
 - ``bucket_mb=None`` (the default): one group of every sparsified
   parameter in the model's order, so a global scheme (ExDyna, MiCRO)
   partitions the whole model as the CLI does without ``--bucket-mb``.
-- ``bucket_mb=X``: groups of at most X MB in reverse parameter order (the
-  order backward produces gradients), each with its own scheme instance,
-  as the CLI's ``--bucket-mb``. Only for schemes that may run in pieces
-  (not ExDyna or MiCRO).
+- ``bucket_mb=X``: groups of whole parameters closed once they hold X MB
+  or more, formed from the last parameter back (the order backward
+  produces gradients), each with its own scheme instance: the CLI's
+  ``--bucket-mb`` rule, called from C++. Only for schemes that may run in
+  pieces (not ExDyna or MiCRO).
 
 DDP calls the hook once per bucket, in bucket order, on every rank alike.
 The hook notes the bucket's gradients and exchanges every group they
@@ -35,19 +36,19 @@ apply instead of the raw gradient; the optimizer then only applies the
 average, ``p -= lr * (u + wd * p)``: ``direction_optimizer()`` makes it.
 
 Parameters excluded from sparsification (``exclude`` name patterns,
-``min_numel``) form their own groups, averaged by sparsecomm's dense ring
+``min_numel``: the CLI's rule, called from C++) form their own groups, averaged by sparsecomm's dense ring
 all-reduce, finiteness checked; a non-finite value in any group stops or
 skips the whole step.
 """
 
-import fnmatch
 import json
 import math
 
 import torch
 import torch.distributed as dist
 
-from ._sparsecomm import Communicator, Synchronizer, UpdateDirection, _fail_future
+from ._sparsecomm import (Communicator, Synchronizer, UpdateDirection, _fail_future,
+                          dense_tensors, tensor_buckets)
 from ._common import option_texts
 
 
@@ -68,21 +69,12 @@ def _plain_name(name):
 
 
 def _split(parameters, cap_bytes):
-    """Consecutive runs of (name, parameter) of at most cap_bytes each (a
-    larger parameter alone); one run of all of them without a cap."""
-    if cap_bytes is None:
-        return [parameters] if parameters else []
-    runs, run, size = [], [], 0
-    for name, parameter in parameters:
-        nbytes = parameter.numel() * parameter.element_size()
-        if run and size + nbytes > cap_bytes:
-            runs.append(run)
-            run, size = [], 0
-        run.append((name, parameter))
-        size += nbytes
-    if run:
-        runs.append(run)
-    return runs
+    """Runs of (name, parameter) as the CLI's --bucket-mb groups tensors (the
+    C++ tensor_buckets): from the last parameter back, each closed once it
+    holds cap_bytes or more, in that (backward) order; one run of all
+    without a cap."""
+    sizes = [parameter.numel() * parameter.element_size() for _, parameter in parameters]
+    return [parameters[begin:end] for begin, end in tensor_buckets(sizes, cap_bytes or 0)]
 
 
 class _Group:
@@ -160,18 +152,16 @@ class HookState:
         self.comm = Communicator(group)
         self.method = method
         self.options = option_texts(options)
-        sparse, dense = [], []
-        for name, parameter in model.named_parameters():
-            if not parameter.requires_grad:
-                continue
-            name = _plain_name(name)
-            excluded = parameter.numel() < min_numel or any(
-                fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
-            (dense if excluded else sparse).append((name, parameter))
-        if not sparse:
-            raise ValueError(
-                f"sparsecomm: exclude={list(exclude)!r} and min_numel={min_numel} leave no "
-                "parameter to sparsify; exclude fewer")
+        named = [(_plain_name(name), parameter) for name, parameter in model.named_parameters()
+                 if parameter.requires_grad]
+        if not named:
+            raise ValueError("sparsecomm: the model has no parameter that requires grad")
+        # The CLI's rule (--min-numel, --exclude): ValueError for a pattern
+        # that matches nothing or a rule that leaves nothing to sparsify.
+        to_dense = dense_tensors([name for name, _ in named], [p.numel() for _, p in named],
+                                 min_numel, list(exclude))
+        sparse = [entry for entry, is_dense in zip(named, to_dense) if not is_dense]
+        dense = [entry for entry, is_dense in zip(named, to_dense) if is_dense]
         self.sparse, self.dense = sparse, dense
         # Builds the scheme now, so a bad method or option raises ValueError
         # here rather than inside backward.
@@ -191,9 +181,7 @@ class HookState:
 
         def moments():
             return UpdateDirection(*betas, eps) if compress == "update" else None
-        cap = None if bucket_mb is None else int(bucket_mb * 1024 * 1024)
-        if cap is not None:  # the order backward produces gradients in
-            sparse, dense = sparse[::-1], dense[::-1]
+        cap = None if bucket_mb is None else max(1, int(bucket_mb * 1024 * 1024))
         self._groups = []
         for index, run in enumerate(_split(sparse, cap)):
             synchronizer = first if index == 0 else Synchronizer(self.comm, method, self.options,

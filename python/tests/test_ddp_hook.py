@@ -56,20 +56,21 @@ def test_topk_at_density_one_gives_the_default_all_reduce(run_world, world):
 
 def _groups_exchange_as_their_gradients_arrive(rank, world):
     _, default = _train(rank, 5)
-    # A group per parameter (0.0001 MB holds none of them but 2.bias, and
-    # the next one does not fit beside it): exchanged
-    # in reverse parameter order, each with its own top-k at density 1.
+    # Groups closed at 0.0001 MB (104 bytes) or more, from the last
+    # parameter back: 2.bias (16 bytes) needs 2.weight beside it, 0.bias
+    # (128 bytes) and 0.weight fill one each. Exchanged in that order, each
+    # with its own top-k at density 1.
     state, hooked = _train(rank, 5, "topk", bucket_mb=0.0001, density=1.0)
-    assert [names for names, _ in state.groups] == [["2.bias"], ["2.weight"], ["0.bias"],
+    assert [names for names, _ in state.groups] == [["2.weight", "2.bias"], ["0.bias"],
                                                     ["0.weight"]]
     assert torch.allclose(hooked, default, rtol=1e-5, atol=1e-6), (hooked - default).abs().max()
     assert state.step == 5
-    assert state.metrics["groups"] == 4
+    assert state.metrics["groups"] == 3
     assert state.metrics["union_size"] == state.metrics["numel"] == default.numel()
     # Dense-averaged parameters get groups of their own.
     state, hooked = _train(rank, 2, "topk", bucket_mb=0.0001, exclude="0.*", density=0.1)
     assert state.groups[-2:] == [(["0.bias"], False), (["0.weight"], False)]
-    assert state.metrics["groups"] == 4
+    assert state.metrics["groups"] == 3
     assert state.metrics["dense_numel"] == 20 * 32 + 32  # counted, not selected
     assert state.metrics["target"] < state.metrics["numel"] - state.metrics["dense_numel"]
 
@@ -245,8 +246,10 @@ def _bad_settings(rank, world):
         sparsecomm.ddp_comm_hook(model, "topk", density=2.0)
     with pytest.raises(ValueError, match="no_such_option"):
         sparsecomm.ddp_comm_hook(model, "topk", no_such_option=1)
-    with pytest.raises(ValueError, match="no parameter"):
+    with pytest.raises(ValueError, match="no tensor of the DDP model to sparsify"):
         sparsecomm.ddp_comm_hook(model, "topk", exclude="*")
+    with pytest.raises(ValueError, match="exclude pattern 'nosuch' matches no tensor"):
+        sparsecomm.ddp_comm_hook(model, "topk", exclude="nosuch")
     with pytest.raises(ValueError, match="bucket_mb"):
         sparsecomm.ddp_comm_hook(model, "topk", bucket_mb=0)
     with pytest.raises(ValueError, match="whole model"):  # a global scheme

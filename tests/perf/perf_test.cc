@@ -3,6 +3,7 @@
 // model's terms, and the profile's JSON (docs/algorithms.md, "Performance
 // model").
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "sparsecomm/perf/measured_scaling.h"
 #include "sparsecomm/perf/scheme_scaling.h"
 #include "sparsecomm/perf/step_model.h"
+#include "sparsecomm/sparsify/registry.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -313,6 +315,39 @@ TEST(SchemeScaling, EveryBuiltInSchemeStaysWithinWhatAUnionCanBe) {
     }
   }
   EXPECT_THROW(builtin_scaling("no-such", 0.01), InvalidArgument);
+}
+
+// A scheme added to the registry is priced from its traits; the model then
+// needs its measured statistics (builtin_scaling.cc) and its selection cost
+// (cost_profile.cc), or the traits must say why it cannot be priced.
+TEST(StepModel, EveryRegisteredSchemeIsPricedOrSaysWhyNot) {
+  const CostProfile p = network_profile(10, 5);
+  const std::vector<std::string>& modeled = modeled_methods();
+  for (const SchemeInfo& info : scheme_registry()) {
+    SCOPED_TRACE(info.name);
+    const bool listed = std::find(modeled.begin(), modeled.end(), info.name) != modeled.end();
+    if (!info.traits.unpriced_because.empty()) {
+      EXPECT_FALSE(listed);
+      const std::string message =
+          error_message([&] { predict_step(info.name, {.ranks = 4, .numel = 1e6}, p); });
+      EXPECT_NE(message.find(info.traits.unpriced_because), std::string::npos) << message;
+      continue;
+    }
+    EXPECT_TRUE(listed);
+    EXPECT_TRUE(p.select_s_per_element.contains(info.name)) << "no default selection cost";
+    for (const double density : {0.01, 0.001}) {
+      for (const int n : {2, 64}) {
+        const Scenario s{.ranks = n, .numel = 1e8, .density = density, .compute_s = 0.1};
+        const StepPrediction x = predict_step(info.name, s, p);
+        EXPECT_GT(x.exchange_s, 0.0);
+        EXPECT_GT(x.selection_s, 0.0);
+        EXPECT_LT(x.bytes_sent, 4e8);  // below the dense ring's 2 (n-1)/n d floats
+        if (has_scheme_statistics(info.name)) {
+          EXPECT_EQ(x.statistics, "built-in");
+        }
+      }
+    }
+  }
 }
 
 TEST(StepModel, DenseIsComputePlusTheRingPlusTheUpdate) {

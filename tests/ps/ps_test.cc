@@ -184,7 +184,7 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
   }
   EXPECT_FALSE(ps_push_is_partition_based("topk"));
   EXPECT_FALSE(ps_push_is_partition_based("dense"));
-  EXPECT_NE(ps_push_methods().find("micro, exdyna, exdyna-faithful, cltk, deft (--sync bsp only)"),
+  EXPECT_NE(ps_push_methods().find("cltk, micro, exdyna, exdyna-faithful, deft (--sync bsp only)"),
             std::string::npos)
       << ps_push_methods();
   options.model = SyncModel::bsp();

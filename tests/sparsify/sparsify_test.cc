@@ -233,7 +233,9 @@ TEST(Registry, RejectsInvalidOptionsForEveryScheme) {
     const std::string unknown = message_of([&] { make_scheme(name, options_of({"speed=3"})); });
     EXPECT_TRUE(contains(unknown, "unknown option 'speed'"));
     EXPECT_TRUE(contains(unknown, "valid options:"));
-    EXPECT_TRUE(contains(unknown, "density, exchange, values, encode_indices, memory, momentum, clip_norm, clip_ratio, seed"));
+    EXPECT_TRUE(contains(unknown,
+                         "density, exchange, values, encode_indices, memory, momentum, clip_norm, "
+                         "clip_ratio, seed"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"values=fp8"})); }),
                          "values=fp8 is not one of: fp32, fp16, bf16"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"exchange=ring"})); }),
@@ -262,7 +264,7 @@ TEST(Registry, DefaultsFollowTheSpecification) {
     const SchemeParts parts = make_scheme(e.name, {});
     EXPECT_EQ(parts.sparsifier->name(), e.name);
     EXPECT_EQ(parts.exchange, e.exchange);
-    EXPECT_EQ(parts.sparsifier->default_exchange(), e.exchange);
+    EXPECT_EQ(parts.traits.default_exchange(), e.exchange);
     EXPECT_EQ(parts.memory->name(), e.memory);
     EXPECT_EQ(parts.exchange_options.values, ValueEncoding::kFloat32);
     EXPECT_TRUE(parts.exchange_options.encode_indices);
@@ -288,7 +290,8 @@ TEST(Registry, TraitsAreDeclaredByTheBuiltParts) {
     const bool partitioned =
         info.name == "micro" || info.name == "exdyna" || info.name == "exdyna-faithful";
     const SchemeParts parts = make_scheme(info.name, {});
-    EXPECT_EQ(parts.sparsifier->spans_the_model(), partitioned);
+    EXPECT_EQ(parts.traits.spans_the_model, partitioned);
+    EXPECT_EQ(info.traits.spans_the_model, partitioned);
     EXPECT_EQ(parts.memory->applies_momentum(), info.name == "dgc");
     EXPECT_EQ(scheme_applies_momentum(info.name, {}), info.name == "dgc");
     for (const char* clip : {"clip_ratio=0", "clip_ratio=2"}) {
@@ -339,9 +342,7 @@ TEST(Registry, SchemeSpecificOptions) {
   // Momentum correction is a memory every scheme may use; the optimizer must
   // then apply no momentum, which scheme_applies_momentum() tells.
   EXPECT_EQ(make_scheme("exdyna", options_of({"memory=momentum"})).memory->name(), "momentum");
-  EXPECT_TRUE(contains(message_of([] {
-                         make_scheme("topk", options_of({"clip_norm=1"}));
-                       }),
+  EXPECT_TRUE(contains(message_of([] { make_scheme("topk", options_of({"clip_norm=1"})); }),
                        "[topk] options momentum and clip_norm belong to memory=momentum"));
   EXPECT_TRUE(contains(message_of([] { make_scheme("topk", options_of({"memory=velocity"})); }),
                        "memory=velocity is not one of: ef, none, momentum"));

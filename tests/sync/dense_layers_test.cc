@@ -9,6 +9,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/sync/dense_layers.h"
+#include "sparsecomm/sync/tensor_buckets.h"
 #include "sync_checks.h"
 
 namespace sparsecomm {
@@ -182,6 +184,22 @@ TEST(DenseLayers, TheDenseCountSumsThePickedTensorsAndRefusesRulesThatPickNoneOr
               dense_numel(rule, kInterleaved, "toy");
             }).find("--min-numel 1000 leaves no tensor of the toy model to sparsify"),
             std::string::npos);
+}
+
+// The trainer's DataParallel and the Python hook both group tensors so.
+TEST(TensorBuckets, BucketsCloseAtTheirSizeFromTheLastTensorBack) {
+  const std::vector<std::size_t> bytes = {2560, 128, 512, 16};
+  auto ranges = [&](std::size_t cap) {
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (const Range& r : tensor_buckets(bytes, cap)) out.emplace_back(r.begin, r.end);
+    return out;
+  };
+  using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+  EXPECT_EQ(ranges(0), (Ranges{{0, 4}}));  // no cap: one bucket, the tensors in order
+  EXPECT_EQ(ranges(104), (Ranges{{2, 4}, {1, 2}, {0, 1}}));  // 16 + 512, 128, 2560
+  EXPECT_EQ(ranges(600), (Ranges{{1, 4}, {0, 1}}));          // 656, then what is left
+  EXPECT_EQ(ranges(1 << 20), (Ranges{{0, 4}}));              // the last bucket: the rest
+  EXPECT_TRUE(tensor_buckets({}, 100).empty());
 }
 
 TEST(DenseLayers, AnEmptyRuleOrTheDenseMethodIsLeftAlone) {

@@ -20,6 +20,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/core/timer.h"
+#include "world_flags.h"
 
 namespace sparsecomm::cli {
 // Named so that the tool's sources can compile as one unit (UNITY_BUILD).
@@ -27,8 +28,7 @@ namespace bench_collectives_impl {
 namespace {
 
 struct Options {
-  std::string backend = "auto";
-  int workers = 4;
+  WorldFlags world;
   std::string sizes = "64K,1M,16M,64M";
   std::string algorithms = "ring,native,skipreduce";
   std::string skips;  // default: 0, n/4, n/2
@@ -38,7 +38,6 @@ struct Options {
   std::size_t skip_min_elements = 100000;
   std::uint64_t seed = 1;
   std::string format = "table";
-  long long timeout_ms = 0;  // 0: the default timeout
 };
 
 // The all-reduces; two allgathers of the same total size (each rank
@@ -415,14 +414,10 @@ void print_table(const std::vector<Row>& rows, std::string_view backend, int wor
 void run(const Options& options) {
   check_iterations(options.iters, options.warmup);
   check_format(options.format);
-  WorldOptions world;
-  world.backend = parse_backend(options.backend);
-  world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : options.workers;
-  if (options.timeout_ms > 0) world.timeout = std::chrono::milliseconds(options.timeout_ms);
   std::vector<Row> rows;
   std::string backend;
   int size = 0;
-  run_world(world, [&](Communicator& comm) {
+  run_world(world_options(options.world), [&](Communicator& comm) {
     std::vector<Row> measured = measure(comm, options);
     if (comm.rank() == 0) {
       rows = std::move(measured);
@@ -450,11 +445,7 @@ void add_bench_collectives_command(CLI::App& bench) {
       "collectives",
       "All-reduce time and bandwidth: our ring, the native one (MPI), Skip-Reduce; allgather: "
       "our ring against the backend's (MPI); broadcast: our tree against the backend's (MPI)");
-  cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
-      ->capture_default_str();
-  cmd->add_option("--workers,-n", options->workers, "ranks for the thread backend")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  add_world_flags(*cmd, options->world);
   cmd->add_option("--sizes", options->sizes, "buffer sizes in bytes (K/M/G suffixes)")
       ->capture_default_str();
   cmd->add_option("--algorithms", options->algorithms, std::string(kAlgorithmNames))
@@ -469,8 +460,6 @@ void add_bench_collectives_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--seed", options->seed, "Skip-Reduce rotation seed")->capture_default_str();
   cmd->add_option("--format", options->format, "table | json")->capture_default_str();
-  cmd->add_option("--timeout-ms", options->timeout_ms,
-                  "per-operation communication timeout (default 60000 or SPARSECOMM_TIMEOUT_MS)");
   cmd->callback([options] { run(*options); });
 }
 

@@ -22,6 +22,7 @@
 #include "sparsecomm/core/rng.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/core/timer.h"
+#include "world_flags.h"
 
 namespace sparsecomm::cli {
 // Named so that the tool's sources can compile as one unit (UNITY_BUILD).
@@ -29,7 +30,7 @@ namespace bench_exchange_impl {
 namespace {
 
 struct Options {
-  std::string backend = "auto";
+  WorldFlags world;  // backend and timeout: --workers is a list of world sizes here
   std::string workers = "2,4,8";
   std::string numel = "1M";
   std::string densities = "0.001,0.01";
@@ -42,7 +43,6 @@ struct Options {
   int warmup = 2;
   std::uint64_t seed = 1;
   std::string format = "table";
-  long long timeout_ms = 0;
 };
 
 // One measured configuration.
@@ -393,17 +393,12 @@ void run(const Options& options) {
   parse_cases(options);
   for (const std::string& name : split_list(options.values, "--values")) parse_value_encoding(name);
 
-  const BackendKind kind = resolve_backend(parse_backend(options.backend));
-  const std::vector<int> worlds =
-      kind == BackendKind::kMpi ? std::vector<int>{0} : parse_workers(options);
+  const bool mpi = resolve_backend(parse_backend(options.world.backend)) == BackendKind::kMpi;
+  const std::vector<int> worlds = mpi ? std::vector<int>{0} : parse_workers(options);
   std::vector<Row> rows;
   std::string backend;
   for (const int ranks : worlds) {
-    WorldOptions world;
-    world.backend = kind;
-    world.ranks = ranks;
-    if (options.timeout_ms > 0) world.timeout = std::chrono::milliseconds(options.timeout_ms);
-    run_world(world, [&](Communicator& comm) {
+    run_world(world_options(options.world, ranks), [&](Communicator& comm) {
       std::vector<Row> measured = measure(comm, options, numel);
       if (comm.rank() == 0) {
         rows.insert(rows.end(), measured.begin(), measured.end());
@@ -430,8 +425,7 @@ void add_bench_exchange_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "exchange",
       "Sparse exchange patterns: union all-reduce, sparse allgather, sparse all-reduce");
-  cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
-      ->capture_default_str();
+  add_backend_flag(*cmd, options->world.backend);
   cmd->add_option("--workers,-n", options->workers,
                   "world sizes for the thread backend (list; under MPI the job's size)")
       ->capture_default_str();
@@ -457,8 +451,7 @@ void add_bench_exchange_command(CLI::App& bench) {
   cmd->add_option("--seed", options->seed, "seed of the inputs and selections")
       ->capture_default_str();
   cmd->add_option("--format", options->format, "table | json")->capture_default_str();
-  cmd->add_option("--timeout-ms", options->timeout_ms,
-                  "per-operation communication timeout (default 60000 or SPARSECOMM_TIMEOUT_MS)");
+  add_timeout_flag(*cmd, options->world.timeout_ms);
   cmd->callback([options] { run(*options); });
 }
 

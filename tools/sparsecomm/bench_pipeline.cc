@@ -18,13 +18,13 @@
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/models.h"
 #include "sparsecomm/train/train_config.h"
+#include "world_flags.h"
 
 namespace sparsecomm::cli {
 namespace {
 
 struct PipelineBenchOptions {
-  std::string backend = "auto";
-  int workers = 4;
+  WorldFlags world;
   std::string model = "wide-mlp";
   std::string method = "dense";
   double bucket_mb = 4.0;
@@ -98,11 +98,8 @@ void run(const PipelineBenchOptions& o) {
   validate(check);
   if (o.bucket_mb <= 0) throw InvalidArgument("--bucket-mb must be > 0 (the pipelined side)");
   if (o.steps < 1 || o.warmup < 0) throw InvalidArgument("--steps must be >= 1, --warmup >= 0");
-  WorldOptions world;
-  world.backend = parse_backend(o.backend);
-  world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : o.workers;
   torch::set_num_threads(1);
-  run_world(world, [&](Communicator& comm) {
+  run_world(world_options(o.world), [&](Communicator& comm) {
     const Timing after = measure(comm, o, 0);
     const Timing piped = measure(comm, o, static_cast<std::size_t>(o.bucket_mb * 1024.0 * 1024.0));
     if (comm.rank() != 0) return;
@@ -133,8 +130,7 @@ void add_bench_pipeline_command(CLI::App& bench) {
       "pipeline",
       "The same training steps synchronized after backward and pipelined in buckets, in one run: "
       "median step times, their ratio, and the share of communication hidden under backward");
-  cmd->add_option("--backend", options->backend, "auto | thread | mpi")->capture_default_str();
-  cmd->add_option("--workers", options->workers, "ranks (thread backend)")->capture_default_str();
+  add_world_flags(*cmd, options->world);
   cmd->add_option("--model", options->model, "mlp | cnn | resnet18 | wide-mlp | char-lstm")
       ->capture_default_str();
   cmd->add_option("--method", options->method, "a bucketable method (dense, topk, ...)")

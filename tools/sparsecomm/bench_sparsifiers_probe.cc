@@ -211,7 +211,6 @@ class ProbeSparsifier final : public Sparsifier {
         evict_(evict) {}
 
   std::string_view name() const override { return inner_->name(); }
-  ExchangePattern default_exchange() const override { return inner_->default_exchange(); }
   std::size_t target(std::size_t numel, const StepContext& ctx) const override {
     return inner_->target(numel, ctx);
   }

@@ -35,13 +35,13 @@
 #include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/sync/sparsify_exchange_step.h"
 #include "sparsecomm/traces/gradient_stream.h"
+#include "world_flags.h"
 
 namespace sparsecomm::cli {
 namespace {
 
 struct CalibrateOptions {
-  std::string backend = "auto";
-  int workers = 2;
+  WorldFlags world{.workers = 2};
   std::string out;
   std::string name;
   std::string numel = "4M";
@@ -421,10 +421,7 @@ void print_host_costs(const perf::CostProfile& profile, const std::vector<std::s
 
 void run_calibrate(const CalibrateOptions& o) {
   const CalibrateInputs in = check_calibrate_options(o);
-  WorldOptions world;
-  world.backend = parse_backend(o.backend);
-  world.ranks = resolve_backend(world.backend) == BackendKind::kMpi ? 0 : o.workers;
-  run_world(world, [&](Communicator& comm) {
+  run_world(world_options(o.world), [&](Communicator& comm) {
     if (comm.size() < 2 && !o.host_only) {
       throw InvalidArgument(
           "calibrating the network needs at least 2 ranks (--workers, or mpirun -np N); "
@@ -470,10 +467,7 @@ void add_calibrate_command(CLI::App& app) {
       "calibrate",
       "Measure the performance model's constants here (alpha, beta, per-element host costs) "
       "and write them as a JSON cost profile for `sparsecomm plan --profile`");
-  cmd->add_option("--backend", options->backend, "auto | thread | mpi (auto: mpi under mpirun)")
-      ->capture_default_str();
-  cmd->add_option("-n,--workers", options->workers, "ranks for the thread backend")
-      ->capture_default_str();
+  add_world_flags(*cmd, options->world);
   cmd->add_option("-o,--out", options->out, "write the profile (JSON) here");
   cmd->add_option("--name", options->name, "the profile's name (default: backend and ranks)");
   cmd->add_option("-d,--numel", options->numel, "elements of the host measurements")

@@ -31,6 +31,7 @@
 #include "sparsecomm/train/run_writer.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
+#include "world_flags.h"
 
 namespace sparsecomm::cli {
 namespace {
@@ -279,8 +280,7 @@ void add_train_world_flags(CLI::App* cmd, TrainConfig& c) {
                   "drawn from the seed, is slowed so (transient stragglers). Compute time: the "
                   "thread's CPU time with one intra-op thread, so ranks sharing cores do not "
                   "change how slow it is; else wall time");
-  cmd->add_option("--backend", c.backend, "auto | thread | mpi (auto: mpi under mpirun)")
-      ->capture_default_str();
+  add_backend_flag(*cmd, c.backend);
   cmd->add_option("--threads", c.threads,
                   "LibTorch intra-op threads per rank (0: 1 per thread rank; under mpirun the "
                   "cores shared among the local ranks)")

@@ -8,6 +8,7 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/scheme_scaling.h"
+#include "sparsecomm/sparsify/registry.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -33,19 +34,55 @@ struct MethodShape {
   bool ranged = false;  // partitions are contiguous ranges (MiCRO's; ExDyna's are scattered blocks)
 };
 
-constexpr MethodShape kMethods[] = {
-    {"dense", Kind::kDense, true, 0, "ring all-reduce"},
-    {"skipreduce", Kind::kSkipReduce, true, 0, "Skip-Reduce (skip n/2)"},
-    {"topk", Kind::kIndependent, true, 1, "sparse allgather"},
-    {"dgc", Kind::kIndependent, true, 2, "sparse allgather"},
-    {"gaussiank", Kind::kIndependent, true, 1, "sparse allgather"},
-    {"randomk", Kind::kShared, true, 1, "shared all-reduce"},
-    {"cltk", Kind::kLeader, true, 1, "broadcast + shared all-reduce"},
-    {"micro", Kind::kPartitioned, false, 1, "union all-reduce", false, true},
-    {"exdyna", Kind::kPartitioned, false, 1, "union all-reduce", true},
-    {"deft", Kind::kPartitioned, true, 1, "union all-reduce"},
-    {"ps", Kind::kParameterServer, false, 0, "parameter server, BSP"},
-};
+// The methods that are not schemes of the registry; the schemes' shapes
+// come from their traits (shape_of_scheme).
+constexpr MethodShape kDense = {"dense", Kind::kDense, true, 0, "ring all-reduce"};
+constexpr MethodShape kSkipReduce = {"skipreduce", Kind::kSkipReduce, true, 0,
+                                     "Skip-Reduce (skip n/2)"};
+constexpr MethodShape kParameterServer = {"ps", Kind::kParameterServer, false, 0,
+                                          "parameter server, BSP"};
+
+MethodShape shape_of_scheme(const SchemeInfo& info) {
+  using Selection = SchemeTraits::Selection;
+  const SchemeTraits& traits = info.traits;
+  MethodShape shape{info.name, Kind::kIndependent, !traits.spans_the_model, 1.0,
+                    "sparse allgather"};
+  switch (traits.selection) {
+    case Selection::kIndependent:
+      break;
+    case Selection::kShared:
+      shape.kind = Kind::kShared;
+      shape.exchange = "shared all-reduce";
+      break;
+    case Selection::kLeader:
+      shape.kind = Kind::kLeader;
+      shape.exchange = "broadcast + shared all-reduce";
+      break;
+    case Selection::kPartitioned:
+      shape.kind = Kind::kPartitioned;
+      shape.exchange = "union all-reduce";
+      break;
+  }
+  // Momentum correction keeps u and v: two passes over d.
+  if (scheme_applies_momentum(info.name, {})) shape.accumulate = 2.0;
+  shape.capped = traits.capped_threshold;
+  shape.ranged = traits.ranged_partitions;
+  return shape;
+}
+
+// Every method the model prices: dense, Skip-Reduce, the registry's
+// schemes but those whose traits say why not, and the parameter server.
+const std::vector<MethodShape>& method_shapes() {
+  static const std::vector<MethodShape> shapes = [] {
+    std::vector<MethodShape> out = {kDense, kSkipReduce};
+    for (const SchemeInfo& info : scheme_registry()) {
+      if (info.traits.unpriced_because.empty()) out.push_back(shape_of_scheme(info));
+    }
+    out.push_back(kParameterServer);
+    return out;
+  }();
+  return shapes;
+}
 
 // Skip-Reduce's defaults (gradient_sync.cc): skip floor(n/2), and buffers
 // under 100,000 elements reduced in full.
@@ -57,7 +94,7 @@ constexpr double kHistogramBytes = 8 * 513;
 
 // The method's shape; nullptr for an unknown method.
 const MethodShape* find_shape(std::string_view method) {
-  for (const MethodShape& shape : kMethods) {
+  for (const MethodShape& shape : method_shapes()) {
     if (shape.name == method) return &shape;
   }
   return nullptr;
@@ -65,8 +102,12 @@ const MethodShape* find_shape(std::string_view method) {
 
 const MethodShape& shape_of(std::string_view method) {
   if (const MethodShape* shape = find_shape(method)) return *shape;
+  if (const SchemeInfo* scheme = find_scheme(method)) {
+    throw InvalidArgument(fmt::format("the performance model cannot price '{}': {}", method,
+                                      scheme->traits.unpriced_because));
+  }
   std::string known;
-  for (const MethodShape& shape : kMethods)
+  for (const MethodShape& shape : method_shapes())
     known += fmt::format("{}{}", known.empty() ? "" : ", ", shape.name);
   throw InvalidArgument(
       fmt::format("the performance model knows no method '{}' (known: {})", method, known));
@@ -218,7 +259,7 @@ bool selects_independently(std::string_view method) {
 const std::vector<std::string>& modeled_methods() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
-    for (const MethodShape& shape : kMethods) out.emplace_back(shape.name);
+    for (const MethodShape& shape : method_shapes()) out.emplace_back(shape.name);
     return out;
   }();
   return names;

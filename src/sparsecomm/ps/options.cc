@@ -1,8 +1,6 @@
 // PsOptions validation: which push methods PS mode accepts, under which
 // synchronization models.
 
-#include <algorithm>
-#include <array>
 #include <string>
 #include <string_view>
 
@@ -10,29 +8,19 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/ps/parameter_server.h"
+#include "sparsecomm/sparsify/registry.h"
 
 namespace sparsecomm {
 namespace {
 
-// Schemes whose selection needs nothing from other ranks: every model.
-constexpr std::array<std::string_view, 5> kPerWorkerSchemes = {"topk", "threshold", "randomk",
-                                                               "dgc", "gaussiank"};
-// Schemes whose workers select together (a shared step, collectives among
-// the workers during select(), all-gathered counts): BSP only.
-constexpr std::array<std::string_view, 5> kPartitionSchemes = {"micro", "exdyna", "exdyna-faithful",
-                                                               "cltk", "deft"};
-
-template <std::size_t N>
-bool contains(const std::array<std::string_view, N>& list, std::string_view name) {
-  return std::find(list.begin(), list.end(), name) != list.end();
-}
-
-template <std::size_t N>
-std::string joined(const std::array<std::string_view, N>& list) {
+// The schemes whose workers select together (SchemeTraits::selects_together)
+// or not, as "a, b, c".
+std::string push_schemes(bool together) {
   std::string out;
-  for (const std::string_view name : list) {
+  for (const SchemeInfo& info : scheme_registry()) {
+    if (info.traits.selects_together() != together) continue;
     if (!out.empty()) out += ", ";
-    out += name;
+    out += info.name;
   }
   return out;
 }
@@ -40,11 +28,14 @@ std::string joined(const std::array<std::string_view, N>& list) {
 }  // namespace
 
 std::string ps_push_methods() {
-  return fmt::format("dense, {} (every --sync model); {} (--sync bsp only)",
-                     joined(kPerWorkerSchemes), joined(kPartitionSchemes));
+  return fmt::format("dense, {} (every --sync model); {} (--sync bsp only)", push_schemes(false),
+                     push_schemes(true));
 }
 
-bool ps_push_is_partition_based(std::string_view push) { return contains(kPartitionSchemes, push); }
+bool ps_push_is_partition_based(std::string_view push) {
+  const SchemeInfo* info = find_scheme(push);
+  return info != nullptr && info->traits.selects_together();
+}
 
 void validate_ps_options(const PsOptions& options) {
   make_flat_optimizer(options.optimizer);  // InvalidArgument for bad optimizer options
@@ -57,24 +48,16 @@ void validate_ps_options(const PsOptions& options) {
     }
     return;
   }
-  if (ps_push_is_partition_based(options.push)) {
-    if (options.model.kind != SyncModelKind::kBsp) {
-      throw InvalidArgument(fmt::format(
-          "[ps] scheme '{}' is partition-based: its workers select together (a shared step, "
-          "collectives among the workers, all-gathered counts), so PS mode allows it only under "
-          "BSP, not under '{}'; use --sync bsp, or a per-worker push method: dense, {}",
-          options.push, options.model.name(), joined(kPerWorkerSchemes)));
-    }
-  } else if (!contains(kPerWorkerSchemes, options.push)) {
-    if (find_scheme(options.push) != nullptr) {
-      // A registered scheme neither list names (a new one): refuse until
-      // someone decides which list it belongs to.
-      throw InvalidArgument(
-          fmt::format("[ps] scheme '{}' is not available in PS mode; PS push methods: {}",
-                      options.push, ps_push_methods()));
-    }
+  if (find_scheme(options.push) == nullptr) {
     throw InvalidArgument(fmt::format("[ps] unknown push method '{}'; PS push methods: {}",
                                       options.push, ps_push_methods()));
+  }
+  if (ps_push_is_partition_based(options.push) && options.model.kind != SyncModelKind::kBsp) {
+    throw InvalidArgument(fmt::format(
+        "[ps] scheme '{}' is partition-based: its workers select together (a shared step, "
+        "collectives among the workers, all-gathered counts), so PS mode allows it only under "
+        "BSP, not under '{}'; use --sync bsp, or a per-worker push method: dense, {}",
+        options.push, options.model.name(), push_schemes(false)));
   }
   for (const char* key : {"exchange", "values", "encode_indices"}) {
     if (options.scheme_options.has(key)) {
@@ -89,7 +72,7 @@ void validate_ps_options(const PsOptions& options) {
     // The push derives the step's union size K from the declared exchange
     // (PsWorker::push): disjoint selections (union) or identical ones
     // (shared). Any other pattern would need the indices of every worker.
-    const ExchangePattern pattern = parts.sparsifier->default_exchange();
+    const ExchangePattern pattern = parts.traits.default_exchange();
     if (pattern != ExchangePattern::kUnionAllreduce && pattern != ExchangePattern::kSharedIndices) {
       throw InvalidArgument(fmt::format(
           "[ps] scheme '{}' declares the '{}' exchange; PS mode supports partition-based schemes "

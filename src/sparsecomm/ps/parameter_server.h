@@ -152,8 +152,8 @@ struct PsOptions {
 // "dense, topk, threshold, randomk, dgc, gaussiank (every --sync model);
 // micro, exdyna, exdyna-faithful, cltk, deft (--sync bsp only)".
 std::string ps_push_methods();
-// True for the partition-based schemes (micro, exdyna, exdyna-faithful,
-// cltk, deft): their workers select together, so BSP only.
+// True for the schemes whose workers select together (their registry
+// traits: micro, exdyna, exdyna-faithful, cltk, deft), so BSP only.
 bool ps_push_is_partition_based(std::string_view push);
 // InvalidArgument for an unknown push method, a partition-based scheme
 // under a model other than BSP (naming the scheme and the model), an

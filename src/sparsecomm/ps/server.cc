@@ -1,10 +1,11 @@
-// run_server(): the server side of the protocol in parameter_server.h, and
-// the clock/consistency controller on server 0.
+// run_server(): the server side of the protocol in parameter_server.h: the
+// shard, its optimizer and BSP staging; server 0 also answers BEGIN from
+// its clock controller (clock_controller.h).
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/ps/clock_controller.h"
 #include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/ps/protocol.h"
 
@@ -49,14 +51,15 @@ class Server {
         options_(options),
         server_(layout.server_index(comm.rank())),
         shard_(layout.shard(server_)),
-        controller_(server_ == 0),
         params_(initial.begin(), initial.end()),
         gradient_(shard_.size(), 0.0f),
-        slots_(static_cast<std::size_t>(layout.workers())),
-        clocks_(controller_ ? slots_.size() : 0) {
+        slots_(static_cast<std::size_t>(layout.workers())) {
     log_.server = server_;
     log_.shard = shard_;
-    if (controller_) log_.waits.assign(slots_.size(), WaitStats{});
+    if (server_ == 0) {
+      controller_.emplace(options.model, layout.workers());
+      log_.waits.assign(slots_.size(), WaitStats{});
+    }
     const int optimizers = options.model.kind == SyncModelKind::kBsp ? 1 : layout.workers();
     for (int i = 0; i < optimizers; ++i) {
       optimizers_.push_back(make_flat_optimizer(options.optimizer));
@@ -127,9 +130,6 @@ class Server {
     bool done = false;
     std::int64_t pushes = 0;  // pushes received from this worker
     Clock::time_point held_since;
-    // The controller's DSSP decision for the current BEGIN.
-    bool grant_evaluated = false;
-    std::int64_t dssp_r = -1;
     // BSP: the push staged for the current step.
     bool staged = false;
     RequestHeader staged_header;
@@ -137,14 +137,6 @@ class Server {
     std::vector<std::uint32_t> sparse;  // indices, then value bits
     std::uint64_t staged_fingerprint = 0;
     double staged_sum = 0.0;
-  };
-  // The controller's view of one worker.
-  struct WorkerClock {
-    std::int64_t clock = 0;  // pushes received
-    double last_push = 0.0;
-    double previous_push = 0.0;
-    bool in_episode = false;  // DSSP: past s_L on granted extra steps
-    std::int64_t remaining = 0;
   };
 
   int workers() const { return layout_.workers(); }
@@ -180,8 +172,7 @@ class Server {
                                           "(rank {})",
                                           worker_name(p), layout_.controller_rank()));
     }
-    slot.grant_evaluated = false;
-    slot.dssp_r = -1;
+    if (controller_) controller_->new_request(p);
     if (serve(p)) {
       if (!slot.done && !slot.receiving) post(p);
     } else {
@@ -216,7 +207,8 @@ class Server {
       case RequestKind::kBegin:
         return serve_begin(p);
       case RequestKind::kDone:
-        slot.done = true;  // it leaves the controller's minimum
+        slot.done = true;
+        if (controller_) controller_->finished(p);  // it leaves the minimum clock
         --running_;
         return true;
     }
@@ -279,12 +271,7 @@ class Server {
     }
     log_.bytes_received += payload.size();
     ++slot.pushes;
-    if (controller_) {
-      WorkerClock& c = clocks_[static_cast<std::size_t>(p)];
-      c.clock = slot.pushes;
-      c.previous_push = c.last_push;
-      c.last_push = now_s();
-    }
+    if (controller_) controller_->pushed(p, slot.pushes, now_s());
     const std::uint64_t fingerprint = ps::push_fingerprint(p, h.clock, payload);
     const double sum = payload_sum(h, dense, words);
     if (bsp()) {
@@ -423,89 +410,22 @@ class Server {
     }
   }
 
-  // Min clock over the workers still running.
-  std::int64_t min_clock() const {
-    std::int64_t min = std::numeric_limits<std::int64_t>::max();
-    for (std::size_t q = 0; q < slots_.size(); ++q) {
-      if (!slots_[q].done) min = std::min(min, clocks_[q].clock);
-    }
-    return min;
-  }
-
-  // The running worker with the smallest clock (ties: the oldest last push).
-  std::size_t slowest() const {
-    std::size_t best = 0;
-    bool found = false;
-    for (std::size_t q = 0; q < slots_.size(); ++q) {
-      if (slots_[q].done) continue;
-      if (!found || clocks_[q].clock < clocks_[best].clock ||
-          (clocks_[q].clock == clocks_[best].clock &&
-           clocks_[q].last_push < clocks_[best].last_push)) {
-        best = q;
-        found = true;
-      }
-    }
-    return best;
-  }
-
   bool serve_begin(int p) {
     Slot& slot = slot_of(p);
     const RequestHeader& h = slot.header;
-    WorkerClock& c = clocks_[static_cast<std::size_t>(p)];
-    if (h.clock != c.clock) {
+    if (h.clock != controller_->clock(p)) {
       throw CommError(who() + fmt::format("{} asked to begin at clock {}, but pushed {} steps",
-                                          worker_name(p), h.clock, c.clock));
+                                          worker_name(p), h.clock, controller_->clock(p)));
     }
-    const std::int64_t min = min_clock();
-    const std::int64_t ahead = h.clock - min;
-    const SyncModel& model = options_.model;
-    bool grant = false;
-    bool extra = false;
-    switch (model.kind) {
-      case SyncModelKind::kAsp:
-        grant = true;
-        break;
-      case SyncModelKind::kBsp:
-        grant = ahead <= 0;
-        break;
-      case SyncModelKind::kSsp:
-        grant = ahead <= model.staleness;
-        break;
-      case SyncModelKind::kDssp:
-        if (ahead <= model.staleness) {
-          grant = true;
-          c.in_episode = false;
-          c.remaining = 0;
-        } else if (ahead <= model.staleness_upper) {
-          if (c.in_episode && c.remaining > 0) {
-            grant = extra = true;
-            --c.remaining;
-          } else if (!c.in_episode && !slot.grant_evaluated) {
-            slot.grant_evaluated = true;
-            const WorkerClock& slow = clocks_[slowest()];
-            // Fall back to SSP(s_L) until both have push intervals.
-            if (c.clock >= 2 && slow.clock >= 2) {
-              slot.dssp_r = dssp_grant(c.last_push, c.last_push - c.previous_push, slow.last_push,
-                                       slow.last_push - slow.previous_push,
-                                       model.staleness_upper - model.staleness);
-              if (slot.dssp_r > 0) {
-                c.in_episode = true;
-                c.remaining = slot.dssp_r - 1;
-                grant = extra = true;
-              }
-            }
-          }
-        }
-        break;
-    }
-    if (!grant) return false;
+    const ps::ClockController::Decision decision = controller_->decide(p);
+    if (!decision.grant) return false;
     BeginGrant record;
     record.worker = p;
     record.clock = h.clock;
-    record.min_clock = min;
+    record.min_clock = decision.min_clock;
     record.blocked = slot.held;
-    record.extra = extra;
-    record.dssp_r = slot.dssp_r;
+    record.extra = decision.extra;
+    record.dssp_r = decision.dssp_r;
     record.wait_s =
         slot.held ? std::chrono::duration<double>(Clock::now() - slot.held_since).count() : 0.0;
     record.time_s = now_s();
@@ -515,7 +435,8 @@ class Server {
       ++waits.count;
       waits.seconds += record.wait_s;
     }
-    const ps::GrantReply reply{min, record.blocked ? 1 : 0, extra ? 1 : 0, slot.dssp_r};
+    const ps::GrantReply reply{decision.min_clock, record.blocked ? 1 : 0, decision.extra ? 1 : 0,
+                               decision.dssp_r};
     comm_.send(ps::object_bytes(reply), layout_.worker_rank(p), ps::kTagGrant);
     log_.bytes_sent += sizeof(reply);
     return true;
@@ -561,7 +482,7 @@ class Server {
   const PsOptions& options_;
   int server_;
   Range shard_;
-  bool controller_;
+  std::optional<ps::ClockController> controller_;  // server 0 only
   // The shard's optimizer state. BSP: one optimizer for the whole shard. ASP,
   // SSP, DSSP: one per worker, each with its own momentum buffer over the
   // whole shard, decayed only by that worker's pushes. Then a buffer's
@@ -574,7 +495,6 @@ class Server {
   std::vector<float> params_;
   std::vector<float> gradient_;  // dense scratch, all zero between pushes
   std::vector<Slot> slots_;
-  std::vector<WorkerClock> clocks_;  // controller only
   std::int64_t version_ = 0;
   int staged_ = 0;  // BSP: pushes staged for step version_
   int running_ = 0;

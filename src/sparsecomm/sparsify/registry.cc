@@ -49,7 +49,7 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 
 std::vector<std::string> exchange_choices(const SchemeDefinition& definition) {
   std::vector<std::string> out = {"union", "allgather", "sparse-allreduce"};
-  if (definition.identical_selections) out.emplace_back("shared");
+  if (definition.traits.identical_selections()) out.emplace_back("shared");
   return out;
 }
 
@@ -58,7 +58,7 @@ std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
   std::vector<OptionSpec> specs = definition.options;
   for (OptionSpec spec : common_option_specs()) {
     if (spec.name == "exchange") {
-      spec.default_value = std::string(exchange_pattern_name(definition.default_exchange));
+      spec.default_value = std::string(exchange_pattern_name(definition.traits.default_exchange()));
       spec.help = "exchange pattern: " + join(exchange_choices(definition), "|");
     } else if (spec.name == "memory") {
       spec.default_value = definition.memories.front();
@@ -86,8 +86,9 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
       options.choice(scheme, "memory", definition.memories.front(), definition.memories);
 
   SchemeParts parts;
-  const std::string default_exchange(exchange_pattern_name(definition.default_exchange));
-  if (!definition.identical_selections && options.has("exchange") &&
+  parts.traits = definition.traits;
+  const std::string default_exchange(exchange_pattern_name(definition.traits.default_exchange()));
+  if (!definition.traits.identical_selections() && options.has("exchange") &&
       options.values().at("exchange") == "shared") {
     throw InvalidArgument(fmt::format(
         "[{}] option exchange=shared needs every rank to select the same indices, which {} does "
@@ -128,8 +129,8 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
   // A memory that keeps nothing replays nothing: no clip unless asked for
   // with memory=none, or at density 1 (everything is sent every step).
   const bool keeps_nothing = common.memory == "none" || common.density == 1.0;
-  const double clip_ratio = options.number(scheme, "clip_ratio",
-                                           keeps_nothing ? 0.0 : kDefaultSpikeClipRatio, 0.0, inf);
+  const double clip_ratio =
+      options.number(scheme, "clip_ratio", keeps_nothing ? 0.0 : kDefaultSpikeClipRatio, 0.0, inf);
   if (clip_ratio != 0.0 && !(clip_ratio > 1.0 && std::isfinite(clip_ratio))) {
     throw InvalidArgument(fmt::format(
         "[{}] option clip_ratio={} must be a finite number above 1 (a gradient may be that many "
@@ -141,6 +142,19 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
 }
 
 }  // namespace
+
+ExchangePattern SchemeTraits::default_exchange() const {
+  switch (selection) {
+    case Selection::kIndependent:
+      return ExchangePattern::kSparseAllgather;
+    case Selection::kShared:
+    case Selection::kLeader:
+      return ExchangePattern::kSharedIndices;
+    case Selection::kPartitioned:
+      return ExchangePattern::kUnionAllreduce;
+  }
+  return ExchangePattern::kSparseAllgather;
+}
 
 const std::vector<OptionSpec>& common_option_specs() {
   static const std::vector<OptionSpec> specs = {
@@ -172,6 +186,7 @@ const std::vector<SchemeInfo>& scheme_registry() {
       SchemeInfo info;
       info.name = definition.name;
       info.summary = definition.summary;
+      info.traits = definition.traits;
       info.options = specs_for(definition);
       info.make = [definition](const SchemeOptions& options) { return build(definition, options); };
       out.push_back(std::move(info));

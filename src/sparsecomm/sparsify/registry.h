@@ -15,17 +15,57 @@
 
 namespace sparsecomm {
 
+// What the rest of the project knows of a scheme without building it,
+// declared once on its registry entry (sparsify/schemes/<name>.cc): sync/
+// decides bucketing from it, ps/ which synchronization models may push with
+// it, perf/ how a step is priced.
+struct SchemeTraits {
+  // Who picks the indices. It decides the default exchange, and the price.
+  enum class Selection {
+    kIndependent,  // each rank from its whole vector alone: sparse allgather
+    kShared,       // every rank the same indices from a shared seed: values all-reduced
+    kLeader,       // one rank selects and broadcasts the indices: values all-reduced
+    kPartitioned,  // each rank in its own part of the vector: union all-reduce
+  };
+  Selection selection = Selection::kIndependent;
+  // Selects over the whole vector at once (partitions that span the model):
+  // it cannot run per bucket.
+  bool spans_the_model = false;
+  // The ranks agree on a same-step threshold capped per rank by default (one
+  // more histogram in the first round; ExDyna's).
+  bool capped_threshold = false;
+  // The partitions are contiguous ranges (MiCRO's); else scattered blocks.
+  bool ranged_partitions = false;
+  // Why the performance model cannot price the scheme; empty when it can.
+  std::string_view unpriced_because = {};
+
+  // Every rank selects the same indices: the "shared" exchange applies.
+  bool identical_selections() const {
+    return selection == Selection::kShared || selection == Selection::kLeader;
+  }
+  // select() runs collectives among the ranks (an agreed threshold, a
+  // leader's broadcast, all-gathered counts), so all ranks select in the
+  // same step: the parameter server takes such pushes under BSP only.
+  bool selects_together() const {
+    return selection == Selection::kPartitioned || selection == Selection::kLeader;
+  }
+  // The exchange the scheme was designed with (docs/algorithms.md).
+  ExchangePattern default_exchange() const;
+};
+
 // A built scheme: the sparsifier plus how it is exchanged and remembered.
 struct SchemeParts {
   std::unique_ptr<Sparsifier> sparsifier;
   std::unique_ptr<GradientMemory> memory;
   ExchangePattern exchange = ExchangePattern::kUnionAllreduce;
   ExchangeOptions exchange_options;
+  SchemeTraits traits;  // the registry entry's
 };
 
 struct SchemeInfo {
-  std::string name;                 // "topk", "dgc", ...
-  std::string summary;              // one line for --help
+  std::string name;     // "topk", "dgc", ...
+  std::string summary;  // one line for --help
+  SchemeTraits traits;
   std::vector<OptionSpec> options;  // scheme-specific + the common ones
   std::function<SchemeParts(const SchemeOptions&)> make;
 };

@@ -45,13 +45,6 @@ class Sparsifier {
   virtual ~Sparsifier() = default;
   virtual std::string_view name() const = 0;
 
-  // The exchange pattern the scheme was designed with (docs/algorithms.md).
-  virtual ExchangePattern default_exchange() const = 0;
-
-  // True when the scheme must see the whole gradient in one call (MiCRO's
-  // and ExDyna's partitions span the model): it cannot run per bucket.
-  virtual bool spans_the_model() const { return false; }
-
   // This step's target count k for a vector of `numel` elements (DGC's
   // warm-up changes it over time).
   virtual std::size_t target(std::size_t numel, const StepContext& ctx) const = 0;

@@ -20,7 +20,7 @@ bool DenseLayerRule::matches(const LayerSpan& layer) const {
 }
 
 std::size_t dense_numel(const DenseLayerRule& rule, std::span<const LayerSpan> layers,
-                        std::string_view model) {
+                        std::string_view model, const DenseRuleWords& words) {
   if (rule.empty()) return 0;
   for (const std::string& pattern : rule.patterns) {
     DenseLayerRule one;
@@ -31,9 +31,9 @@ std::size_t dense_numel(const DenseLayerRule& rule, std::span<const LayerSpan> l
       for (const LayerSpan& layer : layers) {
         names.push_back(fmt::format("{} ({})", layer.name, layer.size));
       }
-      throw InvalidArgument(fmt::format(
-          "--exclude '{}' matches no tensor of the {} model; its tensors (elements) are: {}",
-          pattern, model, fmt::join(names, ", ")));
+      throw InvalidArgument(
+          fmt::format("{} '{}' matches no tensor of the {} model; its tensors (elements) are: {}",
+                      words.exclude, pattern, model, fmt::join(names, ", ")));
     }
   }
   std::size_t dense = 0;
@@ -45,10 +45,12 @@ std::size_t dense_numel(const DenseLayerRule& rule, std::span<const LayerSpan> l
   if (dense == total) {
     throw InvalidArgument(fmt::format(
         "{} no tensor of the {} model to sparsify: every tensor would be averaged densely; {}, "
-        "or run -m dense",
-        rule.patterns.empty() ? fmt::format("--min-numel {} leaves", rule.min_numel)
-                              : "--min-numel and --exclude leave",
-        model, rule.patterns.empty() ? "lower --min-numel" : "exclude fewer tensors"));
+        "{}",
+        rule.patterns.empty() ? fmt::format("{} {} leaves", words.min_numel, rule.min_numel)
+                              : fmt::format("{} and {} leave", words.min_numel, words.exclude),
+        model,
+        rule.patterns.empty() ? fmt::format("lower {}", words.min_numel) : "exclude fewer tensors",
+        words.all_dense));
   }
   return dense;
 }

@@ -31,13 +31,20 @@ struct DenseLayerRule {
   bool matches(const LayerSpan& layer) const;
 };
 
+// How the messages below name the settings behind a rule: the CLI's flags
+// by default; the Python hook passes its keywords.
+struct DenseRuleWords {
+  std::string_view min_numel = "--min-numel";
+  std::string_view exclude = "--exclude";
+  std::string_view all_dense = "or run -m dense";  // the way out when nothing is left
+};
+
 // The elements of `layers` that `rule` sends densely (0 for an empty
 // rule). InvalidArgument when a pattern matches none of the tensors (the
 // message lists them) or when the rule leaves no tensor to sparsify;
-// `model` names the model in the messages, which speak of the options
-// --min-numel and --exclude that set the rule.
+// `model` names the model in the messages.
 std::size_t dense_numel(const DenseLayerRule& rule, std::span<const LayerSpan> layers,
-                        std::string_view model);
+                        std::string_view model, const DenseRuleWords& words = {});
 
 // Wraps `inner` when the rule selects anything; returns `inner` unchanged
 // for an empty rule and for the method "dense" (which already averages

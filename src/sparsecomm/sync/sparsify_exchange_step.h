@@ -69,7 +69,7 @@ class SparsifyExchangeStep final : public GradientSync {
   StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
                           Communicator& comm) override;
   bool applies_momentum() const override { return parts_.memory->applies_momentum(); }
-  bool bucketable() const override { return !parts_.sparsifier->spans_the_model(); }
+  bool bucketable() const override { return !parts_.traits.spans_the_model; }
 
   const Sparsifier& sparsifier() const { return *parts_.sparsifier; }
   const GradientMemory& memory() const { return *parts_.memory; }

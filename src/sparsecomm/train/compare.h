@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "sparsecomm/train/train_config.h"
-#include "sparsecomm/train/trainer.h"
+#include "sparsecomm/train/train_records.h"
 
 namespace sparsecomm {
 

@@ -12,6 +12,7 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/sync/tensor_buckets.h"
 
 namespace sparsecomm {
 namespace {
@@ -233,26 +234,21 @@ DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
   }
   // Buckets of whole tensors in reverse registration order: each is a
   // contiguous range of the flat vector (parameters are laid out in
-  // registration order), filled from the end.
+  // registration order).
+  std::vector<std::size_t> tensor_bytes;
+  for (const LayerSpan& layer : layers) tensor_bytes.push_back(layer.size * sizeof(float));
   std::vector<int> bucket_of_param(params.size(), 0);
-  std::size_t end = numel();
-  std::size_t bytes = 0;
-  int bucket = 0;
-  for (std::size_t i = params.size(); i-- > 0;) {
-    bucket_of_param[i] = bucket;
-    bytes += layers[i].size * sizeof(float);
-    if (bytes >= options.bucket_bytes || i == 0) {
-      const Range range{layers[i].offset, end};
-      bucket_ranges_.push_back(range);
-      std::vector<LayerSpan> relative;
-      for (std::size_t j = i; j < params.size() && layers[j].offset < end; ++j) {
-        relative.push_back({layers[j].name, layers[j].offset - range.begin, layers[j].size});
-      }
-      bucket_layers_.push_back(std::move(relative));
-      end = range.begin;
-      bytes = 0;
-      ++bucket;
+  for (const Range& tensors : tensor_buckets(tensor_bytes, options.bucket_bytes)) {
+    const auto bucket = static_cast<int>(bucket_ranges_.size());
+    const Range range{layers[tensors.begin].offset,
+                      layers[tensors.end - 1].offset + layers[tensors.end - 1].size};
+    bucket_ranges_.push_back(range);
+    std::vector<LayerSpan> relative;
+    for (std::size_t j = tensors.begin; j < tensors.end; ++j) {
+      bucket_of_param[j] = bucket;
+      relative.push_back({layers[j].name, layers[j].offset - range.begin, layers[j].size});
     }
+    bucket_layers_.push_back(std::move(relative));
   }
   while (syncs_.size() < bucket_ranges_.size()) syncs_.push_back(make_sync());
   pipeline_ = std::make_unique<Pipeline>(*this, bucket_of_param);

@@ -19,7 +19,8 @@
 #include <torch/torch.h>
 
 #include "sparsecomm/train/models.h"
-#include "sparsecomm/train/trainer.h"
+#include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/train_records.h"
 #include "sparsecomm/train/training_data.h"
 
 namespace sparsecomm {

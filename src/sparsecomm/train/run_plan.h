@@ -31,7 +31,8 @@
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/models.h"
 #include "sparsecomm/train/run_writer.h"
-#include "sparsecomm/train/trainer.h"
+#include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/train_records.h"
 #include "sparsecomm/train/training_data.h"
 
 namespace sparsecomm {

@@ -15,7 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sparsecomm/report/run_files.h"
-#include "sparsecomm/train/trainer.h"
+#include "sparsecomm/train/train_config.h"
+#include "sparsecomm/train/train_records.h"
 
 namespace sparsecomm {
 

@@ -20,7 +20,6 @@ class CltK final : public DensitySparsifier {
   using DensitySparsifier::DensitySparsifier;
 
   std::string_view name() const override { return "cltk"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kSharedIndices; }
 
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator& comm,
               SparseSelection& out) override {
@@ -52,20 +51,13 @@ class CltK final : public DensitySparsifier {
   TopKSelector selector_;
 };
 
-void build_cltk(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
-  parts.sparsifier = std::make_unique<CltK>(common.density);
-}
-
 }  // namespace
 
 SchemeDefinition cltk_definition() {
-  SchemeDefinition definition;
-  definition.name = "cltk";
-  definition.summary = "cyclic local top-k: leader t mod n picks k indices for every rank";
-  definition.default_exchange = ExchangePattern::kSharedIndices;
-  definition.identical_selections = true;
-  definition.build = build_cltk;
-  return definition;
+  return {.name = "cltk",
+          .summary = "cyclic local top-k: leader t mod n picks k indices for every rank",
+          .traits = {.selection = SchemeTraits::Selection::kLeader},
+          .build = build_with_density<CltK>};
 }
 
 }  // namespace sparsecomm::schemes

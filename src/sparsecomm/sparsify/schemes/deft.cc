@@ -110,7 +110,6 @@ class DeftSparsifier final : public Sparsifier {
   explicit DeftSparsifier(const DeftOptions& options) : options_(options) {}
 
   std::string_view name() const override { return "deft"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kUnionAllreduce; }
   std::size_t target(std::size_t numel, const StepContext&) const override {
     return target_count(options_.density, numel);
   }
@@ -223,16 +222,13 @@ DeftOptions deft_options_from(const SchemeOptions& options) {
 namespace schemes {
 
 SchemeDefinition deft_definition() {
-  SchemeDefinition definition;
-  definition.name = "deft";
-  definition.summary =
-      "layer pieces, leader's norm-based budgets, bin-packed per-piece exact top-k";
-  definition.default_exchange = ExchangePattern::kUnionAllreduce;
-  definition.options = deft_option_specs();
-  definition.build = [](const SchemeOptions& options, const CommonOptions&, SchemeParts& parts) {
-    parts.sparsifier = make_deft_sparsifier(deft_options_from(options));
-  };
-  return definition;
+  return {.name = "deft",
+          .summary = "layer pieces, leader's norm-based budgets, bin-packed per-piece exact top-k",
+          .traits = {.selection = SchemeTraits::Selection::kPartitioned},
+          .options = deft_option_specs(),
+          .build = [](const SchemeOptions& options, const CommonOptions&, SchemeParts& parts) {
+            parts.sparsifier = make_deft_sparsifier(deft_options_from(options));
+          }};
 }
 
 }  // namespace schemes

@@ -42,7 +42,6 @@ class Dgc final : public DensitySparsifier {
       : DensitySparsifier(density), warmup_epochs_(warmup_epochs), rng_(seed) {}
 
   std::string_view name() const override { return "dgc"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kSparseAllgather; }
 
   // The density at this step, after the warm-up.
   double density_at(const StepContext& ctx) const {
@@ -59,10 +58,7 @@ class Dgc final : public DensitySparsifier {
 
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator& comm,
               SparseSelection& out) override {
-    out.clear();
-    read_only({0, accumulated.size()});
-    last_search_ = {};
-    const std::size_t k = target(accumulated.size(), ctx);
+    const std::size_t k = start_full_read(accumulated, ctx, out);
     if (k == 0) return;
     const std::uint64_t start =
         rng_.u64(static_cast<std::uint64_t>(ctx.step),
@@ -122,17 +118,15 @@ void build_dgc(const SchemeOptions& options, const CommonOptions& common, Scheme
 }  // namespace
 
 SchemeDefinition dgc_definition() {
-  SchemeDefinition definition;
-  definition.name = "dgc";
-  definition.summary =
-      "Deep Gradient Compression: sampled threshold, momentum correction, warm-up, clipping";
-  definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.memories = {"momentum", "ef", "none", "ef21"};
-  definition.options = {
-      {"warmup_epochs", "0", "W: density c^((e+1)/(W+1)) at fractional epoch e < W (0 = off)"},
-  };
-  definition.build = build_dgc;
-  return definition;
+  return {.name = "dgc",
+          .summary =
+              "Deep Gradient Compression: sampled threshold, momentum correction, "
+              "warm-up, clipping",
+          .traits = {.selection = SchemeTraits::Selection::kIndependent},
+          .memories = {"momentum", "ef", "none", "ef21"},
+          .options = {{"warmup_epochs", "0",
+                       "W: density c^((e+1)/(W+1)) at fractional epoch e < W (0 = off)"}},
+          .build = build_dgc};
 }
 
 }  // namespace sparsecomm::schemes

@@ -71,14 +71,10 @@ class GaussianK final : public DensitySparsifier {
       : DensitySparsifier(density), z_(-inverse_normal_cdf(density / 2.0)) {}
 
   std::string_view name() const override { return "gaussiank"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kSparseAllgather; }
 
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
-    out.clear();
-    read_only({0, accumulated.size()});
-    last_search_ = {};
-    const std::size_t k = target(accumulated.size(), ctx);
+    const std::size_t k = start_full_read(accumulated, ctx, out);
     if (k == 0) return;
     const Moments m = moments(accumulated);
     if (!std::isfinite(m.mean) || !std::isfinite(m.stddev)) {
@@ -122,19 +118,13 @@ class GaussianK final : public DensitySparsifier {
   TopKSelector top_k_;
 };
 
-void build_gaussiank(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
-  parts.sparsifier = std::make_unique<GaussianK>(common.density);
-}
-
 }  // namespace
 
 SchemeDefinition gaussiank_definition() {
-  SchemeDefinition definition;
-  definition.name = "gaussiank";
-  definition.summary = "threshold |mu| + sigma * Phi^-1(1 - c/2) from the moments, count-corrected";
-  definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.build = build_gaussiank;
-  return definition;
+  return {.name = "gaussiank",
+          .summary = "threshold |mu| + sigma * Phi^-1(1 - c/2) from the moments, count-corrected",
+          .traits = {.selection = SchemeTraits::Selection::kIndependent},
+          .build = build_with_density<GaussianK>};
 }
 
 }  // namespace sparsecomm::schemes

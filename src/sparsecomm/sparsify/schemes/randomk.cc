@@ -31,7 +31,6 @@ class RandomK final : public DensitySparsifier {
   RandomK(double density, std::uint64_t seed) : DensitySparsifier(density), rng_(seed) {}
 
   std::string_view name() const override { return "randomk"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kSharedIndices; }
 
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
@@ -93,16 +92,12 @@ void build_randomk(const SchemeOptions& options, const CommonOptions& common, Sc
 }  // namespace
 
 SchemeDefinition randomk_definition() {
-  SchemeDefinition definition;
-  definition.name = "randomk";
-  definition.summary = "the same k random coordinates on every rank (Philox by seed and step)";
-  definition.default_exchange = ExchangePattern::kSharedIndices;
-  definition.identical_selections = true;
-  definition.options = {
-      {"rescale", "false", "scale the sent values by d/k (unbiased); only with memory=none"},
-  };
-  definition.build = build_randomk;
-  return definition;
+  return {.name = "randomk",
+          .summary = "the same k random coordinates on every rank (Philox by seed and step)",
+          .traits = {.selection = SchemeTraits::Selection::kShared},
+          .options = {{"rescale", "false",
+                       "scale the sent values by d/k (unbiased); only with memory=none"}},
+          .build = build_randomk};
 }
 
 }  // namespace sparsecomm::schemes

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,17 +38,21 @@ struct CommonOptions {
 using SchemeBuild = void (*)(const SchemeOptions& options, const CommonOptions& common,
                              SchemeParts& parts);
 
-// One scheme's entry in the registry.
+// The build of a scheme whose sparsifier needs the density alone: S(density).
+template <class S>
+void build_with_density(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
+  parts.sparsifier = std::make_unique<S>(common.density);
+}
+
+// One scheme's entry in the registry, written as a designated initializer
+// in its file (fields in this order).
 struct SchemeDefinition {
-  std::string name;
-  std::string summary;
-  ExchangePattern default_exchange = ExchangePattern::kSparseAllgather;
-  // Every rank selects the same indices, so the "shared" exchange (an
-  // all-reduce of the values alone) is allowed.
-  bool identical_selections = false;
+  std::string name = {};
+  std::string summary = {};
+  SchemeTraits traits = {};
   // allowed; the first is the default
   std::vector<std::string> memories = {"ef", "none", "momentum", "ef21"};
-  std::vector<OptionSpec> options;  // the scheme's own options
+  std::vector<OptionSpec> options = {};  // the scheme's own options
   SchemeBuild build = nullptr;
 };
 
@@ -89,6 +94,16 @@ class DensitySparsifier : public Sparsifier {
   const ThresholdSearch& last_search() const { return last_search_; }
 
  protected:
+  // The start of a select() that reads the whole vector: clears `out` and
+  // the last threshold search, records the read, returns this step's k.
+  std::size_t start_full_read(std::span<const float> accumulated, const StepContext& ctx,
+                              SparseSelection& out) {
+    out.clear();
+    read_only({0, accumulated.size()});
+    last_search_ = {};
+    return target(accumulated.size(), ctx);
+  }
+
   double density_;
   ThresholdSearch last_search_;
 };

@@ -18,13 +18,10 @@ class HardThreshold final : public DensitySparsifier {
   HardThreshold(double density, double lambda) : DensitySparsifier(density), lambda_(lambda) {}
 
   std::string_view name() const override { return "threshold"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kSparseAllgather; }
 
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
-    out.clear();
-    read_only({0, accumulated.size()});
-    const std::size_t k = target(accumulated.size(), ctx);
+    const std::size_t k = start_full_read(accumulated, ctx, out);
     if (k == 0) return;
     threshold_select(accumulated, threshold_for(k), 0, out);
   }
@@ -50,17 +47,15 @@ void build_threshold(const SchemeOptions& options, const CommonOptions& common,
 }  // namespace
 
 SchemeDefinition threshold_definition() {
-  SchemeDefinition definition;
-  definition.name = "threshold";
-  definition.summary = "hard threshold: every rank selects |g + e| >= lambda";
-  definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.options = {
-      {"lambda", "1/(2*sqrt(k))",
-       "the constant threshold (>= 0); the default is the reference's, "
-       "which ignores the gradient's scale"},
-  };
-  definition.build = build_threshold;
-  return definition;
+  return {.name = "threshold",
+          .summary = "hard threshold: every rank selects |g + e| >= lambda",
+          .traits = {.selection = SchemeTraits::Selection::kIndependent,
+                     .unpriced_because =
+                         "its count follows lambda and the gradient's scale, not the density"},
+          .options = {{"lambda", "1/(2*sqrt(k))",
+                       "the constant threshold (>= 0); the default is the reference's, which "
+                       "ignores the gradient's scale"}},
+          .build = build_threshold};
 }
 
 }  // namespace sparsecomm::schemes

@@ -13,13 +13,10 @@ class TopK final : public DensitySparsifier {
   using DensitySparsifier::DensitySparsifier;
 
   std::string_view name() const override { return "topk"; }
-  ExchangePattern default_exchange() const override { return ExchangePattern::kSparseAllgather; }
 
   void select(std::span<const float> accumulated, const StepContext& ctx, Communicator&,
               SparseSelection& out) override {
-    out.clear();
-    read_only({0, accumulated.size()});
-    const std::size_t k = target(accumulated.size(), ctx);
+    const std::size_t k = start_full_read(accumulated, ctx, out);
     if (k == 0) return;
     selector_.select(accumulated, k, 0, out);
   }
@@ -28,19 +25,13 @@ class TopK final : public DensitySparsifier {
   TopKSelector selector_;
 };
 
-void build_topk(const SchemeOptions&, const CommonOptions& common, SchemeParts& parts) {
-  parts.sparsifier = std::make_unique<TopK>(common.density);
-}
-
 }  // namespace
 
 SchemeDefinition topk_definition() {
-  SchemeDefinition definition;
-  definition.name = "topk";
-  definition.summary = "exact local top-k of |g + e| on every rank";
-  definition.default_exchange = ExchangePattern::kSparseAllgather;
-  definition.build = build_topk;
-  return definition;
+  return {.name = "topk",
+          .summary = "exact local top-k of |g + e| on every rank",
+          .traits = {.selection = SchemeTraits::Selection::kIndependent},
+          .build = build_with_density<TopK>};
 }
 
 }  // namespace sparsecomm::schemes
