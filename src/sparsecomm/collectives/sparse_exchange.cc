@@ -116,40 +116,9 @@ void SparseExchange::exchange(Communicator& comm, const SparseSelection& selecti
     throw InvalidArgument(detail::where(comm) +
                           fmt::format("{} elements cannot be addressed by 32-bit indices", numel));
   }
+  selection.check(numel, detail::where(comm));
   const std::span<const Index> selected(selection.indices);
-  for (std::size_t i = 0; i < selected.size(); ++i) {
-    if (selected[i] >= numel || (i > 0 && selected[i] <= selected[i - 1])) {
-      throw InvalidArgument(
-          detail::where(comm) +
-          fmt::format(
-              "the selection must be strictly ascending indices below d = {}, but index {} is {}{}",
-              numel, i, selected[i], i > 0 ? fmt::format(" after {}", selected[i - 1]) : ""));
-    }
-  }
   const std::span<const Range> known(selection.known);
-  std::size_t known_end = 0;
-  for (const Range& range : known) {
-    if (range.begin > range.end || range.end > numel || range.begin < known_end) {
-      throw InvalidArgument(
-          detail::where(comm) +
-          fmt::format("the known ranges must be ascending, non-overlapping and inside [0, {}), "
-                      "but [{}, {}) follows a range ending at {}",
-                      numel, range.begin, range.end, known_end));
-    }
-    known_end = range.end;
-  }
-  for (std::size_t i = 0, r = 0; i < selected.size() && r < known.size();) {
-    if (known[r].end <= selected[i]) {
-      ++r;
-    } else if (selected[i] >= known[r].begin) {
-      throw InvalidArgument(detail::where(comm) +
-                            fmt::format("selected index {} lies in the known range "
-                                        "[{}, {}): they must be disjoint",
-                                        selected[i], known[r].begin, known[r].end));
-    } else {
-      ++i;
-    }
-  }
   known_indices_.clear();
   for (const Range& range : known) {
     for (std::size_t i = range.begin; i < range.end; ++i) {

@@ -19,6 +19,67 @@ std::size_t chunk_begin(std::size_t numel, int parts, int chunk) {
   return c * (numel / p) + std::min(c, numel % p);
 }
 
+void SparseSelection::check(std::size_t numel, std::string_view where) const {
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] >= numel || (i > 0 && indices[i] <= indices[i - 1])) {
+      throw InvalidArgument(fmt::format(
+          "{}the selection must be strictly ascending indices below d = {}, but index {} is {}{}",
+          where, numel, i, indices[i], i > 0 ? fmt::format(" after {}", indices[i - 1]) : ""));
+    }
+  }
+  std::size_t known_end = 0;
+  for (const Range& range : known) {
+    if (range.begin > range.end || range.end > numel || range.begin < known_end) {
+      throw InvalidArgument(
+          fmt::format("{}the known ranges must be ascending, non-overlapping and inside [0, {}), "
+                      "but [{}, {}) follows a range ending at {}",
+                      where, numel, range.begin, range.end, known_end));
+    }
+    known_end = range.end;
+  }
+  for (std::size_t i = 0, r = 0; i < indices.size() && r < known.size();) {
+    if (known[r].end <= indices[i]) {
+      ++r;
+    } else if (indices[i] >= known[r].begin) {
+      throw InvalidArgument(
+          fmt::format("{}selected index {} lies in the known range [{}, {}): they must be disjoint",
+                      where, indices[i], known[r].begin, known[r].end));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void SparseSelection::expand_known(std::span<const float> accumulated, SparseSelection& out,
+                                   std::string_view where) const {
+  check(accumulated.size(), where);
+  if (values.size() != indices.size()) {
+    throw InvalidArgument(fmt::format("{}the selection has {} indices but {} values", where,
+                                      indices.size(), values.size()));
+  }
+  std::size_t total = size();
+  for (const Range& range : known) total += range.size();
+  out.clear();
+  out.indices.resize(total);
+  out.values.resize(total);
+  std::size_t placed = 0;
+  std::size_t next = 0;  // of indices
+  const auto take_selected_before = [&](std::size_t end) {
+    for (; next < size() && indices[next] < end; ++next, ++placed) {
+      out.indices[placed] = indices[next];
+      out.values[placed] = values[next];
+    }
+  };
+  for (const Range& range : known) {
+    take_selected_before(range.begin);
+    for (std::size_t i = range.begin; i < range.end; ++i, ++placed) {
+      out.indices[placed] = static_cast<Index>(i);
+      out.values[placed] = accumulated[i];
+    }
+  }
+  take_selected_before(accumulated.size());
+}
+
 std::size_t target_count(double density, std::size_t numel) {
   if (numel == 0) return 0;
   const double k = std::floor(density * static_cast<double>(numel));

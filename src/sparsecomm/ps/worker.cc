@@ -84,71 +84,6 @@ static_assert(tags::kBarrier < ps::kTagRequest && tags::kBroadcast < ps::kTagReq
               tags::kSparseAllreduceHeader < ps::kTagRequest &&
               tags::kSparseAllreducePayload < ps::kTagRequest);
 
-// The pushed entries of one selection: its explicit (index, value) pairs
-// merged in ascending order with its known ranges, expanded into
-// (index, accumulated[index]) pairs: in the all-reduce exchanges every rank
-// transmits its own accumulated values there, with no index on the wire; a
-// push carries every index. Checks the selection's invariants (indices
-// strictly ascending and inside [0, d), one value each; known ranges
-// ascending, non-overlapping, inside [0, d) and disjoint from the indices).
-void expand_selection(const SparseSelection& sel, std::span<const float> accumulated, int worker,
-                      std::string_view scheme, UninitVector<Index>& indices,
-                      UninitVector<float>& values) {
-  const std::size_t d = accumulated.size();
-  const auto bad = [&](const std::string& what) {
-    return Error(fmt::format("[ps] worker {}: scheme '{}' selected {}", worker, scheme, what));
-  };
-  if (sel.values.size() != sel.indices.size()) {
-    throw bad(fmt::format("{} indices but {} values", sel.indices.size(), sel.values.size()));
-  }
-  std::size_t total = sel.size();
-  std::size_t known_end = 0;
-  for (const Range& range : sel.known) {
-    if (range.begin > range.end || range.end > d || range.begin < known_end) {
-      throw bad(
-          fmt::format("the known range [{}, {}) (after {}): known ranges must be "
-                      "ascending, non-overlapping and inside [0, {})",
-                      range.begin, range.end, known_end, d));
-    }
-    known_end = range.end;
-    total += range.size();
-  }
-  indices.resize(total);
-  values.resize(total);
-  std::size_t out = 0;
-  std::size_t j = 0;
-  std::size_t previous = 0;
-  const auto take_explicit_below = [&](std::size_t limit) {
-    for (; j < sel.size() && sel.indices[j] < limit; ++j) {
-      const std::size_t i = sel.indices[j];
-      if (i >= d || (j > 0 && i <= previous)) {
-        throw bad(fmt::format("index {} after {}: indices must be strictly ascending and below {}",
-                              i, previous, d));
-      }
-      previous = i;
-      indices[out] = sel.indices[j];
-      values[out] = sel.values[j];
-      ++out;
-    }
-  };
-  for (const Range& range : sel.known) {
-    take_explicit_below(range.begin);
-    if (j < sel.size() && sel.indices[j] < range.end) {
-      throw bad(fmt::format("index {} inside its known range [{}, {})", sel.indices[j], range.begin,
-                            range.end));
-    }
-    for (std::size_t i = range.begin; i < range.end; ++i) {
-      indices[out] = static_cast<Index>(i);
-      values[out] = accumulated[i];
-      ++out;
-    }
-  }
-  take_explicit_below(std::numeric_limits<std::size_t>::max());
-  if (j != sel.size()) {
-    throw bad(fmt::format("index {}: indices must be below {}", sel.indices[j], d));
-  }
-}
-
 void wait_all(std::vector<Request>& requests) {
   for (Request& request : requests) request.wait();
   requests.clear();
@@ -172,8 +107,11 @@ struct PsWorker::Sparse {
   std::vector<std::size_t> index_byte_counts;  // partition-based: per worker
   std::vector<Index> all_indices;              // partition-based: every worker's indices, merged
   SparseSelection union_selection;             // partition-based: own values at all_indices
-  UninitVector<Index> indices;                 // the pushed entries (explicit + known), ascending
-  UninitVector<float> values;
+  // The pushed entries: the explicit ones and the known ranges written out
+  // (SparseSelection::expand_known): in the all-reduce exchanges every rank
+  // transmits its own accumulated values there with no index on the wire;
+  // a push carries every index.
+  SparseSelection pushed;
   std::vector<std::uint64_t> gathered;               // per worker: selected count
   std::vector<std::size_t> counts;                   // per worker (or only this one's)
   std::vector<std::vector<std::uint32_t>> payloads;  // per server: indices, then value bits
@@ -403,24 +341,25 @@ void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Pa
     union_size = sel.size();
   }
   union_size += known;
-  expand_selection(*pushed, accumulated, worker_, options_.push, sp.indices, sp.values);
+  pushed->expand_known(accumulated, sp.pushed,
+                       fmt::format("[ps] worker {}, scheme '{}': ", worker_, options_.push));
   // Split the ascending pushed entries by shard.
   std::size_t pos = 0;
   for (int s = 0; s < servers; ++s) {
     const Range shard = layout_.shard(s);
     const auto end = static_cast<std::size_t>(
-        std::lower_bound(sp.indices.begin() + static_cast<std::ptrdiff_t>(pos), sp.indices.end(),
-                         static_cast<Index>(shard.end)) -
-        sp.indices.begin());
+        std::lower_bound(sp.pushed.indices.begin() + static_cast<std::ptrdiff_t>(pos),
+                         sp.pushed.indices.end(), static_cast<Index>(shard.end)) -
+        sp.pushed.indices.begin());
     const std::size_t n = end - pos;
     auto& words = sp.payloads[static_cast<std::size_t>(s)];
     words.resize(2 * n);
     double sum = 0.0;
     for (std::size_t j = 0; j < n; ++j) {
-      words[j] = static_cast<std::uint32_t>(sp.indices[pos + j] - shard.begin);
-      sum += sp.values[pos + j];
+      words[j] = static_cast<std::uint32_t>(sp.pushed.indices[pos + j] - shard.begin);
+      sum += sp.pushed.values[pos + j];
     }
-    if (n > 0) std::memcpy(words.data() + n, sp.values.data() + pos, n * sizeof(float));
+    if (n > 0) std::memcpy(words.data() + n, sp.pushed.values.data() + pos, n * sizeof(float));
     payloads.bytes[static_cast<std::size_t>(s)] =
         std::as_bytes(std::span<const std::uint32_t>(words));
     payloads.counts[static_cast<std::size_t>(s)] = n;
@@ -429,10 +368,7 @@ void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Pa
   }
   // Error feedback: exactly what was pushed leaves the residual (fp32
   // values; a known position's residual becomes 0).
-  for (std::size_t j = 0; j < sp.indices.size(); ++j) {
-    accumulated[sp.indices[j]] -= sp.values[j];
-  }
-  sp.parts.memory->after_exchange(std::span<const Index>(sp.indices.data(), sp.indices.size()));
+  sp.parts.memory->take_sent(sp.pushed);
   report.selected = sel.size();
   report.union_size = union_size;
   report.bytes_to_workers = index_bytes_to_workers;

@@ -37,6 +37,14 @@ class GradientMemory {
   virtual std::span<float> accumulated() = 0;
   // `transmitted`: positions this rank transmitted (ascending).
   virtual void after_exchange(std::span<const Index> transmitted) = 0;
+  // For the callers that move a selection themselves (SelectionStep, the
+  // parameter-server push; the exchanges do it as they send): exactly what
+  // was sent leaves the accumulated buffer, then after_exchange(indices).
+  void take_sent(const SparseSelection& sent) {
+    const std::span<float> a = accumulated();
+    for (std::size_t j = 0; j < sent.size(); ++j) a[sent.indices[j]] -= sent.values[j];
+    after_exchange(sent.indices);
+  }
   // True when the exchanged average is not yet the vector to apply and
   // finish() must turn it into that (EF21). Callers that have no average
   // (a selection without the exchange, parameter-server pushes) refuse

@@ -5,31 +5,6 @@
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm {
-namespace {
-
-// `out` = `selection`'s indices and the known ranges' positions, ascending,
-// with their values in `accumulated`.
-void merge_known(const SparseSelection& selection, std::span<const float> accumulated,
-                 SparseSelection& out) {
-  out.clear();
-  std::size_t next = 0;  // next of selection.indices to place
-  const auto take_selected_before = [&](std::size_t end) {
-    for (; next < selection.size() && selection.indices[next] < end; ++next) {
-      out.indices.push_back(selection.indices[next]);
-      out.values.push_back(selection.values[next]);
-    }
-  };
-  for (const Range& range : selection.known) {
-    take_selected_before(range.begin);
-    for (std::size_t i = range.begin; i < range.end; ++i) {
-      out.indices.push_back(static_cast<Index>(i));
-      out.values.push_back(accumulated[i]);
-    }
-  }
-  take_selected_before(accumulated.size());
-}
-
-}  // namespace
 
 SelectionStep::SelectionStep(SchemeParts parts, NonFinitePolicy policy)
     : parts_(std::move(parts)), policy_(policy) {
@@ -57,13 +32,10 @@ const SparseSelection& SelectionStep::select(std::span<const float> gradient,
   parts_.sparsifier->select(accumulated, ctx, comm, selection_);
   const SparseSelection* sent = &selection_;
   if (!selection_.known.empty()) {
-    merge_known(selection_, accumulated, merged_);
+    selection_.expand_known(accumulated, merged_, "[sync] ");
     sent = &merged_;
   }
-  for (std::size_t j = 0; j < sent->size(); ++j) {
-    accumulated[sent->indices[j]] -= sent->values[j];
-  }
-  parts_.memory->after_exchange(sent->indices);
+  parts_.memory->take_sent(*sent);
 
   // The counts exclude the known ranges, as the exchanges' counts do.
   const std::size_t mine = selection_.size();
