@@ -30,26 +30,26 @@ TEST(SparseSelection, KnownRangesAreWrittenOutInOrderWithTheirAccumulatedValues)
   const SparseSelection sel = selection({0, 5, 9}, {-1, -5, -9}, {{2, 4}, {6, 7}});
   SparseSelection out;
   out.known = {{0, 1}};  // replaced
-  sel.expand_known(accumulated, out, "[test] ");
+  sel.expand_known(accumulated, out);
   EXPECT_EQ(std::vector<Index>(out.indices.begin(), out.indices.end()),
             (std::vector<Index>{0, 2, 3, 5, 6, 9}));
   EXPECT_EQ(std::vector<float>(out.values.begin(), out.values.end()),
             (std::vector<float>{-1, 2, 3, -5, 6, -9}));
   EXPECT_TRUE(out.known.empty());
   // No known ranges: the selection itself.
-  selection({1, 2}, {7, 8}).expand_known(accumulated, out, "[test] ");
+  selection({1, 2}, {7, 8}).expand_known(accumulated, out);
   EXPECT_EQ(out.size(), 2u);
   EXPECT_EQ(out.values[1], 8.0f);
 }
 
-TEST(SparseSelection, MalformedSelectionsAreRefusedWithWhereAndWhat) {
+TEST(SparseSelection, MalformedSelectionsAreRefusedSayingWhatIsWrong) {
   const std::vector<float> accumulated(10, 1.0f);
   SparseSelection out;
   auto message = [&](const SparseSelection& sel) {
-    return error_message<InvalidArgument>([&] { sel.expand_known(accumulated, out, "[where] "); });
+    return error_message<InvalidArgument>([&] { sel.expand_known(accumulated, out); });
   };
   EXPECT_EQ(message(selection({3, 3}, {1, 1}))
-                .rfind("[where] the selection must be strictly "
+                .rfind("the selection must be strictly "
                        "ascending indices below d = 10",
                        0),
             0u);
@@ -63,7 +63,7 @@ TEST(SparseSelection, MalformedSelectionsAreRefusedWithWhereAndWhat) {
                       "range [4, 6)"),
             std::string::npos);
   EXPECT_NE(message(selection({1, 2}, {1})).find("2 indices but 1 values"), std::string::npos);
-  EXPECT_NO_THROW(selection({1, 7}, {}, {{2, 5}}).check(10, ""));  // values unchecked there
+  EXPECT_NO_THROW(selection({1, 7}, {}, {{2, 5}}).check(10));  // values unchecked there
 }
 
 }  // namespace

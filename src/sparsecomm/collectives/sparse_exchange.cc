@@ -116,7 +116,11 @@ void SparseExchange::exchange(Communicator& comm, const SparseSelection& selecti
     throw InvalidArgument(detail::where(comm) +
                           fmt::format("{} elements cannot be addressed by 32-bit indices", numel));
   }
-  selection.check(numel, detail::where(comm));
+  try {
+    selection.check(numel);  // allocates nothing unless it throws
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(detail::where(comm) + e.what());
+  }
   const std::span<const Index> selected(selection.indices);
   const std::span<const Range> known(selection.known);
   known_indices_.clear();

@@ -19,21 +19,21 @@ std::size_t chunk_begin(std::size_t numel, int parts, int chunk) {
   return c * (numel / p) + std::min(c, numel % p);
 }
 
-void SparseSelection::check(std::size_t numel, std::string_view where) const {
+void SparseSelection::check(std::size_t numel) const {
   for (std::size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] >= numel || (i > 0 && indices[i] <= indices[i - 1])) {
       throw InvalidArgument(fmt::format(
-          "{}the selection must be strictly ascending indices below d = {}, but index {} is {}{}",
-          where, numel, i, indices[i], i > 0 ? fmt::format(" after {}", indices[i - 1]) : ""));
+          "the selection must be strictly ascending indices below d = {}, but index {} is {}{}",
+          numel, i, indices[i], i > 0 ? fmt::format(" after {}", indices[i - 1]) : ""));
     }
   }
   std::size_t known_end = 0;
   for (const Range& range : known) {
     if (range.begin > range.end || range.end > numel || range.begin < known_end) {
       throw InvalidArgument(
-          fmt::format("{}the known ranges must be ascending, non-overlapping and inside [0, {}), "
+          fmt::format("the known ranges must be ascending, non-overlapping and inside [0, {}), "
                       "but [{}, {}) follows a range ending at {}",
-                      where, numel, range.begin, range.end, known_end));
+                      numel, range.begin, range.end, known_end));
     }
     known_end = range.end;
   }
@@ -42,20 +42,19 @@ void SparseSelection::check(std::size_t numel, std::string_view where) const {
       ++r;
     } else if (indices[i] >= known[r].begin) {
       throw InvalidArgument(
-          fmt::format("{}selected index {} lies in the known range [{}, {}): they must be disjoint",
-                      where, indices[i], known[r].begin, known[r].end));
+          fmt::format("selected index {} lies in the known range [{}, {}): they must be disjoint",
+                      indices[i], known[r].begin, known[r].end));
     } else {
       ++i;
     }
   }
 }
 
-void SparseSelection::expand_known(std::span<const float> accumulated, SparseSelection& out,
-                                   std::string_view where) const {
-  check(accumulated.size(), where);
+void SparseSelection::expand_known(std::span<const float> accumulated, SparseSelection& out) const {
+  check(accumulated.size());
   if (values.size() != indices.size()) {
-    throw InvalidArgument(fmt::format("{}the selection has {} indices but {} values", where,
-                                      indices.size(), values.size()));
+    throw InvalidArgument(
+        fmt::format("the selection has {} indices but {} values", indices.size(), values.size()));
   }
   std::size_t total = size();
   for (const Range& range : known) total += range.size();

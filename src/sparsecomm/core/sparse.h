@@ -9,7 +9,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace sparsecomm {
@@ -80,17 +79,17 @@ struct SparseSelection {
     known.clear();
   }
 
-  // Throws InvalidArgument, its message opened by `where`, unless this
-  // selection fits a vector of `numel` elements: indices strictly ascending
-  // and below numel, known ranges ascending, non-overlapping, inside
-  // [0, numel) and apart from the indices.
-  void check(std::size_t numel, std::string_view where) const;
+  // Throws InvalidArgument unless this selection fits a vector of `numel`
+  // elements: indices strictly ascending and below numel, known ranges
+  // ascending, non-overlapping, inside [0, numel) and apart from the
+  // indices. Callers prefix the message with where they are; nothing is
+  // allocated unless it throws.
+  void check(std::size_t numel) const;
   // `out` = the indices and every known position, ascending, with the
   // values: the selected ones as selected, the known positions' read from
   // `accumulated`; out.known is empty. Checks the selection first (check()
   // and as many values as indices).
-  void expand_known(std::span<const float> accumulated, SparseSelection& out,
-                    std::string_view where) const;
+  void expand_known(std::span<const float> accumulated, SparseSelection& out) const;
 };
 
 // One tensor's place in the flat vector.

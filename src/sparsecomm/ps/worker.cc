@@ -341,8 +341,12 @@ void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Pa
     union_size = sel.size();
   }
   union_size += known;
-  pushed->expand_known(accumulated, sp.pushed,
-                       fmt::format("[ps] worker {}, scheme '{}': ", worker_, options_.push));
+  try {
+    pushed->expand_known(accumulated, sp.pushed);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(
+        fmt::format("[ps] worker {}, scheme '{}': {}", worker_, options_.push, e.what()));
+  }
   // Split the ascending pushed entries by shard.
   std::size_t pos = 0;
   for (int s = 0; s < servers; ++s) {

@@ -32,7 +32,11 @@ const SparseSelection& SelectionStep::select(std::span<const float> gradient,
   parts_.sparsifier->select(accumulated, ctx, comm, selection_);
   const SparseSelection* sent = &selection_;
   if (!selection_.known.empty()) {
-    selection_.expand_known(accumulated, merged_, "[sync] ");
+    try {
+      selection_.expand_known(accumulated, merged_);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("[sync] {}: {}", parts_.sparsifier->name(), e.what()));
+    }
     sent = &merged_;
   }
   parts_.memory->take_sent(*sent);
