@@ -6,6 +6,10 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60, all)
 #   scripts/fuzz.sh --runs N [TARGET ...]                 (N executions each)
 #
+# --runs is CI's smoke and is reproducible: libFuzzer's seed is fixed
+# (SPARSECOMM_FUZZ_SEED, default 1). A timed run draws a new seed each time,
+# exploring further (what found the float counts of fuzz_trace_meta).
+#
 # Needs clang and libclang-rt-14-dev (scripts/setup.sh installs them). Ends
 # non-zero when a target crashes, leaks or trips a sanitizer; the input that
 # did it is kept in the run's directory (printed).
@@ -17,7 +21,7 @@ ALL=(fuzz_idx fuzz_state_file fuzz_trace_meta fuzz_exchange_block)
 limit=(-max_total_time=60)
 if [[ "${1:-}" == "--runs" ]]; then
   [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: --runs needs a number of executions" >&2; exit 2; }
-  limit=(-runs="$2"); shift 2
+  limit=(-runs="$2" -seed="${SPARSECOMM_FUZZ_SEED:-1}"); shift 2
 elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then
   limit=(-max_total_time="$1"); shift
 fi

@@ -263,6 +263,9 @@ TEST(Trainer, ADamagedCheckpointIsRefusedNamingTheFile) {
       {"latest.json with a negative step",
        [&](const fs::path& c) { overwrite(c / "latest.json", R"({"step": -3, "world": 4})"); },
        "latest.json", "corrupt"},
+      {"latest.json with a step past any integer",
+       [&](const fs::path& c) { overwrite(c / "latest.json", R"({"step": 1e300, "world": 4})"); },
+       "latest.json", "corrupt"},
       {"latest.json with a step as a string",
        [&](const fs::path& c) { overwrite(c / "latest.json", R"({"step": "10", "world": 4})"); },
        "latest.json", "corrupt"},
@@ -331,6 +334,28 @@ TEST(Trainer, BadOptionsFailClearly) {
   c.max_steps = 2;
   run_training(c);
   EXPECT_NE(message(c).find("already holds a run"), std::string::npos);
+}
+
+// A configuration file's whole-number fields take only integers their type
+// holds: a float or an out-of-range integer is refused naming the key.
+TEST(TrainConfigJson, WholeNumberFieldsTakeOnlyIntegersTheirTypeHolds) {
+  const auto refusal = [](const char* text) {
+    TrainConfig config;
+    return testing::error_message(
+        [&] { update_from_json(config, nlohmann::json::parse(text), "run.json"); });
+  };
+  EXPECT_NE(refusal(R"({"workers": 1e30})").find("key 'workers' needs a whole number; got 1e+30"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"batch": 32.5})").find("'batch' needs a whole number"), std::string::npos);
+  EXPECT_NE(refusal(R"({"workers": 3000000000})").find("'workers' = 3000000000 is out of range"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"seed": -1})").find("run.json: key 'seed'"), std::string::npos);
+  TrainConfig config;
+  update_from_json(config, nlohmann::json::parse(R"({"workers": 6, "lr": 1, "max_steps": 9})"),
+                   "run.json");
+  EXPECT_EQ(config.workers, 6);
+  EXPECT_EQ(config.lr, 1.0);
+  EXPECT_EQ(config.max_steps, 9);
 }
 
 // --min-numel / --exclude: the small tensors are averaged densely, k counts

@@ -388,6 +388,19 @@ void add_train_optimizer_flags(CLI::App* cmd, TrainFlags& flags) {
   cmd->add_option("--lr-milestones", flags.lr_milestones,
                   "step decay: comma-separated epochs at which lr *= --lr-gamma");
   cmd->add_option("--lr-gamma", c.lr_gamma, "step decay factor")->capture_default_str();
+  cmd->add_option("--local-steps", c.local_steps,
+                  "local steps (DiLoCo): each rank takes H optimizer steps on its own data, then "
+                  "the method synchronizes the pseudo-gradient and an outer Nesterov step moves "
+                  "the shared parameters (0: synchronize every step)")
+      ->capture_default_str();
+  cmd->add_option("--outer-lr", c.outer_lr, "local steps: the outer step's learning rate")
+      ->capture_default_str();
+  cmd->add_option("--outer-momentum", c.outer_momentum,
+                  "local steps: the outer step's momentum (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--outer-nesterov", c.outer_nesterov,
+                  "local steps: Nesterov outer momentum (true|false)")
+      ->capture_default_str();
 }
 
 void add_train_run_flags(CLI::App* cmd, TrainFlags& flags) {

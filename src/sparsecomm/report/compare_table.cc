@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/json_integer.h"
 
 namespace sparsecomm::report {
 namespace {
@@ -178,6 +179,10 @@ std::string format_run_summary(const RunData& run) {
   if (const auto d = run.config.find("density"); d != run.config.end() && d->is_number()) {
     what += fmt::format(", density {}", d->get<double>());
   }
+  const auto h = run.config.find("local_steps");
+  const std::int64_t local_steps =
+      h == run.config.end() ? 0 : json_integer<std::int64_t>(*h).value_or(0);
+  if (local_steps > 0) what += fmt::format(", local steps {}", local_steps);
   line("method", what + ")");
   std::string length = fmt::format("{} steps, {} epochs, wall {} s", s.steps, fixed(s.epochs, 2),
                                    fixed(s.wall_s, 1));
@@ -194,7 +199,8 @@ std::string format_run_summary(const RunData& run) {
   }
   line("density", fmt::format("K/k mean {}, imbalance mean {}", fixed(s.density_ratio_mean, 3),
                               fixed(s.imbalance_mean, 3)));
-  line("traffic", human_bytes(s.bytes_per_rank_per_step) + " per rank per step");
+  line("traffic", human_bytes(s.bytes_per_rank_per_step) + " per rank per step" +
+                      (local_steps > 0 ? " (inner steps included)" : ""));
   const TimeBreakdown& t = s.time_breakdown_s;
   line("time",
        fmt::format("compute {} s, selection {} s, exchange {} s, update {} s", fixed(t.compute, 2),

@@ -16,6 +16,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/json_integer.h"
 
 namespace sparsecomm::report {
 namespace {
@@ -66,10 +67,11 @@ double number_field(const json& object, const char* key, const std::string& wher
 
 std::int64_t integer_field(const json& object, const char* key, const std::string& where) {
   const auto it = object.find(key);
-  if (it == object.end() || !it->is_number_integer()) {
+  const auto value = it == object.end() ? std::nullopt : json_integer<std::int64_t>(*it);
+  if (!value) {
     throw InvalidArgument(fmt::format("[report] {}: \"{}\" must be an integer", where, key));
   }
-  return it->get<std::int64_t>();
+  return *value;
 }
 
 std::string string_field(const json& object, const char* key, const std::string& where) {
@@ -103,6 +105,9 @@ StepRecord parse_step(const json& o, const std::string& where) {
   r.target = number_field(o, "target", where);
   r.numel = number_field(o, "numel", where);
   r.overlapped_s = number_field(o, "overlapped_s", where);
+  if (const auto s = o.find("synchronized"); s != o.end() && s->is_boolean()) {
+    r.synchronized = s->get<bool>();
+  }
   if (const auto e = o.find("embedding"); e != o.end() && e->is_object()) {
     r.embedding_bytes_sent = number_field(*e, "bytes_sent", where);
     r.embedding_touched_rows = number_field(*e, "touched_rows", where);
@@ -249,12 +254,12 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
     return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   s.method = config_string("method");
-  if (const auto it = config.find("servers");
-      it != config.end() && it->is_number_integer() && it->get<int>() > 0) {
-    const auto integer = [&](const char* key) {
-      const auto v = config.find(key);
-      return v != config.end() && v->is_number_integer() ? v->get<std::int64_t>() : 0;
-    };
+  // A config field as an integer of type T, or 0 when absent or not one.
+  const auto integer = [&]<typename T = std::int64_t>(const char* key, T = {}) {
+    const auto v = config.find(key);
+    return v == config.end() ? T{0} : json_integer<T>(*v).value_or(0);
+  };
+  if (integer("servers", int{}) > 0) {
     s.sync = config_string("sync").empty() ? "bsp" : config_string("sync");
     if (s.sync == "ssp") s.sync += fmt::format(":{}", integer("staleness"));
     if (s.sync == "dssp") {
@@ -263,9 +268,7 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
   }
   s.model = config_string("model");
   s.backend = config_string("backend");
-  if (const auto it = config.find("workers"); it != config.end() && it->is_number_integer()) {
-    s.workers = it->get<int>();
-  }
+  s.workers = integer("workers", int{});
   s.steps = static_cast<std::int64_t>(steps.size());
   s.epochs = kNaN;
   s.wall_s = kNaN;
@@ -298,8 +301,10 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
     exchange.add(r.exchange_s);
     update.add(r.update_s);
     bytes.add(r.bytes_sent + r.embedding_bytes_sent);
-    density.add(r.density_ratio);
-    imbalance.add(r.imbalance);
+    if (r.synchronized) {
+      density.add(r.density_ratio);
+      imbalance.add(r.imbalance);
+    }
   }
   s.time_breakdown_s = {compute.total(), selection.total(), exchange.total(), update.total()};
   s.bytes_per_rank_per_step = bytes.mean();

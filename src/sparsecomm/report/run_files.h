@@ -35,6 +35,9 @@ struct StepRecord {
   double residual_norm = 0;
   double selected = 0, union_size = 0, target = 0, numel = 0;
   double overlapped_s = 0;  // pipelined: selection + exchange done while backward ran
+  // False for a local step inside a round (--local-steps; absent: true):
+  // its K/k and imbalance are not the method's, its bytes are 0.
+  bool synchronized = true;
   // The click model's tables ("embedding" in the line; 0 for other models):
   // bytes this rank sent for them, its unique rows, and the union's rows.
   double embedding_bytes_sent = 0, embedding_touched_rows = 0, embedding_union_rows = 0;

@@ -18,6 +18,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/json_integer.h"
 #include "sparsecomm/traces/gradient_stream.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -38,14 +39,24 @@ TraceMeta parse_trace_meta(std::string_view text, std::string_view name) {
   TraceMeta meta;
   try {
     const nlohmann::json json = nlohmann::json::parse(text);
-    meta.numel = json.at("numel").get<std::size_t>();
-    meta.world = json.at("world").get<int>();
-    meta.steps = json.at("steps").get<std::int64_t>();
+    // A count that is not a whole number in its type's range.
+    const auto count = [&]<typename T>(const nlohmann::json& object, const char* key, T) {
+      const auto value = json_integer<T>(object.at(key));
+      if (!value) {
+        throw InvalidArgument(fmt::format(
+            "[trace] {}: \"{}\" is {}; expected a whole number from {} to {}", name, key,
+            object.at(key).dump(), std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+      }
+      return *value;
+    };
+    meta.numel = count(json, "numel", std::size_t{});
+    meta.world = count(json, "world", int{});
+    meta.steps = count(json, "steps", std::int64_t{});
     meta.source = json.value("source", std::string("unknown"));
     for (const auto& layer : json.value("layers", nlohmann::json::array())) {
       meta.layers.push_back({layer.at("name").get<std::string>(),
-                             layer.at("offset").get<std::size_t>(),
-                             layer.at("size").get<std::size_t>()});
+                             count(layer, "offset", std::size_t{}),
+                             count(layer, "size", std::size_t{})});
     }
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(

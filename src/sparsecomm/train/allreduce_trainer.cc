@@ -13,6 +13,7 @@
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
+#include "sparsecomm/optim/outer_loop.h"
 #include "sparsecomm/traces/gradient_stream.h"
 #include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/data_parallel.h"
@@ -36,6 +37,12 @@ class RankTrainer {
     model_ = make_seeded_model(config_);
     ddp_ = make_data_parallel(*model_, comm_, plan);
     update_ = make_update_rule(config_, ddp_->sync());
+    if (config_.local_steps > 0) {
+      outer_ =
+          std::make_unique<OuterLoop>(OuterOptions{config_.local_steps, config_.outer_lr,
+                                                   config_.outer_momentum, config_.outer_nesterov},
+                                      ddp_->parameters());
+    }
 
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
   }
@@ -60,6 +67,8 @@ class RankTrainer {
       if (ddp_->pipelined()) {
         info_.pipelining =
             fmt::format("pipelined: {} buckets of >= {} MiB", info_.buckets, config_.bucket_mb);
+      } else if (outer_) {
+        info_.pipelining = fmt::format("local steps: rounds of {}", config_.local_steps);
       } else if (config_.bucket_mb > 0) {
         info_.pipelining = fmt::format(
             "not pipelined: {} selects over the whole gradient, so it runs after backward",
@@ -116,6 +125,23 @@ class RankTrainer {
       trace_->append(comm_.rank(), ddp_->gradients());
     }
 
+    if (outer_) {
+      local_step(step, record);
+    } else {
+      synchronized_step(step, record);
+    }
+    phase_times_.add_step(record.compute_s, record.exchange_s);
+
+    if (comm_.rank() == 0) {
+      record.epoch = steps_.plan.epoch_at(step + 1);
+      record.wall_s = wall();
+      plan_.writer->write_step(record);
+      if (plan_.observer) plan_.observer->on_step(record);
+    }
+  }
+
+  // The method synchronizes this step's gradient; the optimizer applies it.
+  void synchronized_step(std::int64_t step, TrainStep& record) {
     // --compress update: this rank's AdamW direction, counted as update time.
     const Stopwatch local_update;
     update_->before_sync(ddp_->gradients());
@@ -123,7 +149,6 @@ class RankTrainer {
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
-    phase_times_.add_step(record.compute_s, record.exchange_s);
 
     // A skipped step (--nonfinite skip: some rank's gradient was not
     // finite) changes nothing: no update (momentum and weight decay would
@@ -135,18 +160,57 @@ class RankTrainer {
       update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
       record.update_s = local_update_s + update.seconds();
     }
+  }
 
-    if (comm_.rank() == 0) {
-      record.epoch = steps_.plan.epoch_at(step + 1);
-      record.wall_s = wall();
-      plan_.writer->write_step(record);
-      if (plan_.observer) plan_.observer->on_step(record);
+  // --local-steps: this rank's gradient moves its own parameters; the round's
+  // last step (or the run's) synchronizes the pseudo-gradient through the
+  // method and takes the outer step. A gradient that is not finite is not
+  // applied: the round's pseudo-gradient carries that to the method's policy.
+  void local_step(std::int64_t step, TrainStep& record) {
+    const std::span<float> gradient = ddp_->gradients();
+    const Stopwatch update;
+    if (std::all_of(gradient.begin(), gradient.end(), [](float v) { return std::isfinite(v); })) {
+      update_->apply(ddp_->parameters(), gradient, record.lr);
+      train_loss_sum_ += record.loss;
+      train_loss_count_ += 1;
+    } else {
+      outer_->mark_nonfinite();
     }
+    record.update_s = update.seconds();
+    if (!closes_round(step)) {
+      record.synchronized = false;
+      return;
+    }
+    outer_->pseudo_gradient(ddp_->parameters(), gradient);
+    record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
+    record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
+    record.exchange_s = record.sync.exchange_s;
+    const Stopwatch outer_step;
+    outer_->finish_round(ddp_->parameters(), gradient, record.sync.skipped_nonfinite);
+    record.update_s += outer_step.seconds();
+  }
+
+  // Whether step `step` ends a round of local steps (the run's last step
+  // always does, so the run ends synchronized).
+  bool closes_round(std::int64_t step) const {
+    return outer_->ends_round(step) || step + 1 == steps_.plan.total_steps;
   }
 
   // An evaluation point: the test set now, or (eval_deferred) a snapshot
-  // evaluated after training. Every rank takes part.
+  // evaluated after training. Every rank takes part. Inside a round of local
+  // steps it reads the anchor (the parameters all ranks last agreed on).
   void evaluate(std::int64_t done) {
+    const bool mid_round = outer_ && !closes_round(done - 1);
+    if (mid_round) {
+      own_parameters_.assign(ddp_->parameters().begin(), ddp_->parameters().end());
+      std::copy(outer_->anchor().begin(), outer_->anchor().end(), ddp_->parameters().begin());
+    }
+    evaluate_point(done);
+    if (mid_round)
+      std::copy(own_parameters_.begin(), own_parameters_.end(), ddp_->parameters().begin());
+  }
+
+  void evaluate_point(std::int64_t done) {
     ddp_->broadcast_buffers(0);
     const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_sum_,
                           train_loss_count_};
@@ -213,6 +277,7 @@ class RankTrainer {
     state.array<float>(ddp_->parameters());
     update_->save(state);
     ddp_->save(state);
+    if (outer_) outer_->save(state);
     state.value<double>(train_loss_sum_);
     state.value<std::int64_t>(train_loss_count_);
     write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
@@ -241,6 +306,7 @@ class RankTrainer {
     state.array_into<float>(ddp_->parameters());
     update_->load(state);
     ddp_->load(state);
+    if (outer_) outer_->load(state);
     train_loss_sum_ = state.value<double>();
     train_loss_count_ = state.value<std::int64_t>();
     if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
@@ -272,6 +338,8 @@ class RankTrainer {
   std::shared_ptr<Model> model_;
   std::unique_ptr<DataParallel> ddp_;
   std::unique_ptr<UpdateRule> update_;
+  std::unique_ptr<OuterLoop> outer_;   // --local-steps
+  std::vector<float> own_parameters_;  // this rank's, while an evaluation reads the anchor
   nlohmann::json fingerprint_;
   std::int64_t first_step_ = 0;
   TrainerSteps steps_;

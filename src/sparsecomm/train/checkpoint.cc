@@ -6,6 +6,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/json_integer.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/report/run_files.h"
 
@@ -94,8 +95,8 @@ std::optional<nlohmann::json> latest_checkpoint(const fs::path& run_dir) {
   std::ifstream in(path);
   const auto json = nlohmann::json::parse(in, nullptr, false);
   const auto whole_number = [&](const char* key, std::int64_t least) {
-    return json.contains(key) && json[key].is_number_integer() &&
-           json[key].get<std::int64_t>() >= least;
+    const auto value = json.contains(key) ? json_integer<std::int64_t>(json[key]) : std::nullopt;
+    return value && *value >= least;
   };
   if (json.is_discarded() || !json.is_object() || !whole_number("step", 0) ||
       !whole_number("world", 1)) {

@@ -146,6 +146,13 @@ OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applie
 }
 
 std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync) {
+  if (config.local_steps > 0 && sync.applies_momentum()) {
+    throw InvalidArgument(fmt::format(
+        "--method {} applies momentum to what it sends (memory=momentum, DGC's momentum "
+        "correction); with --local-steps it would send pseudo-gradients, which carry the inner "
+        "optimizer's momentum already: give the method -o memory=ef",
+        config.method));
+  }
   return std::make_unique<UpdateRule>(optimizer_options(config, sync.applies_momentum()),
                                       parse_compress(config.compress));
 }
@@ -167,6 +174,10 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   if (c.optimizer != "sgd") out["optimizer"] = c.optimizer;
   if (c.compress != "gradient") out["compress"] = c.compress;
   if (c.freeze_variance_after > 0) out["freeze_variance_after"] = c.freeze_variance_after;
+  if (c.local_steps > 0) {
+    out["local_steps"] = c.local_steps;
+    out["outer"] = {c.outer_lr, c.outer_momentum, c.outer_nesterov};
+  }
   return out;
 }
 

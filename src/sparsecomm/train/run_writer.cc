@@ -59,7 +59,8 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"dense_numel", m.dense_numel},
                          {"overlapped_s", number(m.overlapped_s)},
                          {"gradient_clipped", m.gradient_clipped},
-                         {"skipped_nonfinite", m.skipped_nonfinite}};
+                         {"skipped_nonfinite", m.skipped_nonfinite},
+                         {"synchronized", s.synchronized}};
   if (s.embedding.present) {
     const EmbeddingStep& e = s.embedding;
     line["embedding"] = {{"exchange", e.exchange},
@@ -169,7 +170,7 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
                                    [](const auto& r) { return r.step >= kSettleSteps; });
   for (const report::StepRecord& r : run.steps) {
     if (settled && r.step < kSettleSteps) continue;
-    if (!std::isfinite(r.density_ratio)) continue;
+    if (!r.synchronized || !std::isfinite(r.density_ratio)) continue;
     ratios.push_back(r.density_ratio);
     deviations.push_back(std::abs(r.density_ratio - 1.0));
     if (std::isfinite(r.imbalance)) imbalances.push_back(r.imbalance);

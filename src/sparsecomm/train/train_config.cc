@@ -21,11 +21,11 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
     test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
     embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb,
-    min_numel, exclude, servers, sync, staleness, staleness_low, staleness_high, slowdown,
-    optimizer, beta1, beta2, adam_eps, compress, freeze_variance_after, epochs, max_steps, batch,
-    lr, momentum, nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed,
-    deterministic, eval_every, eval_deferred, out, checkpoint_every, stop_at_step, record_gradients,
-    record_steps, plots)
+    min_numel, exclude, local_steps, outer_lr, outer_momentum, outer_nesterov, servers, sync,
+    staleness, staleness_low, staleness_high, slowdown, optimizer, beta1, beta2, adam_eps, compress,
+    freeze_variance_after, epochs, max_steps, batch, lr, momentum, nesterov, weight_decay,
+    warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
+    eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {
@@ -166,6 +166,40 @@ void validate_method(const TrainConfig& c) {
       fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));
 }
 
+// --local-steps and its outer step: all-reduce training of a LibTorch model,
+// the gradient compressed (the round's pseudo-gradient is what the method sends).
+void validate_local_steps(const TrainConfig& c) {
+  require(c.local_steps >= 0 && c.local_steps <= (1 << 20), "local-steps",
+          fmt::format("{}: give 0 (synchronize every step) or the steps per round, e.g. 32",
+                      c.local_steps));
+  if (c.local_steps == 0) {
+    const TrainConfig defaults;
+    require(c.outer_lr == defaults.outer_lr && c.outer_momentum == defaults.outer_momentum &&
+                c.outer_nesterov == defaults.outer_nesterov,
+            "outer-lr",
+            "--outer-lr, --outer-momentum and --outer-nesterov set the outer step of "
+            "--local-steps H: add it, or drop them");
+    return;
+  }
+  require(c.outer_lr > 0.0 && std::isfinite(c.outer_lr), "outer-lr",
+          fmt::format("{} must be > 0 (DiLoCo uses 0.7)", c.outer_lr));
+  require(c.outer_momentum >= 0.0 && c.outer_momentum < 1.0, "outer-momentum",
+          fmt::format("{} must lie in [0, 1)", c.outer_momentum));
+  require(!c.outer_nesterov || c.outer_momentum > 0.0, "outer-nesterov",
+          "Nesterov needs --outer-momentum > 0 (or --outer-nesterov false)");
+  const std::string_view without =
+      ps_mode(c)                    ? "parameter-server mode (its workers push every step)"
+      : model_reads_clicks(c.model) ? "the click model (its tables synchronize rows per step)"
+      : c.compress != "gradient"    ? "--compress update (the round sends its pseudo-gradient)"
+      : c.freeze_variance_after > 0 ? "--freeze-variance-after (its dense steps synchronize)"
+      : c.bucket_mb > 0.0           ? "--bucket-mb (the pseudo-gradient exists only after the "
+                                      "round's last step, so nothing overlaps backward)"
+      : !c.record_gradients.empty() ? "--record-gradients (inner steps synchronize nothing)"
+                                    : "";
+  require(without.empty(), "local-steps",
+          fmt::format("local steps do not combine with {}", without));
+}
+
 // Parameter-server settings: only with --servers, and what that mode lacks.
 void validate_servers(const TrainConfig& c) {
   if (!ps_mode(c)) {
@@ -265,6 +299,7 @@ void validate(const TrainConfig& c) {
   validate_servers(c);
   parse_slowdowns(c);
   validate_optimizer(c);
+  validate_local_steps(c);
   require(c.warmup_epochs >= 0.0, "warmup-epochs", "must be >= 0");
   parse_lr_decay(c.lr_decay);
   require(std::is_sorted(c.lr_milestones.begin(), c.lr_milestones.end()), "lr-milestones",
@@ -364,6 +399,15 @@ void update_from_json(TrainConfig& config, const nlohmann::json& json, const std
       throw InvalidArgument(
           fmt::format("{}: unknown key '{}'; valid keys: {}", origin, key, fmt::join(keys, ", ")));
     }
+    // A whole-number field takes only a JSON integer its type holds: the
+    // reader casts any number it is given (a float past the type's range is
+    // undefined behaviour), so the kind is checked first and the value read
+    // back after.
+    const bool whole = known[key].is_number_integer();
+    if (whole && !value.is_number_integer()) {
+      throw InvalidArgument(
+          fmt::format("{}: key '{}' needs a whole number; got {}", origin, key, value.dump()));
+    }
     nlohmann::json merged = to_json(config);
     merged[key] = value;
     try {
@@ -371,6 +415,10 @@ void update_from_json(TrainConfig& config, const nlohmann::json& json, const std
     } catch (const nlohmann::json::exception& e) {
       throw InvalidArgument(fmt::format("{}: key '{}' has a value of the wrong type ({}): {}",
                                         origin, key, value.dump(), e.what()));
+    }
+    if (whole && to_json(config)[key].dump() != value.dump()) {  // == equates -1 and 2^64-1
+      throw InvalidArgument(fmt::format("{}: key '{}' = {} is out of range (it reads back as {})",
+                                        origin, key, value.dump(), to_json(config)[key].dump()));
     }
   }
 }
@@ -390,9 +438,10 @@ std::map<std::string, std::string> effective_method_options(const TrainConfig& c
   // named: AdamW then normalizes a dense estimate of the mean gradient, not
   // bursts of accumulated gradients (docs/algorithms.md, "Optimizers and
   // compression"). Parameter-server pushes keep error feedback (the servers
-  // hold no estimate).
+  // hold no estimate), and so do local steps (the round's pseudo-gradient is
+  // sent once; error feedback carries what it left behind to the next round).
   if (config.optimizer == "adamw" && config.compress == "gradient" && !ps_mode(config) &&
-      takes("memory") && !options.count("memory")) {
+      config.local_steps == 0 && takes("memory") && !options.count("memory")) {
     options["memory"] = "ef21";
   }
   return options;

@@ -51,6 +51,15 @@ struct TrainConfig {
   std::int64_t min_numel = 0;
   std::vector<std::string> exclude;
 
+  // Local steps (all-reduce mode; optim/outer_loop.h): > 0: each rank takes
+  // this many steps of the optimizer on its own data, then the method
+  // synchronizes the pseudo-gradient and an outer SGD step moves the anchor.
+  // 0: the method synchronizes every step's gradient.
+  std::int64_t local_steps = 0;
+  double outer_lr = 0.7;        // the outer step's learning rate (DiLoCo's 0.7)
+  double outer_momentum = 0.9;  // its momentum (0: none)
+  bool outer_nesterov = true;
+
   // Parameter-server mode (servers > 0): `workers` workers train, `servers`
   // servers own shards of the parameters; the world is workers + servers
   // ranks. 0: all-reduce data parallelism.

@@ -60,6 +60,9 @@ struct TrainStep {
   double wait_s = 0.0;    // parameter-server mode: blocked in begin_step (the sync model)
   StepMetrics sync;       // the dense parameters' synchronization
   EmbeddingStep embedding;
+  // False for a local step inside a round (--local-steps): nothing was sent,
+  // and `sync` is empty; the round's last step carries its synchronization.
+  bool synchronized = true;
 };
 
 struct TrainEval {

@@ -1,0 +1,125 @@
+// --local-steps (optim/outer_loop.h in the trainer): rounds of local steps,
+// the pseudo-gradient synchronized through the method, the outer step.
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "error_message.h"
+#include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/trainer.h"
+#include "train/train_checks.h"
+
+namespace sparsecomm {
+namespace {
+
+using testing::short_run;
+
+// H = 1, an outer learning rate of 1 and no outer momentum over plain SGD is
+// synchronous training: the same parameters up to the order of rounding
+// (the ranks average lr * g instead of g).
+TEST(LocalSteps, OneLocalStepWithAPlainOuterStepIsSynchronousTraining) {
+  const testing::ScratchDir scratch("local_one");
+  TrainConfig sync = short_run("dense", scratch.path() / "sync");
+  sync.deterministic = true;
+  sync.max_steps = 24;
+  sync.momentum = 0.0;
+  sync.nesterov = false;
+  sync.checkpoint_every = 1000;
+  TrainConfig local = sync;
+  local.out = (scratch.path() / "local").string();
+  local.local_steps = 1;
+  local.outer_lr = 1.0;
+  local.outer_momentum = 0.0;
+  local.outer_nesterov = false;
+  run_training(sync);
+  run_training(local);
+  const std::vector<float> a = testing::checkpoint_parameters(sync.out, 0);
+  const std::vector<float> b = testing::checkpoint_parameters(local.out, 0);
+  ASSERT_EQ(a.size(), b.size());
+  float largest = 0.0f, moved = 0.0f;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    largest = std::max(largest, std::abs(a[i] - b[i]));
+  }
+  const std::vector<float> start = [&] {
+    TrainConfig none = sync;
+    none.out = (scratch.path() / "none").string();
+    none.max_steps = 1;
+    run_training(none);
+    return testing::checkpoint_parameters(none.out, 0);
+  }();
+  for (std::size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::abs(a[i] - start[i]));
+  EXPECT_LT(largest, 1e-5f) << "synchronous and one-local-step training differ";
+  EXPECT_GT(moved, 1e-2f) << "the runs hardly trained: the comparison says nothing";
+}
+
+// A round of 5 local steps sends nothing until its last step; the run's last
+// step closes the last (shorter) round, so every rank ends on the same
+// parameters; the evaluation inside a round reads the anchor.
+TEST(LocalSteps, RoundsSendAtTheirEndAndTheRunEndsInAgreement) {
+  const testing::ScratchDir scratch("local_rounds");
+  TrainConfig c = short_run("topk", scratch.path() / "run");
+  c.local_steps = 5;
+  c.checkpoint_every = 1000;
+  const nlohmann::json summary = run_training(c);
+  const report::RunData run = report::load_run(c.out);
+  ASSERT_EQ(run.steps.size(), 64u);
+  int rounds = 0;
+  for (const report::StepRecord& s : run.steps) {
+    const bool round_end = (s.step + 1) % 5 == 0 || s.step == 63;
+    EXPECT_EQ(s.synchronized, round_end) << "step " << s.step;
+    EXPECT_EQ(s.bytes_sent > 0, round_end) << "step " << s.step;
+    rounds += round_end ? 1 : 0;
+  }
+  ASSERT_EQ(rounds, 13);
+  // K/k is averaged over the rounds (Top-k's union over 4 ranks: above 1),
+  // not diluted by the inner steps' empty records (it would be about a fifth).
+  EXPECT_GT(summary.at("density_ratio_mean").get<double>(), 1.0);
+  EXPECT_GT(run.summary.density_ratio_mean, 1.0);
+  const std::vector<float> rank0 = testing::checkpoint_parameters(c.out, 0);
+  for (int rank = 1; rank < c.workers; ++rank) {
+    EXPECT_EQ(testing::checkpoint_parameters(c.out, rank), rank0) << "rank " << rank;
+  }
+  ASSERT_EQ(run.evals.size(), 2u);  // step 32 (inside a round: the anchor) and 64
+  EXPECT_GT(run.evals.front().test_accuracy, 0.5);
+  EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.6);
+}
+
+// A checkpoint inside a round holds the anchor, the outer momentum and each
+// rank's own parameters: the resumed run ends bit-identical.
+TEST(LocalSteps, ResumingInsideARoundIsExact) {
+  const testing::ScratchDir scratch("local_resume");
+  TrainConfig whole = short_run("topk", scratch.path() / "whole");
+  whole.local_steps = 4;
+  TrainConfig half = whole;
+  half.out = (scratch.path() / "half").string();
+  testing::expect_resume_matches_uninterrupted(whole, half, 30, "local steps");
+}
+
+TEST(LocalSteps, WhatDoesNotCombineIsRefused) {
+  const testing::ScratchDir scratch("local_bad");
+  const auto refusal = [&](TrainConfig c) {
+    return testing::error_message([&] { run_training(c); });
+  };
+  TrainConfig c = short_run("topk", scratch.path() / "a");
+  c.outer_lr = 0.5;
+  EXPECT_NE(refusal(c).find("add it, or drop them"), std::string::npos);
+  c.local_steps = 8;
+  c.bucket_mb = 1.0;
+  EXPECT_NE(refusal(c).find("do not combine with --bucket-mb"), std::string::npos);
+  c.bucket_mb = 0.0;
+  c.outer_momentum = 1.0;
+  EXPECT_NE(refusal(c).find("--outer-momentum"), std::string::npos);
+  c = short_run("dgc", scratch.path() / "b");
+  c.local_steps = 8;
+  EXPECT_NE(refusal(c).find("-o memory=ef"), std::string::npos);
+  c = short_run("topk", scratch.path() / "c");
+  c.local_steps = -2;
+  EXPECT_NE(refusal(c).find("--local-steps"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sparsecomm
