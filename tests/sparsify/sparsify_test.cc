@@ -233,9 +233,10 @@ TEST(Registry, RejectsInvalidOptionsForEveryScheme) {
     const std::string unknown = message_of([&] { make_scheme(name, options_of({"speed=3"})); });
     EXPECT_TRUE(contains(unknown, "unknown option 'speed'"));
     EXPECT_TRUE(contains(unknown, "valid options:"));
-    EXPECT_TRUE(contains(unknown,
-                         "density, exchange, values, encode_indices, memory, momentum, clip_norm, "
-                         "clip_ratio, seed"));
+    EXPECT_TRUE(
+        contains(unknown,
+                 "density, exchange, values, encode_indices, memory, momentum, decay, clip_norm, "
+                 "clip_ratio, seed"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"values=fp8"})); }),
                          "values=fp8 is not one of: fp32, fp16, bf16"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"exchange=ring"})); }),
@@ -389,6 +390,27 @@ TEST(Memory, ErrorFeedbackAccumulatesAndKeepsTheResidual) {
   auto other = make_no_memory();
   StateReader wrong_reader(writer.bytes());
   EXPECT_THROW(other->load(wrong_reader), Error);
+}
+
+// decay < 1: what was held back fades, e = decay * e + g; the option reaches
+// the memory through every scheme's options and belongs to memory=ef only.
+TEST(Memory, ErrorFeedbackWithADecayFadesWhatWasHeldBack) {
+  auto memory = make_error_feedback(0.5);
+  memory->accumulate(std::vector<float>{4, -2});
+  memory->accumulate(std::vector<float>{1, 1});
+  EXPECT_EQ(to_vector(memory->accumulated()), (std::vector<float>{3, 0}));
+  for (const double bad : {0.0, -0.5, 1.5}) {
+    EXPECT_THROW(make_error_feedback(bad), InvalidArgument) << bad;
+  }
+  SchemeParts parts = make_scheme("topk", options_of({"decay=0.5", "clip_ratio=0"}));
+  parts.memory->accumulate(std::vector<float>{4, -2});
+  parts.memory->accumulate(std::vector<float>{1, 1});
+  EXPECT_EQ(to_vector(parts.memory->accumulated()), (std::vector<float>{3, 0}));
+  EXPECT_TRUE(contains(message_of([] { make_scheme("topk", options_of({"decay=0"})); }), "decay"));
+  EXPECT_TRUE(contains(message_of([] {
+                         make_scheme("topk", options_of({"decay=0.9", "memory=ef21"}));
+                       }),
+                       "option decay belongs to memory=ef"));
 }
 
 TEST(Memory, ErrorFeedbackNormOfALongVector) {

@@ -87,6 +87,7 @@ class FixedBuffer {
 // e += g; the exchange leaves e = a - sent.
 class ErrorFeedback final : public GradientMemory {
  public:
+  explicit ErrorFeedback(float decay) : decay_(decay) {}
   std::string_view name() const override { return "ef"; }
 
   void accumulate(std::span<const float> gradient) override {
@@ -94,7 +95,11 @@ class ErrorFeedback final : public GradientMemory {
     float* e = residual_.span().data();
     const float* g = gradient.data();
     const std::size_t n = gradient.size();
-    for (std::size_t i = 0; i < n; ++i) e[i] += g[i];
+    if (decay_ == 1.0f) {
+      for (std::size_t i = 0; i < n; ++i) e[i] += g[i];
+    } else {
+      for (std::size_t i = 0; i < n; ++i) e[i] = decay_ * e[i] + g[i];
+    }
   }
   std::span<float> accumulated() override { return residual_.span(); }
   void after_exchange(std::span<const Index>) override {}
@@ -110,6 +115,7 @@ class ErrorFeedback final : public GradientMemory {
   }
 
  private:
+  float decay_;
   FixedBuffer residual_;
 };
 
@@ -350,7 +356,13 @@ class SpikeClip final : public GradientMemory {
 
 }  // namespace
 
-std::unique_ptr<GradientMemory> make_error_feedback() { return std::make_unique<ErrorFeedback>(); }
+std::unique_ptr<GradientMemory> make_error_feedback(double decay) {
+  if (!(decay > 0.0 && decay <= 1.0)) {
+    throw InvalidArgument(
+        fmt::format("[memory] error feedback's decay {} must lie in (0, 1]", decay));
+  }
+  return std::make_unique<ErrorFeedback>(static_cast<float>(decay));
+}
 
 std::unique_ptr<GradientMemory> make_ef21() { return std::make_unique<Ef21>(); }
 

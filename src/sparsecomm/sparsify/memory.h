@@ -65,8 +65,11 @@ class GradientMemory {
   virtual void load(StateReader& reader) = 0;
 };
 
-// Error feedback (the default): e += g; the exchange leaves e = a - sent.
-std::unique_ptr<GradientMemory> make_error_feedback();
+// Error feedback (the default): e = decay * e + g; the exchange leaves
+// e = a - sent. decay in (0, 1]: 1 is plain error feedback; below 1 what was
+// held back fades (SparseLoCo's accumulator on pseudo-gradients, where it
+// stands in for the outer momentum). InvalidArgument outside (0, 1].
+std::unique_ptr<GradientMemory> make_error_feedback(double decay = 1.0);
 // No memory: a = g each step; whatever was not sent is dropped.
 std::unique_ptr<GradientMemory> make_no_memory();
 // DGC momentum correction: u = m*u + g; v = v + u; select on v; after the

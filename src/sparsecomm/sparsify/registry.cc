@@ -111,13 +111,19 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
   if (std::isinf(clip_norm)) {
     throw InvalidArgument(fmt::format("[{}] option clip_norm must be finite (0 = off)", scheme));
   }
+  const double decay = options.number(scheme, "decay", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
+  if (common.memory != "ef" && options.has("decay")) {
+    throw InvalidArgument(
+        fmt::format("[{}] option decay belongs to memory=ef (e = decay * e + g), not memory={}",
+                    scheme, common.memory));
+  }
   if (common.memory != "momentum" && (options.has("momentum") || options.has("clip_norm"))) {
     throw InvalidArgument(
         fmt::format("[{}] options momentum and clip_norm belong to memory=momentum (DGC's momentum "
                     "correction), not memory={}",
                     scheme, common.memory));
   }
-  if (common.memory == "ef") parts.memory = make_error_feedback();
+  if (common.memory == "ef") parts.memory = make_error_feedback(decay);
   if (common.memory == "none") parts.memory = make_no_memory();
   if (common.memory == "momentum") parts.memory = make_momentum_correction(momentum, clip_norm);
   if (common.memory == "ef21") parts.memory = make_ef21();
@@ -168,6 +174,9 @@ const std::vector<OptionSpec>& common_option_specs() {
       {"memory", "ef", "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
       {"momentum", "0.9",
        "memory=momentum only: m of the correction u = m*u + g, v = v + u, in [0, 1)"},
+      {"decay", "1",
+       "memory=ef only: e = decay*e + g, in (0, 1] (1: plain error feedback; below 1 what was "
+       "held back fades, as SparseLoCo's accumulator on --local-steps pseudo-gradients)"},
       {"clip_norm", "0",
        "memory=momentum only: scale g to ||g||_2 <= clip_norm before it enters u (0 = off)"},
       {"clip_ratio", fmt::format("{}", kDefaultSpikeClipRatio),
