@@ -18,6 +18,10 @@
 //     compress="update" (optim/update_rule.h)
 //     .direction(tensor)             in place: gradient -> AdamW direction
 //     .state() -> bytes, .load_state(bytes)
+//   OuterLoop(parameters, local_steps, lr, momentum, nesterov)  the outer
+//     step of local steps (optim/outer_loop.h) on one flat parameter vector
+//     .ends_round(step), .mark_nonfinite(), .pseudo_gradient(params, out),
+//     .finish_round(params, mean, skipped), .anchor(), .state(), .load_state()
 //   Communicator.single()          a world of one rank (no torch.distributed)
 //   allreduce(comm, tensor)        sparsecomm's ring all-reduce, in place
 //   methods() -> [names]           the CLI's synchronization methods
@@ -46,6 +50,7 @@
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/state_io.h"
+#include "sparsecomm/optim/outer_loop.h"
 #include "sparsecomm/optim/update_rule.h"
 #include "sparsecomm/sync/dense_layers.h"
 #include "sparsecomm/sync/gradient_sync.h"
@@ -273,6 +278,40 @@ class UpdateDirection {
   UpdateRule rule_;
 };
 
+// optim/outer_loop.h over float32 tensors (sparsecomm.LocalSteps builds on it).
+class PyOuterLoop {
+ public:
+  PyOuterLoop(const at::Tensor& parameters, std::int64_t local_steps, double lr, double momentum,
+              bool nesterov)
+      : loop_(OuterOptions{local_steps, lr, momentum, nesterov},
+              floats_of(parameters, "the parameters")) {}
+
+  bool ends_round(std::int64_t step) const { return loop_.ends_round(step); }
+  void mark_nonfinite() { loop_.mark_nonfinite(); }
+  void pseudo_gradient(const at::Tensor& parameters, const at::Tensor& out) const {
+    loop_.pseudo_gradient(sized(parameters, "the parameters"), sized(out, "the output"));
+  }
+  void finish_round(const at::Tensor& parameters, const at::Tensor& mean, bool skipped) {
+    loop_.finish_round(sized(parameters, "the parameters"), sized(mean, "the mean"), skipped);
+  }
+  at::Tensor anchor() const { return tensor_copy(loop_.anchor()); }
+  py::bytes state() const { return state_of(loop_); }
+  void load_state(const py::bytes& state) { load_state_into(loop_, state); }
+
+ private:
+  // A float32 vector of the anchor's length.
+  std::span<float> sized(const at::Tensor& tensor, const char* what) const {
+    const std::span<float> values = floats_of(tensor, what);
+    if (values.size() != loop_.anchor().size()) {
+      throw InvalidArgument("[python] OuterLoop: " + std::string(what) + " has " +
+                            std::to_string(values.size()) + " elements, the anchor " +
+                            std::to_string(loop_.anchor().size()));
+    }
+    return values;
+  }
+  OuterLoop loop_;
+};
+
 // torch.futures.Future.set_exception (torch 1.13) stores the exception as the
 // future's *value* and raises it only when Python unwraps it; DDP's reducer
 // reads the value in C++ and casts it to a tensor, so the user saw "Unable
@@ -395,6 +434,19 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def("direction", &UpdateDirection::direction, py::arg("gradient"))
       .def("state", &UpdateDirection::state)
       .def("load_state", &UpdateDirection::load_state, py::arg("state"));
+
+  py::class_<PyOuterLoop>(m, "OuterLoop")
+      .def(py::init<const at::Tensor&, std::int64_t, double, double, bool>(), py::arg("parameters"),
+           py::arg("local_steps"), py::arg("lr") = 0.7, py::arg("momentum") = 0.9,
+           py::arg("nesterov") = true)
+      .def("ends_round", &PyOuterLoop::ends_round, py::arg("step"))
+      .def("mark_nonfinite", &PyOuterLoop::mark_nonfinite)
+      .def("pseudo_gradient", &PyOuterLoop::pseudo_gradient, py::arg("parameters"), py::arg("out"))
+      .def("finish_round", &PyOuterLoop::finish_round, py::arg("parameters"), py::arg("mean"),
+           py::arg("skipped") = false)
+      .def("anchor", &PyOuterLoop::anchor)
+      .def("state", &PyOuterLoop::state)
+      .def("load_state", &PyOuterLoop::load_state, py::arg("state"));
 
   m.def(
       "allreduce",

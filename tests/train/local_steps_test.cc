@@ -10,6 +10,7 @@
 
 #include "error_message.h"
 #include "sparsecomm/report/run_files.h"
+#include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
 #include "train/train_checks.h"
 
@@ -97,6 +98,25 @@ TEST(LocalSteps, ResumingInsideARoundIsExact) {
   TrainConfig half = whole;
   half.out = (scratch.path() / "half").string();
   testing::expect_resume_matches_uninterrupted(whole, half, 30, "local steps");
+}
+
+// With local steps a sparsifier keeps error feedback under AdamW (EF21's
+// per-step estimate means nothing for a pseudo-gradient) and the spike clip
+// is off unless asked for (a pseudo-gradient's norm follows the schedule).
+TEST(LocalSteps, MethodDefaultsFollowThePseudoGradient) {
+  TrainConfig c;
+  c.method = "topk";
+  c.optimizer = "adamw";
+  EXPECT_EQ(effective_method_options(c).at("memory"), "ef21");
+  EXPECT_EQ(effective_method_options(c).count("clip_ratio"), 0u);
+  c.local_steps = 16;
+  EXPECT_EQ(effective_method_options(c).count("memory"), 0u);
+  EXPECT_EQ(effective_method_options(c).at("clip_ratio"), "0");
+  c.method_options["clip_ratio"] = "3";
+  EXPECT_EQ(effective_method_options(c).at("clip_ratio"), "3");
+  c.method = "dense";  // takes no clip
+  c.method_options.clear();
+  EXPECT_EQ(effective_method_options(c).count("clip_ratio"), 0u);
 }
 
 TEST(LocalSteps, WhatDoesNotCombineIsRefused) {
