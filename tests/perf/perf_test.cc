@@ -509,6 +509,39 @@ TEST(StepModel, EveryMethodWaitsForTheSlowestRanksCompute) {
             "the compute time's spread must be a finite number >= 0, got -1");
 }
 
+// Local steps: one synchronization per H steps, per inner step its terms
+// and bytes over H, the arrival wait over sqrt(H), one more update pass
+// over H; pipelining is off; the parameter server is refused.
+TEST(StepModel, LocalStepsAmortizeOneSynchronizationOverARound) {
+  const CostProfile p = network_profile(10, 5);
+  for (const std::string& method : modeled_methods()) {
+    if (method == "ps") continue;
+    Scenario s{
+        .ranks = 8, .numel = 2.5e7, .density = 0.01, .compute_s = 0.2, .compute_spread_s = 0.01};
+    const StepPrediction every = predict_step(method, s, p);
+    s.local_steps = 16;
+    s.bucket_bytes = 1 << 20;  // ignored: a round synchronizes after its last step
+    const StepPrediction local = predict_step(method, s, p);
+    const double wait = 0.01 * expected_max_of_normals(8);
+    EXPECT_DOUBLE_EQ(local.arrival_wait_s, wait / 4) << method;
+    EXPECT_NEAR(local.exchange_s, (every.exchange_s - wait) / 16 + wait / 4, 1e-12) << method;
+    EXPECT_DOUBLE_EQ(local.bytes_sent, every.bytes_sent / 16) << method;
+    EXPECT_DOUBLE_EQ(local.selection_s, every.selection_s / 16) << method;
+    EXPECT_DOUBLE_EQ(local.update_s, every.update_s * (1 + 1.0 / 16)) << method;
+    EXPECT_EQ(local.overlap_s, 0.0) << method;
+    EXPECT_EQ(local.compute_s, every.compute_s) << method;
+    EXPECT_LT(local.step_s, every.step_s) << method;
+  }
+  const Scenario ps{.numel = 1e6, .local_steps = 4};
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              predict_step("ps", ps, p);
+            }).find("parameter-server workers push every step"),
+            std::string::npos);
+  EXPECT_EQ(error_message<InvalidArgument>(
+                [&] { predict_step("dense", Scenario{.numel = 10, .local_steps = -1}, p); }),
+            "local steps must be >= 0, got -1");
+}
+
 TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {
   const CostProfile p = network_profile(25, 5);
   auto bytes = [&](const char* method, int n) {

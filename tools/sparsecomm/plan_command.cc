@@ -50,6 +50,7 @@ struct PlanOptions {
   int servers = 0;  // ps: S servers on hosts of their own (0: ps not planned)
   bool no_host_costs = false;
   double bucket_mb = 0.0;
+  int local_steps = 0;  // > 0: train's --local-steps H (per inner step; dense also every step)
   std::string values = "fp32";
   std::string format = "table";
   std::string plot_dir;
@@ -231,6 +232,15 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
   if (!(o.bucket_mb >= 0) || !std::isfinite(o.bucket_mb)) {
     throw InvalidArgument(fmt::format("--bucket-mb must be >= 0, got {}", o.bucket_mb));
   }
+  if (o.local_steps < 0) {
+    throw InvalidArgument(fmt::format(
+        "--local-steps must be >= 0 (0: synchronize every step), got {}", o.local_steps));
+  }
+  if (o.local_steps > 0 && o.bucket_mb > 0) {
+    throw InvalidArgument(
+        "--local-steps and --bucket-mb: a round's pseudo-gradient exists only after its last "
+        "step, so nothing overlaps backward; drop --bucket-mb");
+  }
   if (o.values != "fp32" && o.values != "fp16" && o.values != "bf16") {
     throw InvalidArgument(fmt::format("--values must be fp32, fp16 or bf16, got '{}'", o.values));
   }
@@ -243,7 +253,12 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
   } else {
     methods = split_list(o.methods, "--methods");
   }
-  if (o.servers == 0 && std::find(methods.begin(), methods.end(), "ps") != methods.end()) {
+  const bool asks_ps = std::find(methods.begin(), methods.end(), "ps") != methods.end();
+  if (o.local_steps > 0 && asks_ps) {
+    throw InvalidArgument(
+        "--local-steps: parameter-server workers push every step; drop ps from --methods");
+  }
+  if (o.servers == 0 && asks_ps) {
     throw InvalidArgument(
         "ps needs --servers S: the parameter servers run on S hosts besides the ranks");
   }
@@ -267,10 +282,19 @@ std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& rank
                                   .compute_spread_s = o.compute_spread_ms / 1e3,
                                   .bucket_bytes = o.bucket_mb * 1024 * 1024,
                                   .servers = std::max(1, o.servers),
+                                  .local_steps = o.local_steps,
                                   .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
                                   .statistics = o.stats.empty() ? nullptr : &measured.table};
     for (const std::string& method : methods) {
       row.methods.push_back(perf::predict_step(method, scenario, profile));
+      if (o.local_steps > 0) row.methods.back().method += fmt::format("@h{}", o.local_steps);
+    }
+    // With local steps "dense" is the reference of every step's ring
+    // all-reduce (DDP); dense@hH is dense outer synchronization (DiLoCo).
+    if (o.local_steps > 0 && std::find(methods.begin(), methods.end(), "dense") != methods.end()) {
+      perf::Scenario every_step = scenario;
+      every_step.local_steps = 0;
+      row.methods.push_back(perf::predict_step("dense", every_step, profile));
     }
     rows.push_back(std::move(row));
   }
@@ -294,6 +318,7 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
   j["density"] = o.density;
   j["servers"] = o.servers;
   j["bucket_mb"] = o.bucket_mb;
+  j["local_steps"] = o.local_steps;
   j["values"] = o.values;
   j["profile"] = perf::to_json(profile);
   j["statistics_files"] = o.stats;
@@ -318,7 +343,11 @@ void print_plan_text(const PlanOptions& o, const Workload& work, const perf::Cos
                                o.compute_spread_ms)
                  : "",
              o.density,
-             o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb) : "not pipelined");
+             o.local_steps > 0
+                 ? fmt::format("local steps: rounds of {} (per inner step; dense syncs every step)",
+                               o.local_steps)
+             : o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb)
+                               : "not pipelined");
   if (work.dense_numel > 0) {
     fmt::print(
         "dense beside the method: {:.0f} of the {:.0f} parameters ({}), ring all-reduced; the "
@@ -434,6 +463,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--no-host-costs", options->no_host_costs,
                 "the network-only bound: host costs (selection, accumulate, update, reduction) 0");
   cmd->add_option("--bucket-mb", options->bucket_mb, "pipelining: bucket size in MiB (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--local-steps", options->local_steps,
+                  "train's --local-steps H: one synchronization per H steps, times per inner step "
+                  "(methods as METHOD@hH; dense stays every step for reference; 0: off)")
       ->capture_default_str();
   cmd->add_option("--values", options->values, "value encoding on the wire: fp32, fp16, bf16")
       ->capture_default_str();

@@ -188,6 +188,28 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
   return call;
 }
 
+// Local steps: one synchronization per H inner steps, so its terms count
+// 1/H per step. The slowest rank's lead over a round is that of a sum of H
+// steps' compute (spread sqrt(H) times one step's), 1/sqrt(H) per step. Each
+// round adds a pass like the optimizer's (pseudo-gradient, outer step, reset).
+void amortize_over_rounds(const MethodShape& shape, const Scenario& s, const CostProfile& p,
+                          StepPrediction& out) {
+  if (shape.kind == Kind::kParameterServer) {
+    throw InvalidArgument(
+        "local steps synchronize a pseudo-gradient through an all-reduce method; parameter-server "
+        "workers push every step");
+  }
+  const double h = s.local_steps;
+  out.exchange_s -= out.arrival_wait_s;
+  out.arrival_wait_s /= std::sqrt(h);
+  for (double* term : {&out.accumulate_s, &out.selection_s, &out.exchange_s, &out.agreement_s,
+                       &out.bytes_sent, &out.bytes_received, &out.wire_bytes_sent}) {
+    *term /= h;
+  }
+  out.exchange_s += out.arrival_wait_s;
+  out.update_s += s.numel * p.update_s_per_element / h;
+}
+
 }  // namespace
 
 void check_scenario(const Scenario& s) {
@@ -218,6 +240,7 @@ void check_scenario(const Scenario& s) {
     bad(fmt::format("bucket size must be >= 0 bytes, got {}", s.bucket_bytes));
   }
   if (s.servers < 1) bad(fmt::format("servers must be >= 1, got {}", s.servers));
+  if (s.local_steps < 0) bad(fmt::format("local steps must be >= 0, got {}", s.local_steps));
   if (s.value_bytes != 2 && s.value_bytes != 4) {
     bad(fmt::format("values travel as 4 (fp32) or 2 (fp16/bf16) bytes, got {}", s.value_bytes));
   }
@@ -282,7 +305,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
 
   // Pipelined methods run once per bucket on its share of d (each bucket
   // pays its own latency terms); the others once on the whole vector.
-  const bool pipelined = s.bucket_bytes > 0 && shape.bucketable;
+  const bool pipelined = s.bucket_bytes > 0 && shape.bucketable && s.local_steps == 0;
   const double buckets =
       pipelined ? std::max(1.0, std::ceil(kFloatBytes * s.numel / s.bucket_bytes)) : 1.0;
   CallCost call = one_call(shape, s, p, method_numel / buckets);
@@ -308,6 +331,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
     out.arrival_wait_s = s.compute_spread_s * expected_max_of_normals(s.ranks);
   }
   out.exchange_s += out.arrival_wait_s;
+  if (s.local_steps > 0) amortize_over_rounds(shape, s, p, out);
   out.step_s = out.compute_s + out.accumulate_s + out.selection_s + out.exchange_s - out.overlap_s +
                out.update_s;
   return out;

@@ -37,8 +37,15 @@ struct Scenario {
   double backward_share = 2.0 / 3.0;  // of compute_s, the part communication can overlap
   double bucket_bytes = 0.0;          // > 0: pipelined in buckets of this size (bucketable methods)
   int servers = 1;                    // parameter server: S
-  bool encode_indices = true;         // varint indices (the schemes' default)
-  double value_bytes = 4.0;           // 4 fp32, 2 fp16/bf16
+  // > 0: local steps (train's --local-steps H): the method synchronizes the
+  // pseudo-gradient once per H steps, unpipelined, and the prediction is per
+  // inner step: the synchronization's terms and bytes over H, the arrival
+  // wait that of H steps' compute, the outer step's update over H. K/k and
+  // the imbalance are taken as the gradient's (not measured on
+  // pseudo-gradients). 0: every step synchronizes.
+  int local_steps = 0;
+  bool encode_indices = true;  // varint indices (the schemes' default)
+  double value_bytes = 4.0;    // 4 fp32, 2 fp16/bf16
   // Measured statistics (measured_scaling.h) that replace the built-in ones
   // for the schemes they hold; nullptr: the built-in ones. Borrowed.
   const ScalingTable* statistics = nullptr;
@@ -46,7 +53,8 @@ struct Scenario {
 
 // Throws InvalidArgument naming the field when the scenario is not one the
 // model can predict (ranks < 1, d <= 0, dense_numel outside [0, d),
-// c outside (0, 1], negative times, servers < 1, value width not 2 or 4).
+// c outside (0, 1], negative times, servers < 1, value width not 2 or 4,
+// local_steps < 0).
 void check_scenario(const Scenario& scenario);
 
 struct StepPrediction {
