@@ -45,11 +45,10 @@ import json
 import math
 
 import torch
-import torch.distributed as dist
 
 from ._sparsecomm import (Communicator, Synchronizer, UpdateDirection, _fail_future,
                           dense_tensors, tensor_buckets)
-from ._common import option_texts
+from ._common import option_texts, process_group
 
 
 class HookError(RuntimeError):
@@ -131,12 +130,7 @@ class HookState:
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, **options):
-        if group is None:
-            if not dist.is_initialized():
-                raise RuntimeError(
-                    "sparsecomm: torch.distributed is not initialized; call "
-                    "torch.distributed.init_process_group('gloo', ...) first, or pass group=")
-            group = dist.distributed_c10d._get_default_group()
+        group = process_group(group)
         if isinstance(exclude, str):
             exclude = (exclude,)
         if bucket_mb is not None and not (isinstance(bucket_mb, (int, float))

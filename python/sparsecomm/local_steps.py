@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ._sparsecomm import Communicator, OuterLoop, Synchronizer, method_options
-from ._common import option_texts
+from ._common import option_texts, process_group
 
 
 class LocalSteps:
@@ -43,12 +43,7 @@ class LocalSteps:
 
     def __init__(self, model, method, local_steps, outer_lr=0.7, outer_momentum=0.9,
                  outer_nesterov=True, group=None, nonfinite="stop", **options):
-        if group is None:
-            if not dist.is_initialized():
-                raise RuntimeError(
-                    "sparsecomm: torch.distributed is not initialized; call "
-                    "torch.distributed.init_process_group('gloo', ...) first, or pass group=")
-            group = dist.distributed_c10d._get_default_group()
+        group = process_group(group)
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         if not self._parameters:
             raise ValueError("sparsecomm: the model has no parameter that requires grad")
