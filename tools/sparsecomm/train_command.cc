@@ -77,12 +77,14 @@ class ConsoleReporter final : public TrainObserver {
     window_.update += s.update_s;
     window_.bytes += static_cast<double>(s.sync.bytes_sent);
     // K/k and imbalance: only the steps after the settling phase, as in
-    // summary.json (the whole window when the run is shorter).
-    if (s.step >= kSettleSteps || info_.total_steps <= kSettleSteps) {
+    // summary.json (the whole window when the run is shorter), and only
+    // those that synchronized (local steps: a round's last).
+    const bool settled = s.step >= kSettleSteps || info_.total_steps <= kSettleSteps;
+    if (s.synchronized && settled) {
       window_.judged += 1;
       window_.density += s.sync.density_ratio;
       window_.imbalance += s.sync.imbalance;
-    } else {
+    } else if (s.synchronized) {
       window_.settling = true;
     }
     window_.overlapped += s.sync.overlapped_s;
