@@ -14,6 +14,7 @@
 #include "bench_pipeline.h"
 #include "bench_sparsifiers.h"
 #include "calibrate_command.h"
+#include "convergence_command.h"
 #include "plan_command.h"
 #include "report_command.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   sparsecomm::cli::add_methods_command(app);
   sparsecomm::cli::add_report_command(app);
   sparsecomm::cli::add_plan_command(app);
+  sparsecomm::cli::add_convergence_command(app);
   sparsecomm::cli::add_calibrate_command(app);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that verify, then time");
   bench->require_subcommand(1);

@@ -17,6 +17,7 @@
 #include "bench_util.h"
 #include "cli_util.h"
 #include "plan_report.h"
+#include "plan_time_to_target.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/measured_scaling.h"
@@ -55,6 +56,10 @@ struct PlanOptions {
   std::string format = "table";
   std::string plot_dir;
   std::vector<std::string> stats;  // bench sparsifiers JSON (measured statistics)
+  // Time to a target: a convergence profile and the target (one of the two).
+  std::string convergence;
+  std::optional<double> target_loss;
+  std::optional<double> target_accuracy;  // percent
 };
 
 // "421642", "25M", "1.3B" (decimal units K, M, B or G) -> a count >= 1;
@@ -265,6 +270,54 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
   return methods;
 }
 
+// The scenario of the options at `ranks`.
+perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work,
+                           const perf::MeasuredScaling& measured) {
+  return {.ranks = ranks,
+          .numel = work.numel,
+          .dense_numel = work.dense_numel,
+          .density = o.density,
+          .compute_s = work.compute_s,
+          .compute_spread_s = o.compute_spread_ms / 1e3,
+          .bucket_bytes = o.bucket_mb * 1024 * 1024,
+          .servers = std::max(1, o.servers),
+          .local_steps = o.local_steps,
+          .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
+          .statistics = o.stats.empty() ? nullptr : &measured.table};
+}
+
+// The target of --target-loss / --target-accuracy; checks them against
+// --convergence.
+std::optional<perf::Target> target_of(const PlanOptions& o) {
+  const bool given = o.target_loss || o.target_accuracy;
+  if (o.convergence.empty()) {
+    if (given) {
+      throw InvalidArgument(
+          "--target-loss and --target-accuracy need --convergence PROFILE (the steps each "
+          "configuration takes to the target; `sparsecomm convergence --help`)");
+    }
+    return std::nullopt;
+  }
+  if (o.target_loss.has_value() == o.target_accuracy.has_value()) {
+    throw InvalidArgument(
+        "--convergence needs one target: --target-loss X (held-out loss at or below X) or "
+        "--target-accuracy P (test accuracy at or above P percent)");
+  }
+  if (o.target_loss) {
+    if (!std::isfinite(*o.target_loss)) {
+      throw InvalidArgument(
+          fmt::format("--target-loss must be a finite number, got {}", *o.target_loss));
+    }
+    return perf::Target{.metric = perf::Target::Metric::loss, .value = *o.target_loss};
+  }
+  if (!(*o.target_accuracy > 0 && *o.target_accuracy <= 100)) {
+    throw InvalidArgument(
+        fmt::format("--target-accuracy is a percentage in (0, 100], got {}", *o.target_accuracy));
+  }
+  return perf::Target{.metric = perf::Target::Metric::accuracy,
+                      .value = *o.target_accuracy / 100.0};
+}
+
 // The predicted step of each method at each world size.
 std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& ranks,
                               const std::vector<std::string>& methods,
@@ -274,17 +327,7 @@ std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& rank
   for (const int n : ranks) {
     Row row;
     row.ranks = n;
-    const perf::Scenario scenario{.ranks = n,
-                                  .numel = work.numel,
-                                  .dense_numel = work.dense_numel,
-                                  .density = o.density,
-                                  .compute_s = work.compute_s,
-                                  .compute_spread_s = o.compute_spread_ms / 1e3,
-                                  .bucket_bytes = o.bucket_mb * 1024 * 1024,
-                                  .servers = std::max(1, o.servers),
-                                  .local_steps = o.local_steps,
-                                  .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
-                                  .statistics = o.stats.empty() ? nullptr : &measured.table};
+    const perf::Scenario scenario = scenario_of(o, n, work, measured);
     for (const std::string& method : methods) {
       row.methods.push_back(perf::predict_step(method, scenario, profile));
       if (o.local_steps > 0) row.methods.back().method += fmt::format("@h{}", o.local_steps);
@@ -307,7 +350,7 @@ std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& rank
 }
 
 void print_plan_json(const PlanOptions& o, const Workload& work, const perf::CostProfile& profile,
-                     const std::vector<Row>& rows) {
+                     const std::vector<Row>& rows, nlohmann::ordered_json time_to_target) {
   nlohmann::ordered_json j;
   j["model"] = work.what;
   j["numel"] = work.numel;
@@ -330,6 +373,7 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
     j["predictions"].push_back(r);
   }
   j["crossovers"] = crossovers(rows);
+  if (!time_to_target.is_null()) j["time_to_target"] = std::move(time_to_target);
   std::cout << j.dump(2) << "\n";
 }
 
@@ -386,6 +430,17 @@ void print_plan_text(const PlanOptions& o, const Workload& work, const perf::Cos
 void run_plan(const PlanOptions& o) {
   const std::vector<std::string> methods = check_plan_options(o);
   const std::vector<int> ranks = parse_ranks(o.ranks);
+  const std::optional<perf::Target> target = target_of(o);
+  std::optional<perf::ConvergenceProfile> convergence;
+  if (target) {
+    convergence = perf::load_convergence_profile(o.convergence);
+    if (!o.model.empty() && o.model != convergence->model) {
+      throw InvalidArgument(fmt::format(
+          "--convergence {} was measured on '{}', not --model {}: steps to a target belong to "
+          "one model; profile this one, or plan --model {}",
+          o.convergence, convergence->model, o.model, convergence->model));
+    }
+  }
   perf::CostProfile profile = profile_of(o);
   // The network-only bound: only bytes and messages remain (the best case
   // for compression).
@@ -401,10 +456,18 @@ void run_plan(const PlanOptions& o) {
   }
 
   const std::vector<Row> rows = predict_rows(o, ranks, methods, profile, work, measured);
+  std::vector<TargetRow> target_rows;
+  if (target) {
+    target_rows = predict_time_to_target(perf::outcomes(*convergence, *target), ranks,
+                                         scenario_of(o, ranks.front(), work, measured), profile);
+  }
   if (o.format == "json") {
-    print_plan_json(o, work, profile, rows);
+    print_plan_json(o, work, profile, rows,
+                    target ? time_to_target_json(target_rows, *convergence, o.convergence, *target)
+                           : nlohmann::ordered_json());
   } else {
     print_plan_text(o, work, profile, measured, rows);
+    if (target) print_time_to_target(target_rows, *convergence, o.convergence, *target);
   }
   if (!o.plot_dir.empty()) {
     write_plan_plots(rows, o.plot_dir,
@@ -474,6 +537,14 @@ void add_plan_command(CLI::App& app) {
                   "measured statistics instead of the built-in ones: `bench sparsifiers --trace "
                   "TRACE -n N --format json` outputs, one per world size N (K/k, per-rank "
                   "selection, imbalance; extended past the largest N by the model's laws)");
+  cmd->add_option("--convergence", options->convergence,
+                  "a convergence profile (`sparsecomm convergence`): also rank its "
+                  "configurations by predicted time to the target, their measured steps to it "
+                  "times their predicted step");
+  cmd->add_option("--target-loss", options->target_loss,
+                  "with --convergence: the target is a held-out loss at or below this");
+  cmd->add_option("--target-accuracy", options->target_accuracy,
+                  "with --convergence: the target is a test accuracy at or above this percentage");
   cmd->add_option("--format", options->format, "table | json")->capture_default_str();
   cmd->add_option("--plot", options->plot_dir,
                   "write PNGs here: speedup and bytes versus ranks, the breakdown");
