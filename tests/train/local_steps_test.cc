@@ -100,6 +100,56 @@ TEST(LocalSteps, ResumingInsideARoundIsExact) {
   testing::expect_resume_matches_uninterrupted(whole, half, 30, "local steps");
 }
 
+// --outer-overlap: a round's exchange runs during the next round and lands
+// at its end, so the first round's end sends and receives nothing it
+// reports, every later round's end reports the exchange that arrived, and
+// the run's last step adds its own round's exchange: the ranks end on the
+// same parameters, and every round's bytes are counted once.
+TEST(LocalSteps, OverlappedRoundsLandOneRoundLateAndEndInAgreement) {
+  const testing::ScratchDir scratch("local_overlap");
+  TrainConfig c = short_run("topk", scratch.path() / "overlap");
+  c.local_steps = 5;
+  c.outer_overlap = true;
+  c.checkpoint_every = 1000;
+  const nlohmann::json summary = run_training(c);
+  TrainConfig plain = c;
+  plain.outer_overlap = false;
+  plain.out = (scratch.path() / "plain").string();
+  run_training(plain);
+  const report::RunData run = report::load_run(c.out);
+  const report::RunData reference = report::load_run(plain.out);
+  ASSERT_EQ(run.steps.size(), 64u);
+  double bytes = 0.0, reference_bytes = 0.0;
+  for (std::size_t i = 0; i < run.steps.size(); ++i) {
+    const report::StepRecord& s = run.steps[i];
+    const bool round_end = (s.step + 1) % 5 == 0 || s.step == 63;
+    EXPECT_EQ(s.synchronized, round_end && s.step != 4) << "step " << s.step;
+    EXPECT_EQ(s.bytes_sent > 0, round_end && s.step != 4) << "step " << s.step;
+    bytes += s.bytes_sent;
+    reference_bytes += reference.steps[i].bytes_sent;
+  }
+  // Top-k's bytes depend on the drifts (the union), which differ from the
+  // synchronous run's: the same number of exchanges, about the same bytes.
+  EXPECT_NEAR(bytes / reference_bytes, 1.0, 0.2);
+  const std::vector<float> rank0 = testing::checkpoint_parameters(c.out, 0);
+  for (int rank = 1; rank < c.workers; ++rank) {
+    EXPECT_EQ(testing::checkpoint_parameters(c.out, rank), rank0) << "rank " << rank;
+  }
+  EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.6);
+}
+
+// A checkpoint inside a round with the previous round's mean pending (step
+// 27: the exchange begun at step 24's end) resumes bit-identical.
+TEST(LocalSteps, ResumingWithAnOverlappedExchangePendingIsExact) {
+  const testing::ScratchDir scratch("local_overlap_resume");
+  TrainConfig whole = short_run("topk", scratch.path() / "whole");
+  whole.local_steps = 5;
+  whole.outer_overlap = true;
+  TrainConfig half = whole;
+  half.out = (scratch.path() / "half").string();
+  testing::expect_resume_matches_uninterrupted(whole, half, 27, "overlapped local steps");
+}
+
 // With local steps a sparsifier keeps error feedback under AdamW (EF21's
 // per-step estimate means nothing for a pseudo-gradient) and the spike clip
 // is off unless asked for (a pseudo-gradient's norm follows the schedule).
@@ -139,6 +189,10 @@ TEST(LocalSteps, WhatDoesNotCombineIsRefused) {
   c = short_run("topk", scratch.path() / "c");
   c.local_steps = -2;
   EXPECT_NE(refusal(c).find("--local-steps"), std::string::npos);
+  c = short_run("topk", scratch.path() / "d");
+  c.outer_overlap = true;
+  EXPECT_NE(refusal(c).find("--outer-overlap set the outer step of --local-steps H"),
+            std::string::npos);
 }
 
 }  // namespace

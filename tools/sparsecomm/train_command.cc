@@ -403,6 +403,9 @@ void add_train_optimizer_flags(CLI::App* cmd, TrainFlags& flags) {
   cmd->add_option("--outer-nesterov", c.outer_nesterov,
                   "local steps: Nesterov outer momentum (true|false)")
       ->capture_default_str();
+  cmd->add_flag("--outer-overlap", c.outer_overlap,
+                "local steps: exchange a round's pseudo-gradient while the next round runs and "
+                "apply it at that round's end (one round late; the run's last round waits)");
 }
 
 void add_train_run_flags(CLI::App* cmd, TrainFlags& flags) {

@@ -47,11 +47,27 @@ void OuterLoop::finish_round(std::span<float> parameters,
   nonfinite_ = false;
 }
 
+void OuterLoop::apply_delayed(std::span<float> parameters,
+                              std::span<const float> mean_pseudo_gradient, bool skipped) {
+  if (round_start_.size() != anchor_.size()) {
+    throw InvalidArgument("[outer] apply_delayed: no round has begun an exchange");
+  }
+  if (!skipped) outer_.step(anchor_, mean_pseudo_gradient, options_.lr);
+  for (std::size_t i = 0; i < anchor_.size(); ++i) parameters[i] += anchor_[i] - round_start_[i];
+}
+
+void OuterLoop::begin_overlapped(std::span<const float> parameters, std::span<float> out) {
+  pseudo_gradient(parameters, out);
+  round_start_.assign(parameters.begin(), parameters.end());
+  nonfinite_ = false;
+}
+
 void OuterLoop::save(StateWriter& writer) const {
   writer.tag("outer-loop");
   writer.array<float>(anchor_);
   writer.value<std::uint8_t>(nonfinite_ ? 1 : 0);
   outer_.save(writer);
+  if (options_.overlap) writer.array<float>(round_start_);
 }
 
 void OuterLoop::load(StateReader& reader) {
@@ -59,6 +75,13 @@ void OuterLoop::load(StateReader& reader) {
   reader.array_into<float>(anchor_);
   nonfinite_ = reader.value<std::uint8_t>() != 0;
   outer_.load(reader);
+  if (options_.overlap) {
+    round_start_ = reader.array<float>();
+    if (!round_start_.empty() && round_start_.size() != anchor_.size()) {
+      throw Error(fmt::format("[outer] saved round start has {} elements, expected {}",
+                              round_start_.size(), anchor_.size()));
+    }
+  }
 }
 
 }  // namespace sparsecomm

@@ -28,6 +28,9 @@ struct OuterOptions {
   double lr = 0.7;
   double momentum = 0.9;
   bool nesterov = true;
+  // The one-round-delayed variant (train's --outer-overlap): a round's
+  // exchange runs during the next round (apply_delayed, begin_overlapped).
+  bool overlap = false;
 };
 
 class OuterLoop {
@@ -52,6 +55,24 @@ class OuterLoop {
   void finish_round(std::span<float> parameters, std::span<const float> mean_pseudo_gradient,
                     bool skipped);
 
+  // The overlapped rounds (OuterOptions::overlap). A round's mean drift M
+  // arrives during the next round; at that round's end the rank applies it
+  // before its own drift leaves:
+  //
+  //   x' = outer step of x with M (skipped: x' = x)
+  //   p += x' - s      (s: where this rank's round started)
+  //
+  // so that the round reads as started from x': the rank's own drift of
+  // the previous round is replaced by the ranks' mean, exactly once.
+  // InvalidArgument when no round has begun an exchange.
+  void apply_delayed(std::span<float> parameters, std::span<const float> mean_pseudo_gradient,
+                     bool skipped);
+  // Then out = x - p (this round's drift, NaN in out[0] after
+  // mark_nonfinite) goes to the exchange, and the next round starts at p
+  // (s = p). The run's last round ends with finish_round instead, after
+  // its own exchange, so that the ranks end on the anchor.
+  void begin_overlapped(std::span<const float> parameters, std::span<float> out);
+
   // The last synchronized parameters: what an evaluation inside a round reads.
   std::span<const float> anchor() const { return anchor_; }
 
@@ -62,6 +83,7 @@ class OuterLoop {
   OuterOptions options_;
   FlatSgd outer_;
   std::vector<float> anchor_;
+  std::vector<float> round_start_;  // overlap: s (empty until the first exchange begins)
   bool nonfinite_ = false;
 };
 

@@ -18,6 +18,7 @@
 #include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
+#include "sparsecomm/train/overlapped_exchange.h"
 #include "sparsecomm/train/run_plan.h"
 #include "sparsecomm/train/worker_phase_times.h"
 
@@ -38,10 +39,11 @@ class RankTrainer {
     ddp_ = make_data_parallel(*model_, comm_, plan);
     update_ = make_update_rule(config_, ddp_->sync());
     if (config_.local_steps > 0) {
-      outer_ =
-          std::make_unique<OuterLoop>(OuterOptions{config_.local_steps, config_.outer_lr,
-                                                   config_.outer_momentum, config_.outer_nesterov},
-                                      ddp_->parameters());
+      outer_ = std::make_unique<OuterLoop>(
+          OuterOptions{config_.local_steps, config_.outer_lr, config_.outer_momentum,
+                       config_.outer_nesterov, config_.outer_overlap},
+          ddp_->parameters());
+      if (config_.outer_overlap) overlapped_ = std::make_unique<OverlappedExchange>(*ddp_);
     }
 
     fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
@@ -97,6 +99,7 @@ class RankTrainer {
         save_checkpoint(done);
       }
     }
+    if (overlapped_) overlapped_->settle();  // stopped early: the checkpoint waited already
     const double wall_s = wall();
     evaluate_snapshots();
     const nlohmann::json phase_times = phase_times_.gather(comm_);
@@ -181,6 +184,10 @@ class RankTrainer {
       record.synchronized = false;
       return;
     }
+    if (overlapped_) {
+      overlapped_round_end(step, record);
+      return;
+    }
     outer_->pseudo_gradient(ddp_->parameters(), gradient);
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
@@ -188,6 +195,51 @@ class RankTrainer {
     const Stopwatch outer_step;
     outer_->finish_round(ddp_->parameters(), gradient, record.sync.skipped_nonfinite);
     record.update_s += outer_step.seconds();
+  }
+
+  // --outer-overlap: the previous round's mean (exchanged while this round
+  // ran) lands first, then this round's drift leaves on the exchange's
+  // thread; the run's last round exchanges its own at once, so that the
+  // ranks end on the anchor. The step reports the exchange that arrived
+  // (the first round's end has none: not synchronized), its selection and
+  // exchange times as for pipelining: what they took, and as overlapped
+  // what this rank did not wait for.
+  void overlapped_round_end(std::int64_t step, TrainStep& record) {
+    const std::span<float> parameters = ddp_->parameters();
+    const Stopwatch round_end;
+    record.synchronized = overlapped_->pending();
+    double waited_s = 0.0;
+    if (overlapped_->pending()) {
+      const Stopwatch wait;
+      record.sync = overlapped_->take();
+      waited_s = wait.seconds();
+      outer_->apply_delayed(parameters, overlapped_->values(), record.sync.skipped_nonfinite);
+    }
+    const double hidden_s = std::max(0.0, record.sync.accumulate_s + record.sync.selection_s +
+                                              record.sync.exchange_s - waited_s);
+    outer_->begin_overlapped(parameters, overlapped_->values());
+    double last_s = 0.0;
+    if (step + 1 == steps_.plan.total_steps) {
+      const StepMetrics last = ddp_->synchronize(overlapped_->values(), steps_.plan.epoch_at(step));
+      outer_->finish_round(parameters, overlapped_->values(), last.skipped_nonfinite);
+      last_s = last.accumulate_s + last.selection_s + last.exchange_s;
+      const StepMetrics arrived = record.sync;
+      record.sync = last;
+      if (record.synchronized) {
+        record.sync.accumulate_s += arrived.accumulate_s;
+        record.sync.selection_s += arrived.selection_s;
+        record.sync.exchange_s += arrived.exchange_s;
+        record.sync.bytes_sent += arrived.bytes_sent;
+        record.sync.bytes_received += arrived.bytes_received;
+      }
+      record.synchronized = true;
+    } else {
+      overlapped_->start(steps_.plan.epoch_at(step));
+    }
+    record.sync.overlapped_s = hidden_s;
+    record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
+    record.exchange_s = record.sync.exchange_s;
+    record.update_s += std::max(0.0, round_end.seconds() - waited_s - last_s);
   }
 
   // Whether step `step` ends a round of local steps (the run's last step
@@ -199,8 +251,13 @@ class RankTrainer {
   // An evaluation point: the test set now, or (eval_deferred) a snapshot
   // evaluated after training. Every rank takes part. Inside a round of local
   // steps it reads the anchor (the parameters all ranks last agreed on).
+  // With --outer-overlap the ranks agree only on the anchor (which lags a
+  // round), so every evaluation before the run's end reads it, after the
+  // exchange in flight has arrived (the evaluation uses the communicator).
   void evaluate(std::int64_t done) {
-    const bool mid_round = outer_ && !closes_round(done - 1);
+    if (overlapped_) overlapped_->settle();
+    const bool mid_round =
+        outer_ && (!closes_round(done - 1) || (overlapped_ && done < steps_.plan.total_steps));
     if (mid_round) {
       own_parameters_.assign(ddp_->parameters().begin(), ddp_->parameters().end());
       std::copy(outer_->anchor().begin(), outer_->anchor().end(), ddp_->parameters().begin());
@@ -260,6 +317,7 @@ class RankTrainer {
 
   // Evaluates the snapshots taken so far (off the training clock).
   void evaluate_snapshots() {
+    if (overlapped_) overlapped_->settle();
     const Stopwatch watch;
     snapshots_.replay(*model_, ddp_->parameters(),
                       [&](const EvalPoint& point) { evaluate_now(point); });
@@ -267,7 +325,8 @@ class RankTrainer {
   }
 
   void save_checkpoint(std::int64_t done) {
-    evaluate_snapshots();  // a checkpoint leaves no evaluation pending
+    if (overlapped_) overlapped_->settle();  // the exchange's residuals are part of the state
+    evaluate_snapshots();                    // a checkpoint leaves no evaluation pending
     StateWriter state;
     state.tag("sparsecomm-checkpoint");
     state.value<std::uint32_t>(kCheckpointVersion);
@@ -278,6 +337,7 @@ class RankTrainer {
     update_->save(state);
     ddp_->save(state);
     if (outer_) outer_->save(state);
+    if (overlapped_) overlapped_->save(state);
     state.value<double>(train_loss_sum_);
     state.value<std::int64_t>(train_loss_count_);
     write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
@@ -307,6 +367,7 @@ class RankTrainer {
     update_->load(state);
     ddp_->load(state);
     if (outer_) outer_->load(state);
+    if (overlapped_) overlapped_->load(state);
     train_loss_sum_ = state.value<double>();
     train_loss_count_ = state.value<std::int64_t>();
     if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
@@ -340,6 +401,9 @@ class RankTrainer {
   std::unique_ptr<UpdateRule> update_;
   std::unique_ptr<OuterLoop> outer_;   // --local-steps
   std::vector<float> own_parameters_;  // this rank's, while an evaluation reads the anchor
+  // --outer-overlap; declared after ddp_ so that it is destroyed (its thread
+  // joined) before the DataParallel it uses.
+  std::unique_ptr<OverlappedExchange> overlapped_;
   nlohmann::json fingerprint_;
   std::int64_t first_step_ = 0;
   TrainerSteps steps_;

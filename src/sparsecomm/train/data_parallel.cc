@@ -359,6 +359,18 @@ StepMetrics DataParallel::synchronize(double epoch) {
   return metrics;
 }
 
+StepMetrics DataParallel::synchronize(std::span<float> values, double epoch) {
+  if (pipeline_ || values.size() != numel()) {
+    throw InvalidArgument(fmt::format(
+        "[DataParallel] synchronize(values): {} values for {} parameters{}", values.size(), numel(),
+        pipeline_ ? " (and a pipelined DataParallel synchronizes its own gradients only)" : ""));
+  }
+  StepMetrics metrics = syncs_.front()->synchronize(values, context(0, epoch), comm_);
+  ++step_;
+  epoch_hint_ = epoch;
+  return metrics;
+}
+
 void DataParallel::broadcast_parameters(int root) {
   comm_.broadcast(std::as_writable_bytes(parameters()), root);
 }

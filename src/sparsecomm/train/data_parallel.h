@@ -101,6 +101,11 @@ class DataParallel {
   // Synchronizes the gradients of this step across all ranks (a collective).
   // `epoch` is the fractional epoch (DGC's warm-up follows it).
   StepMetrics synchronize(double epoch = 0.0);
+  // The same for `values` (numel() floats of the caller's, not the module's
+  // gradients: a pseudo-gradient exchanged while the next steps' backward
+  // fills the gradients, train's --outer-overlap). Not pipelined. Must not
+  // run while another call uses the communicator.
+  StepMetrics synchronize(std::span<float> values, double epoch);
 
   // Copies rank `root`'s parameters / buffers (BatchNorm statistics) to all.
   void broadcast_parameters(int root = 0);

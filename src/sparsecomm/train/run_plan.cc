@@ -177,6 +177,7 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   if (c.local_steps > 0) {
     out["local_steps"] = c.local_steps;
     out["outer"] = {c.outer_lr, c.outer_momentum, c.outer_nesterov};
+    if (c.outer_overlap) out["outer_overlap"] = true;
   }
   return out;
 }

@@ -21,10 +21,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
     test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
     embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb,
-    min_numel, exclude, local_steps, outer_lr, outer_momentum, outer_nesterov, servers, sync,
-    staleness, staleness_low, staleness_high, slowdown, optimizer, beta1, beta2, adam_eps, compress,
-    freeze_variance_after, epochs, max_steps, batch, lr, momentum, nesterov, weight_decay,
-    warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
+    min_numel, exclude, local_steps, outer_lr, outer_momentum, outer_nesterov, outer_overlap,
+    servers, sync, staleness, staleness_low, staleness_high, slowdown, optimizer, beta1, beta2,
+    adam_eps, compress, freeze_variance_after, epochs, max_steps, batch, lr, momentum, nesterov,
+    weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
     eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
@@ -175,10 +175,11 @@ void validate_local_steps(const TrainConfig& c) {
   if (c.local_steps == 0) {
     const TrainConfig defaults;
     require(c.outer_lr == defaults.outer_lr && c.outer_momentum == defaults.outer_momentum &&
-                c.outer_nesterov == defaults.outer_nesterov,
+                c.outer_nesterov == defaults.outer_nesterov &&
+                c.outer_overlap == defaults.outer_overlap,
             "outer-lr",
-            "--outer-lr, --outer-momentum and --outer-nesterov set the outer step of "
-            "--local-steps H: add it, or drop them");
+            "--outer-lr, --outer-momentum, --outer-nesterov and --outer-overlap set the outer "
+            "step of --local-steps H: add it, or drop them");
     return;
   }
   require(c.outer_lr > 0.0 && std::isfinite(c.outer_lr), "outer-lr",

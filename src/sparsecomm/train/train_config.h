@@ -59,6 +59,9 @@ struct TrainConfig {
   double outer_lr = 0.7;        // the outer step's learning rate (DiLoCo's 0.7)
   double outer_momentum = 0.9;  // its momentum (0: none)
   bool outer_nesterov = true;
+  // The one-round-delayed variant: a round's exchange runs while the next
+  // round's local steps do, and its outer step lands at that round's end.
+  bool outer_overlap = false;
 
   // Parameter-server mode (servers > 0): `workers` workers train, `servers`
   // servers own shards of the parameters; the world is workers + servers
