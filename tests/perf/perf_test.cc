@@ -542,6 +542,31 @@ TEST(StepModel, LocalStepsAmortizeOneSynchronizationOverARound) {
             "local steps must be >= 0, got -1");
 }
 
+// Overlapped rounds hide a round's exchange behind the next round's compute:
+// all of it when a round computes longer (slow compute), one step's compute
+// per step otherwise (a slow link); the arrival wait and host work stay.
+TEST(StepModel, OverlappedRoundsHideTheExchangeUpToTheComputeOfARound) {
+  const CostProfile p = network_profile(0.05, 5);  // 50 Mbit/s
+  Scenario s{.ranks = 8,
+             .numel = 2.5e7,
+             .density = 0.01,
+             .compute_s = 0.2,
+             .compute_spread_s = 0.01,
+             .local_steps = 32};
+  const StepPrediction waits = predict_step("exdyna", s, p);
+  s.overlap_rounds = true;
+  const StepPrediction hides = predict_step("exdyna", s, p);
+  const double network_s = waits.exchange_s - waits.arrival_wait_s;
+  EXPECT_DOUBLE_EQ(hides.overlap_s, std::min(0.2, network_s));
+  EXPECT_DOUBLE_EQ(hides.step_s, waits.step_s - hides.overlap_s);
+  s.compute_s = 1e-4;  // the exchange outlasts a round: only compute's worth hides
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).overlap_s, 1e-4);
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              predict_step("dense", Scenario{.numel = 10, .overlap_rounds = true}, p);
+            }).find("overlapped rounds need local steps"),
+            std::string::npos);
+}
+
 TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {
   const CostProfile p = network_profile(25, 5);
   auto bytes = [&](const char* method, int n) {

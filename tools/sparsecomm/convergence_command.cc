@@ -44,11 +44,11 @@ const std::vector<std::string>& shared_keys() {
 // (output, evaluation, threads, checkpoints): they may differ freely.
 const std::set<std::string>& conduct_keys() {
   static const std::set<std::string> keys = {
-      "seed",          "out",           "plots",     "eval_every",
-      "eval_deferred", "threads",       "backend",   "checkpoint_every",
-      "timeout_s",     "stop_at_step",  "data_dir",  "record_gradients",
-      "record_steps",  "deterministic", "nonfinite", "method",
-      "density",       "local_steps",   "slowdown"};
+      "seed",          "out",           "plots",         "eval_every",
+      "eval_deferred", "threads",       "backend",       "checkpoint_every",
+      "timeout_s",     "stop_at_step",  "data_dir",      "record_gradients",
+      "record_steps",  "deterministic", "nonfinite",     "method",
+      "density",       "local_steps",   "outer_overlap", "slowdown"};
   return keys;
 }
 
@@ -141,6 +141,7 @@ perf::ConvergenceRun pilot_run(const report::RunData& data) {
         fmt::format("{}: config.json's density, local_steps or seed is missing or malformed", dir));
   }
   run.seed = *seed_value;
+  run.overlap = run.local_steps > 0 && config.value("outer_overlap", false);
   run.options = variant_options(config);
   run.steps =
       std::max<std::int64_t>(static_cast<std::int64_t>(data.steps.size()), data.evals.back().step);

@@ -52,6 +52,7 @@ struct PlanOptions {
   bool no_host_costs = false;
   double bucket_mb = 0.0;
   int local_steps = 0;  // > 0: train's --local-steps H (per inner step; dense also every step)
+  bool outer_overlap = false;  // train's --outer-overlap
   std::string values = "fp32";
   std::string format = "table";
   std::string plot_dir;
@@ -241,6 +242,10 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
     throw InvalidArgument(fmt::format(
         "--local-steps must be >= 0 (0: synchronize every step), got {}", o.local_steps));
   }
+  if (o.outer_overlap && o.local_steps == 0) {
+    throw InvalidArgument(
+        "--outer-overlap hides a round's exchange behind the next round: give --local-steps H");
+  }
   if (o.local_steps > 0 && o.bucket_mb > 0) {
     throw InvalidArgument(
         "--local-steps and --bucket-mb: a round's pseudo-gradient exists only after its last "
@@ -282,6 +287,7 @@ perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work
           .bucket_bytes = o.bucket_mb * 1024 * 1024,
           .servers = std::max(1, o.servers),
           .local_steps = o.local_steps,
+          .overlap_rounds = o.outer_overlap,
           .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
           .statistics = o.stats.empty() ? nullptr : &measured.table};
 }
@@ -330,13 +336,17 @@ std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& rank
     const perf::Scenario scenario = scenario_of(o, n, work, measured);
     for (const std::string& method : methods) {
       row.methods.push_back(perf::predict_step(method, scenario, profile));
-      if (o.local_steps > 0) row.methods.back().method += fmt::format("@h{}", o.local_steps);
+      if (o.local_steps > 0) {
+        row.methods.back().method +=
+            fmt::format("@h{}{}", o.local_steps, o.outer_overlap ? "o" : "");
+      }
     }
     // With local steps "dense" is the reference of every step's ring
     // all-reduce (DDP); dense@hH is dense outer synchronization (DiLoCo).
     if (o.local_steps > 0 && std::find(methods.begin(), methods.end(), "dense") != methods.end()) {
       perf::Scenario every_step = scenario;
       every_step.local_steps = 0;
+      every_step.overlap_rounds = false;
       row.methods.push_back(perf::predict_step("dense", every_step, profile));
     }
     rows.push_back(std::move(row));
@@ -362,6 +372,7 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
   j["servers"] = o.servers;
   j["bucket_mb"] = o.bucket_mb;
   j["local_steps"] = o.local_steps;
+  j["outer_overlap"] = o.outer_overlap;
   j["values"] = o.values;
   j["profile"] = perf::to_json(profile);
   j["statistics_files"] = o.stats;
@@ -380,18 +391,19 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
 void print_plan_text(const PlanOptions& o, const Workload& work, const perf::CostProfile& profile,
                      const perf::MeasuredScaling& measured, const std::vector<Row>& rows) {
   const std::vector<std::string> measured_schemes = measured.table.schemes();
-  fmt::print("plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}, {}\n", work.what,
-             work.compute_s * 1e3, work.compute_source,
-             o.compute_spread_ms > 0
-                 ? fmt::format("; spread {:g} ms: the step waits for the slowest rank",
-                               o.compute_spread_ms)
-                 : "",
-             o.density,
-             o.local_steps > 0
-                 ? fmt::format("local steps: rounds of {} (per inner step; dense syncs every step)",
-                               o.local_steps)
-             : o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb)
-                               : "not pipelined");
+  fmt::print(
+      "plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}, {}\n", work.what,
+      work.compute_s * 1e3, work.compute_source,
+      o.compute_spread_ms > 0 ? fmt::format("; spread {:g} ms: the step waits for the slowest rank",
+                                            o.compute_spread_ms)
+                              : "",
+      o.density,
+      o.local_steps > 0
+          ? fmt::format("local steps: rounds of {}{} (per inner step; dense syncs every step)",
+                        o.local_steps,
+                        o.outer_overlap ? ", each exchanged during the next (METHOD@hHo)" : "")
+      : o.bucket_mb > 0 ? fmt::format("buckets of {:g} MiB", o.bucket_mb)
+                        : "not pipelined");
   if (work.dense_numel > 0) {
     fmt::print(
         "dense beside the method: {:.0f} of the {:.0f} parameters ({}), ring all-reduced; the "
@@ -531,6 +543,9 @@ void add_plan_command(CLI::App& app) {
                   "train's --local-steps H: one synchronization per H steps, times per inner step "
                   "(methods as METHOD@hH; dense stays every step for reference; 0: off)")
       ->capture_default_str();
+  cmd->add_flag("--outer-overlap", options->outer_overlap,
+                "with --local-steps: train's --outer-overlap, a round's exchange hidden behind the "
+                "next round's compute (METHOD@hHo)");
   cmd->add_option("--values", options->values, "value encoding on the wire: fp32, fp16, bf16")
       ->capture_default_str();
   cmd->add_option("--stats", options->stats,

@@ -82,6 +82,7 @@ std::vector<TargetRow> predict_time_to_target(
       scenario.ranks = n;
       scenario.density = o.density;
       scenario.local_steps = o.local_steps;
+      scenario.overlap_rounds = o.overlap;
       scenario.bucket_bytes = 0.0;
       TimeToTarget t{.outcome = o, .step = perf::predict_step(o.method, scenario, costs)};
       t.time_s = o.steps * t.step.step_s;  // NaN when not reached

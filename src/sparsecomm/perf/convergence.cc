@@ -33,7 +33,9 @@ double goal(const Target& target) {
 std::string configuration_label(const ConvergenceRun& run) {
   std::string label = run.method;
   if (run.method != "dense") label += fmt::format(" c={:g}", run.density);
-  if (run.local_steps > 0) label += fmt::format(" h{}", run.local_steps);
+  if (run.local_steps > 0) {
+    label += fmt::format(" h{}{}", run.local_steps, run.overlap ? " overlapped" : "");
+  }
   if (!run.options.empty()) label += fmt::format(" ({})", run.options);
   return label;
 }
@@ -85,6 +87,13 @@ ConvergenceRun run_from_json(const nlohmann::json& json, const std::string& orig
     throw InvalidArgument(fmt::format("{}: 'density' must be a number in (0, 1]", origin));
   }
   run.local_steps = integer_member<int>(json, "local_steps", origin, 0);
+  if (const auto overlap = json.find("overlap"); overlap != json.end()) {
+    if (!overlap->is_boolean() || (overlap->get<bool>() && run.local_steps == 0)) {
+      throw InvalidArgument(fmt::format(
+          "{}: 'overlap' must be true or false, and true only with local_steps > 0", origin));
+    }
+    run.overlap = overlap->get<bool>();
+  }
   run.options = string_member(json, "options", origin);
   run.seed = integer_member<std::uint64_t>(json, "seed", origin, 0);
   run.steps = integer_member<std::int64_t>(json, "steps", origin, 1);
@@ -151,6 +160,7 @@ std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile,
                      .method = run.method,
                      .density = run.density,
                      .local_steps = run.local_steps,
+                     .overlap = run.overlap,
                      .options = run.options,
                      .run_steps = run.steps});
       reached_steps.emplace_back();
@@ -192,6 +202,7 @@ nlohmann::json to_json(const ConvergenceProfile& profile) {
     runs.push_back({{"method", run.method},
                     {"density", run.density},
                     {"local_steps", run.local_steps},
+                    {"overlap", run.overlap},
                     {"options", run.options},
                     {"seed", run.seed},
                     {"steps", run.steps},

@@ -29,6 +29,7 @@ struct ConvergenceRun {
   std::string method;    // a name `plan` predicts (dense, topk, exdyna, ...)
   double density = 1.0;  // c (1 for dense)
   int local_steps = 0;   // rounds of H steps (0: every step synchronizes)
+  bool overlap = false;  // each round's exchange during the next (--outer-overlap)
   std::string options;   // what else sets it apart ("memory=ef,decay=0.95"; may be "")
   std::uint64_t seed = 0;
   std::int64_t steps = 0;         // the run's length
@@ -67,6 +68,7 @@ struct ConfigurationOutcome {
   std::string method;
   double density = 1.0;
   int local_steps = 0;
+  bool overlap = false;
   std::string options;
   int seeds = 0;
   int reached = 0;

@@ -208,6 +208,9 @@ void amortize_over_rounds(const MethodShape& shape, const Scenario& s, const Cos
   }
   out.exchange_s += out.arrival_wait_s;
   out.update_s += s.numel * p.update_s_per_element / h;
+  if (s.overlap_rounds) {
+    out.overlap_s = std::min(out.compute_s, out.exchange_s - out.arrival_wait_s);
+  }
 }
 
 }  // namespace
@@ -241,6 +244,9 @@ void check_scenario(const Scenario& s) {
   }
   if (s.servers < 1) bad(fmt::format("servers must be >= 1, got {}", s.servers));
   if (s.local_steps < 0) bad(fmt::format("local steps must be >= 0, got {}", s.local_steps));
+  if (s.overlap_rounds && s.local_steps == 0) {
+    bad("overlapped rounds need local steps (the exchange of a round hides behind the next)");
+  }
   if (s.value_bytes != 2 && s.value_bytes != 4) {
     bad(fmt::format("values travel as 4 (fp32) or 2 (fp16/bf16) bytes, got {}", s.value_bytes));
   }

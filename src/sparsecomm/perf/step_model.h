@@ -44,6 +44,10 @@ struct Scenario {
   // the imbalance are taken as the gradient's (not measured on
   // pseudo-gradients). 0: every step synchronizes.
   int local_steps = 0;
+  // With local steps: a round's exchange runs while the next round computes
+  // (train's --outer-overlap), hiding up to one inner step's compute of
+  // exchange per inner step (the arrival wait and the host work stay).
+  bool overlap_rounds = false;
   bool encode_indices = true;  // varint indices (the schemes' default)
   double value_bytes = 4.0;    // 4 fp32, 2 fp16/bf16
   // Measured statistics (measured_scaling.h) that replace the built-in ones
