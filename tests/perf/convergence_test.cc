@@ -12,6 +12,7 @@
 #include "scratch_dir.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/convergence.h"
+#include "sparsecomm/perf/cost_profile.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -85,6 +86,7 @@ ConvergenceProfile small_profile() {
   ConvergenceProfile profile{.model = "cnn",
                              .ranks = 4,
                              .batch = 64,
+                             .compute_s = 0.05,
                              .schedule = "sgd, lr 0.1, cosine, 60 steps",
                              .source = "test",
                              .runs = {}};
@@ -144,12 +146,54 @@ TEST(Convergence, MalformedProfilesAreRefusedNamingTheField) {
   j["runs"][0].erase("seed");
   EXPECT_NE(refusal(j).find("runs[0]: 'seed' is missing"), std::string::npos);
   j = good;
+  j["compute_s"] = -1;
+  EXPECT_NE(refusal(j).find("'compute_s' must be a finite number of seconds > 0"),
+            std::string::npos);
+  j = good;
   j["ranks"] = 0;
   EXPECT_NE(refusal(j).find("'ranks' must be a whole number >= 1"), std::string::npos);
   EXPECT_NE(error_message<InvalidArgument>([] {
               load_convergence_profile("/nonexistent/p.json");
             }).find("make one with `sparsecomm convergence"),
             std::string::npos);
+}
+
+// --density auto's rule on a synthetic profile: fewer steps at higher
+// density, dearer steps too. On a fast link a dense configuration wins (the
+// host's selection and decoding still grow with the density), on a slow one
+// the sparsest, and the choice never gets denser as the link slows (the time
+// is steps x (compute + host work + bytes / rate): the bytes term grows with
+// the density and weighs more on a slower link).
+TEST(Convergence, AutoDensityIsNeverDenserOnASlowerNetwork) {
+  ConvergenceProfile profile;
+  const std::vector<std::pair<double, std::int64_t>> steps_at = {
+      {0.001, 3000}, {0.003, 2000}, {0.01, 1500}, {0.03, 1250}, {0.1, 1100}, {0.3, 1050}};
+  for (const auto& [density, steps] : steps_at) {
+    profile.runs.push_back(
+        run_of("exdyna", density, 1, {{steps / 2, 2.0, 0.0}, {steps, 1.0, 0.0}, {4000, 0.5, 0.0}}));
+  }
+  profile.runs.push_back(run_of("topk", 0.01, 1, {{10, 0.1, 0.0}}));  // another method: ignored
+  const std::vector<ConfigurationOutcome> out = outcomes(profile, kLoss1);
+  const Scenario base{.ranks = 8, .numel = 2.5e7, .compute_s = 0.1};
+  double previous = 2.0;
+  std::vector<double> chosen;
+  for (const double gbit : {400.0, 100.0, 25.0, 10.0, 1.0, 0.3, 0.1, 0.05, 0.01}) {
+    const std::optional<DensityChoice> choice =
+        choose_density(out, "exdyna", 0, false, "", base, network_profile(gbit, 5));
+    ASSERT_TRUE(choice.has_value()) << gbit;
+    EXPECT_LE(choice->outcome->density, previous) << gbit << " Gbit/s";
+    EXPECT_EQ(choice->outcome->method, "exdyna");
+    EXPECT_DOUBLE_EQ(choice->time_s, choice->outcome->steps * choice->step_s);
+    previous = choice->outcome->density;
+    chosen.push_back(previous);
+  }
+  EXPECT_GE(chosen.front(), 0.03);
+  EXPECT_EQ(chosen.back(), 0.001);
+  // Nothing of the method, rounds or options asked for: no choice.
+  const CostProfile link = network_profile(1, 5);
+  EXPECT_FALSE(choose_density(out, "micro", 0, false, "", base, link).has_value());
+  EXPECT_FALSE(choose_density(out, "exdyna", 8, false, "", base, link).has_value());
+  EXPECT_FALSE(choose_density(out, "exdyna", 0, false, "memory=ef21", base, link).has_value());
 }
 
 }  // namespace

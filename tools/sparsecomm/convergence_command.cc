@@ -62,7 +62,7 @@ std::string setting_text(const nlohmann::json& config, const std::string& key) {
 // The settings that set this run's synchronization apart beyond method,
 // density and rounds: every key that is neither shared nor conduct and
 // differs from train's default ("memory=ef,decay=0.95,outer_lr=1").
-std::string variant_options(const nlohmann::json& config) {
+std::string variant_of(const nlohmann::json& config) {
   const nlohmann::json defaults = to_json(TrainConfig{});
   std::vector<std::string> parts;
   if (const auto options = config.find("method_options");
@@ -142,7 +142,7 @@ perf::ConvergenceRun pilot_run(const report::RunData& data) {
   }
   run.seed = *seed_value;
   run.overlap = run.local_steps > 0 && config.value("outer_overlap", false);
-  run.options = variant_options(config);
+  run.options = variant_of(config);
   run.steps =
       std::max<std::int64_t>(static_cast<std::int64_t>(data.steps.size()), data.evals.back().step);
   for (const report::EvalRecord& e : data.evals) {
@@ -188,6 +188,19 @@ void run(const Options& options) {
                                      ? fmt::format("{} steps", setting_text(first, "max_steps"))
                                      : fmt::format("{} epochs", setting_text(first, "epochs")));
   profile.source = fmt::format("sparsecomm convergence {}", fmt::join(options.dirs, " "));
+  // The compute of a step, for --density auto: the median over every pilot
+  // step (rank 0's; the runs share model, batch and world).
+  std::vector<double> compute;
+  for (const report::RunData& data : runs) {
+    for (const report::StepRecord& s : data.steps) {
+      if (std::isfinite(s.compute_s) && s.compute_s > 0) compute.push_back(s.compute_s);
+    }
+  }
+  if (compute.empty()) {
+    throw InvalidArgument("the runs record no compute time per step (metrics.jsonl's compute_s)");
+  }
+  std::nth_element(compute.begin(), compute.begin() + compute.size() / 2, compute.end());
+  profile.compute_s = compute[compute.size() / 2];
   for (const report::RunData& data : runs) profile.runs.push_back(pilot_run(data));
   // The same configuration and seed twice would count one run as two seeds.
   std::set<std::pair<std::string, std::uint64_t>> seen;
@@ -202,12 +215,17 @@ void run(const Options& options) {
     }
   }
   perf::save_convergence_profile(profile, options.out);
-  fmt::print("wrote {}: {}, {} ranks, batch {}, {}; {} runs\n", options.out, profile.model,
-             profile.ranks, profile.batch, profile.schedule, profile.runs.size());
+  fmt::print("wrote {}: {}, {} ranks, batch {}, {}; {} runs; compute {:.2f} ms per step\n",
+             options.out, profile.model, profile.ranks, profile.batch, profile.schedule,
+             profile.runs.size(), profile.compute_s * 1e3);
 }
 
 }  // namespace
 }  // namespace convergence_impl
+
+std::string variant_options(const nlohmann::json& config) {
+  return convergence_impl::variant_of(config);
+}
 
 void add_convergence_command(CLI::App& app) {
   using namespace convergence_impl;

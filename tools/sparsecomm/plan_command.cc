@@ -295,33 +295,15 @@ perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work
 // The target of --target-loss / --target-accuracy; checks them against
 // --convergence.
 std::optional<perf::Target> target_of(const PlanOptions& o) {
-  const bool given = o.target_loss || o.target_accuracy;
   if (o.convergence.empty()) {
-    if (given) {
+    if (o.target_loss || o.target_accuracy) {
       throw InvalidArgument(
           "--target-loss and --target-accuracy need --convergence PROFILE (the steps each "
           "configuration takes to the target; `sparsecomm convergence --help`)");
     }
     return std::nullopt;
   }
-  if (o.target_loss.has_value() == o.target_accuracy.has_value()) {
-    throw InvalidArgument(
-        "--convergence needs one target: --target-loss X (held-out loss at or below X) or "
-        "--target-accuracy P (test accuracy at or above P percent)");
-  }
-  if (o.target_loss) {
-    if (!std::isfinite(*o.target_loss)) {
-      throw InvalidArgument(
-          fmt::format("--target-loss must be a finite number, got {}", *o.target_loss));
-    }
-    return perf::Target{.metric = perf::Target::Metric::loss, .value = *o.target_loss};
-  }
-  if (!(*o.target_accuracy > 0 && *o.target_accuracy <= 100)) {
-    throw InvalidArgument(
-        fmt::format("--target-accuracy is a percentage in (0, 100], got {}", *o.target_accuracy));
-  }
-  return perf::Target{.metric = perf::Target::Metric::accuracy,
-                      .value = *o.target_accuracy / 100.0};
+  return perf::target_from_flags(o.target_loss, o.target_accuracy, "--convergence");
 }
 
 // The predicted step of each method at each world size.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "auto_density.h"
 #include "cli_util.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
@@ -166,8 +168,10 @@ class ConsoleReporter final : public TrainObserver {
 // The flags that set no TrainConfig field, or whose text is parsed in the
 // callback rather than copied: every other flag of `train` sets the field
 // named by config_key_of, and the callback refuses a flag that does not.
-constexpr std::array<std::string_view, 7> kFlagsBesideTheConfig = {
-    "help", "config", "resume", "compare", "no-plots", "method-option", "lr-milestones"};
+constexpr std::array<std::string_view, 13> kFlagsBesideTheConfig = {
+    "help",          "config",  "resume",      "compare",     "no-plots",        "method-option",
+    "lr-milestones", "density", "convergence", "target-loss", "target-accuracy", "link-gbit",
+    "latency-us"};
 
 // The config JSON key that a flag sets: its long name with '-' as '_'
 // ("--max-steps" -> max_steps; --timeout: timeout_s); empty for the flags
@@ -206,6 +210,8 @@ struct TrainFlags {
   std::string resume;
   bool no_plots = false;
   std::string lr_milestones;
+  std::string density;  // a number, or "auto" (auto_density.h)
+  AutoDensityFlags auto_density;
 };
 
 int run_one(const TrainConfig& config, const std::string& resume) {
@@ -334,8 +340,12 @@ void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
   TrainConfig& c = flags.config;
   cmd->add_option("--method,-m", c.method, "synchronization: " + sync_method_names())
       ->capture_default_str();
-  cmd->add_option("--density,-d", c.density, "target density for sparsifying methods (0.01 = 1%)")
-      ->capture_default_str();
+  cmd->add_option("--density,-d", flags.density,
+                  fmt::format("target density for sparsifying methods (0.01 = 1%; default {:g}), "
+                              "or auto: chosen from a convergence profile for the network "
+                              "(--convergence, a target, --link-gbit)",
+                              c.density));
+  add_auto_density_flags(cmd, flags.auto_density);
   cmd->add_option("--method-option,-o", flags.method_options,
                   "the method's own key=value options (repeatable); see `sparsecomm methods`");
   cmd->add_option("--nonfinite", c.nonfinite, "NaN/inf gradients: stop | skip")
@@ -482,6 +492,16 @@ TrainConfig config_from_flags(const TrainFlags& flags, const CLI::App& cmd) {
     if (cmd.count("--out") == 0) config.out.clear();
     if (cmd.count("--stop-at-step") == 0) config.stop_at_step = 0;
   }
+  if (cmd.count("--density") > 0 && flags.density != "auto") {
+    const char* end = flags.density.data() + flags.density.size();
+    double density = 0.0;
+    const auto [rest, error] = std::from_chars(flags.density.data(), end, density);
+    if (error != std::errc() || rest != end) {
+      throw InvalidArgument(
+          fmt::format("--density '{}' is neither a number (0.01 = 1%) nor auto", flags.density));
+    }
+    config.density = density;
+  }
   if (!flags.method_options.empty()) {
     SchemeOptions parsed;
     for (const std::string& item : flags.method_options) parsed.set(item);
@@ -519,7 +539,16 @@ void add_train_command(CLI::App& app) {
   add_train_run_flags(cmd, *flags);
 
   cmd->callback([flags, cmd] {
-    const TrainConfig config = config_from_flags(*flags, *cmd);
+    flags->auto_density.requested = flags->density == "auto";
+    check_auto_density_flags(flags->auto_density);
+    TrainConfig config = config_from_flags(*flags, *cmd);
+    if (flags->auto_density.requested) {
+      if (!flags->compare.empty()) {
+        throw InvalidArgument(
+            "--density auto chooses one method's density; with --compare give a number");
+      }
+      config.density = choose_auto_density(config, flags->auto_density);
+    }
     if (!flags->compare.empty()) {
       if (!flags->resume.empty())
         throw InvalidArgument("--compare and --resume exclude each other");

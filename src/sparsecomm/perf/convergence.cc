@@ -130,6 +130,27 @@ std::string describe(const Target& target) {
              : fmt::format("test accuracy >= {:g}%", 100.0 * target.value);
 }
 
+Target target_from_flags(std::optional<double> loss, std::optional<double> accuracy_percent,
+                         std::string_view needed_by) {
+  if (loss.has_value() == accuracy_percent.has_value()) {
+    throw InvalidArgument(
+        fmt::format("{} needs one target: --target-loss X (held-out loss at or below X) or "
+                    "--target-accuracy P (test accuracy at or above P percent)",
+                    needed_by));
+  }
+  if (loss) {
+    if (!std::isfinite(*loss)) {
+      throw InvalidArgument(fmt::format("--target-loss must be a finite number, got {}", *loss));
+    }
+    return {.metric = Target::Metric::loss, .value = *loss};
+  }
+  if (!(*accuracy_percent > 0 && *accuracy_percent <= 100)) {
+    throw InvalidArgument(
+        fmt::format("--target-accuracy is a percentage in (0, 100], got {}", *accuracy_percent));
+  }
+  return {.metric = Target::Metric::accuracy, .value = *accuracy_percent / 100.0};
+}
+
 std::optional<double> steps_to_target(const ConvergenceRun& run, const Target& target) {
   const double wanted = goal(target);
   for (std::size_t i = 0; i < run.curve.size(); ++i) {
@@ -192,6 +213,27 @@ std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile,
   return out;
 }
 
+std::optional<DensityChoice> choose_density(const std::vector<ConfigurationOutcome>& outcomes,
+                                            std::string_view method, int local_steps, bool overlap,
+                                            std::string_view options, const Scenario& base,
+                                            const CostProfile& costs) {
+  std::optional<DensityChoice> best;
+  for (const ConfigurationOutcome& o : outcomes) {
+    if (o.method != method || o.local_steps != local_steps || o.overlap != overlap ||
+        o.options != options || !std::isfinite(o.steps)) {
+      continue;
+    }
+    Scenario scenario = base;
+    scenario.density = o.density;
+    scenario.local_steps = local_steps;
+    scenario.overlap_rounds = overlap;
+    const double step_s = predict_step(method, scenario, costs).step_s;
+    const double time_s = o.steps * step_s;
+    if (!best || time_s < best->time_s) best = DensityChoice{&o, step_s, time_s};
+  }
+  return best;
+}
+
 nlohmann::json to_json(const ConvergenceProfile& profile) {
   nlohmann::json runs = nlohmann::json::array();
   for (const ConvergenceRun& run : profile.runs) {
@@ -208,9 +250,11 @@ nlohmann::json to_json(const ConvergenceProfile& profile) {
                     {"steps", run.steps},
                     {"curve", std::move(curve)}});
   }
-  return {{"format", kProfileFormat}, {"version", kProfileVersion}, {"model", profile.model},
-          {"ranks", profile.ranks},   {"batch", profile.batch},     {"schedule", profile.schedule},
-          {"source", profile.source}, {"runs", std::move(runs)}};
+  return {{"format", kProfileFormat},     {"version", kProfileVersion},
+          {"model", profile.model},       {"ranks", profile.ranks},
+          {"batch", profile.batch},       {"compute_s", profile.compute_s},
+          {"schedule", profile.schedule}, {"source", profile.source},
+          {"runs", std::move(runs)}};
 }
 
 ConvergenceProfile convergence_profile_from_json(const nlohmann::json& json,
@@ -234,6 +278,12 @@ ConvergenceProfile convergence_profile_from_json(const nlohmann::json& json,
   profile.model = string_member(json, "model", origin);
   profile.ranks = integer_member<int>(json, "ranks", origin, 1);
   profile.batch = integer_member<std::int64_t>(json, "batch", origin, 1);
+  const nlohmann::json& compute = member(json, "compute_s", origin);
+  profile.compute_s = compute.is_number() ? compute.get<double>() : kNaN;
+  if (!(profile.compute_s > 0) || !std::isfinite(profile.compute_s)) {
+    throw InvalidArgument(
+        fmt::format("{}: 'compute_s' must be a finite number of seconds > 0", origin));
+  }
   profile.schedule = string_member(json, "schedule", origin);
   profile.source = string_member(json, "source", origin);
   const nlohmann::json& runs = member(json, "runs", origin);

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sparsecomm/perf/step_model.h"
+
 namespace sparsecomm::perf {
 
 // One evaluation of a run: the held-out loss and accuracy (a fraction in
@@ -41,6 +43,7 @@ struct ConvergenceProfile {
   std::string model;
   int ranks = 0;           // n of every run
   std::int64_t batch = 0;  // per rank
+  double compute_s = 0.0;  // the pilot runs' median compute per step (rank 0's), > 0
   std::string schedule;    // the shared training settings, for the reader
   std::string source;      // how it was made (command, date)
   std::vector<ConvergenceRun> runs;
@@ -53,7 +56,12 @@ struct Target {
   Metric metric = Metric::loss;
   double value = 0.0;
 };
-std::string describe(const Target& target);  // "test loss <= 2.3", "test accuracy >= 92%"
+std::string describe(const Target& target);
+// The target of the flags --target-loss X or --target-accuracy P (percent):
+// exactly one must be given (InvalidArgument naming `needed_by`, the option
+// that needs it, otherwise), X finite, P in (0, 100].
+Target target_from_flags(std::optional<double> loss, std::optional<double> accuracy_percent,
+                         std::string_view needed_by);  // "test loss <= 2.3", "test accuracy >= 92%"
 
 // The steps `run` took to reach `target`: the first evaluation that meets
 // it, linearly interpolated from the one before it (the first evaluation's
@@ -78,6 +86,21 @@ struct ConfigurationOutcome {
 };
 // One outcome per configuration, in the order the profile first lists it.
 std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile, const Target& target);
+
+// train's --density auto: among the profile's configurations of `method`
+// with these rounds and options that reached the target on every seed, the
+// density whose predicted time to it (its steps times predict_step(method,
+// `base` with that density and rounds)) is least; nullopt when there is
+// none. On a slower network the choice is never denser (tested).
+struct DensityChoice {
+  const ConfigurationOutcome* outcome = nullptr;  // into the outcomes given
+  double step_s = 0.0;
+  double time_s = 0.0;
+};
+std::optional<DensityChoice> choose_density(const std::vector<ConfigurationOutcome>& outcomes,
+                                            std::string_view method, int local_steps, bool overlap,
+                                            std::string_view options, const Scenario& base,
+                                            const CostProfile& costs);
 
 // JSON form ({"format": "sparsecomm convergence profile", "version": 1, ...}).
 nlohmann::json to_json(const ConvergenceProfile& profile);

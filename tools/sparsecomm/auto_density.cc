@@ -1,0 +1,114 @@
+#include "auto_density.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "convergence_command.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/log.h"
+#include "sparsecomm/perf/convergence.h"
+#include "sparsecomm/perf/cost_profile.h"
+#include "sparsecomm/perf/step_model.h"
+#include "sparsecomm/sync/dense_layers.h"
+#include "sparsecomm/train/model_probe.h"
+
+namespace sparsecomm::cli {
+
+void add_auto_density_flags(CLI::App* cmd, AutoDensityFlags& flags) {
+  cmd->add_option("--convergence", flags.convergence,
+                  "with --density auto: the convergence profile (`sparsecomm convergence`) of "
+                  "pilot runs of this model and batch");
+  cmd->add_option("--target-loss", flags.target_loss,
+                  "with --density auto: the target, a held-out loss at or below this");
+  cmd->add_option("--target-accuracy", flags.target_accuracy,
+                  "with --density auto: the target, a test accuracy at or above this percentage");
+  cmd->add_option("--link-gbit", flags.link_gbit,
+                  "with --density auto: the network's link rate per direction, Gbit/s");
+  cmd->add_option("--latency-us", flags.latency_us,
+                  "with --density auto: its per-message latency, us (default 5)");
+}
+
+void check_auto_density_flags(const AutoDensityFlags& flags) {
+  if (flags.requested) return;
+  if (!flags.convergence.empty() || flags.target_loss || flags.target_accuracy || flags.link_gbit ||
+      flags.latency_us) {
+    throw InvalidArgument(
+        "--convergence, --target-loss, --target-accuracy, --link-gbit and --latency-us choose "
+        "the density of --density auto: add it, or drop them");
+  }
+}
+
+double choose_auto_density(const TrainConfig& config, const AutoDensityFlags& flags) {
+  if (config.method == "dense" || config.method == "skipreduce" || config.servers > 0) {
+    throw InvalidArgument(
+        fmt::format("--density auto chooses a sparsifier's density; {} has none to choose",
+                    config.servers > 0 ? "parameter-server mode" : config.method));
+  }
+  if (flags.convergence.empty()) {
+    throw InvalidArgument(
+        "--density auto needs --convergence PROFILE: pilot runs of this model at a few densities "
+        "collected by `sparsecomm convergence` (docs/algorithms.md, \"Time to accuracy\")");
+  }
+  const perf::Target target =
+      perf::target_from_flags(flags.target_loss, flags.target_accuracy, "--density auto");
+  if (!flags.link_gbit) {
+    throw InvalidArgument(
+        "--density auto needs the network it trains on: --link-gbit G (and --latency-us L)");
+  }
+  if (!(*flags.link_gbit > 0) || !std::isfinite(*flags.link_gbit) ||
+      (flags.latency_us && (!(*flags.latency_us >= 0) || !std::isfinite(*flags.latency_us)))) {
+    throw InvalidArgument("--link-gbit must be > 0 and --latency-us >= 0");
+  }
+  const perf::ConvergenceProfile profile = perf::load_convergence_profile(flags.convergence);
+  if (profile.model != config.model || profile.batch != config.batch) {
+    throw InvalidArgument(fmt::format(
+        "--convergence {} holds runs of {} at batch {}, this run trains {} at batch {}: steps to "
+        "a target belong to one model and batch; profile this one",
+        flags.convergence, profile.model, profile.batch, config.model, config.batch));
+  }
+  const std::string options = variant_options(to_json(config));
+  const bool overlap = config.local_steps > 0 && config.outer_overlap;
+  const std::vector<perf::ConfigurationOutcome> outcomes = perf::outcomes(profile, target);
+
+  const ModelProbe probe = probe_model(config.model, 1, 1, 1);  // the sizes
+  DenseLayerRule rule;
+  rule.min_numel = static_cast<std::size_t>(std::max<std::int64_t>(0, config.min_numel));
+  rule.patterns = config.exclude;
+  const auto values = config.method_options.find("values");
+  const perf::Scenario base{
+      .ranks = config.workers > 0 ? config.workers : profile.ranks,
+      .numel = static_cast<double>(probe.numel),
+      .dense_numel = static_cast<double>(dense_numel(rule, probe.tensors, config.model)),
+      .compute_s = profile.compute_s,
+      .value_bytes = values != config.method_options.end() && values->second != "fp32" ? 2.0 : 4.0};
+  const perf::CostProfile costs =
+      perf::network_profile(*flags.link_gbit, flags.latency_us.value_or(5.0));
+  const std::optional<perf::DensityChoice> choice = perf::choose_density(
+      outcomes, config.method, static_cast<int>(config.local_steps), overlap, options, base, costs);
+  if (!choice) {
+    std::vector<std::string> held;
+    for (const perf::ConfigurationOutcome& o : outcomes) {
+      held.push_back(fmt::format("{} ({}/{} seeds reached it)", o.label, o.reached, o.seeds));
+    }
+    throw InvalidArgument(fmt::format(
+        "--convergence {} has no configuration of {}{}{} that reached {} on every seed; it "
+        "holds: {}",
+        flags.convergence, config.method,
+        config.local_steps > 0
+            ? fmt::format(" h{}{}", config.local_steps, overlap ? " overlapped" : "")
+            : "",
+        options.empty() ? "" : fmt::format(" ({})", options), describe(target),
+        fmt::join(held, "; ")));
+  }
+  logger().info(
+      "--density auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; {:g} Gbit/s, "
+      "{:g} us; steps measured at {} ranks in {})",
+      choice->outcome->label, choice->outcome->steps, choice->step_s * 1e3, choice->time_s,
+      describe(target), *flags.link_gbit, flags.latency_us.value_or(5.0), profile.ranks,
+      flags.convergence);
+  return choice->outcome->density;
+}
+
+}  // namespace sparsecomm::cli
