@@ -179,7 +179,7 @@ TEST(Convergence, AutoDensityIsNeverDenserOnASlowerNetwork) {
   std::vector<double> chosen;
   for (const double gbit : {400.0, 100.0, 25.0, 10.0, 1.0, 0.3, 0.1, 0.05, 0.01}) {
     const std::optional<DensityChoice> choice =
-        choose_density(out, "exdyna", 0, false, "", base, network_profile(gbit, 5));
+        choose_configuration(out, "exdyna", 0, false, "", base, network_profile(gbit, 5));
     ASSERT_TRUE(choice.has_value()) << gbit;
     EXPECT_LE(choice->outcome->density, previous) << gbit << " Gbit/s";
     EXPECT_EQ(choice->outcome->method, "exdyna");
@@ -191,9 +191,14 @@ TEST(Convergence, AutoDensityIsNeverDenserOnASlowerNetwork) {
   EXPECT_EQ(chosen.back(), 0.001);
   // Nothing of the method, rounds or options asked for: no choice.
   const CostProfile link = network_profile(1, 5);
-  EXPECT_FALSE(choose_density(out, "micro", 0, false, "", base, link).has_value());
-  EXPECT_FALSE(choose_density(out, "exdyna", 8, false, "", base, link).has_value());
-  EXPECT_FALSE(choose_density(out, "exdyna", 0, false, "memory=ef21", base, link).has_value());
+  EXPECT_FALSE(choose_configuration(out, "micro", 0, false, "", base, link).has_value());
+  EXPECT_FALSE(choose_configuration(out, "exdyna", 8, false, "", base, link).has_value());
+  EXPECT_FALSE(
+      choose_configuration(out, "exdyna", 0, false, "memory=ef21", base, link).has_value());
+  // Any method: Top-k reaches this target in 10 steps and wins.
+  const std::optional<DensityChoice> any = choose_configuration(out, "", 0, false, "", base, link);
+  ASSERT_TRUE(any.has_value());
+  EXPECT_EQ(any->outcome->label, "topk c=0.01");
 }
 
 }  // namespace

@@ -40,7 +40,12 @@ void check_auto_density_flags(const AutoDensityFlags& flags) {
   }
 }
 
-double choose_auto_density(const TrainConfig& config, const AutoDensityFlags& flags) {
+void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flags) {
+  const bool any_method = config.method == "auto";
+  if (any_method && !flags.requested) {
+    throw InvalidArgument(
+        "--method auto chooses the method with its density: give --density auto with it");
+  }
   if (config.method == "dense" || config.method == "skipreduce" || config.servers > 0) {
     throw InvalidArgument(
         fmt::format("--density auto chooses a sparsifier's density; {} has none to choose",
@@ -85,8 +90,9 @@ double choose_auto_density(const TrainConfig& config, const AutoDensityFlags& fl
       .value_bytes = values != config.method_options.end() && values->second != "fp32" ? 2.0 : 4.0};
   const perf::CostProfile costs =
       perf::network_profile(*flags.link_gbit, flags.latency_us.value_or(5.0));
-  const std::optional<perf::DensityChoice> choice = perf::choose_density(
-      outcomes, config.method, static_cast<int>(config.local_steps), overlap, options, base, costs);
+  const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
+      outcomes, any_method ? "" : config.method, static_cast<int>(config.local_steps), overlap,
+      options, base, costs);
   if (!choice) {
     std::vector<std::string> held;
     for (const perf::ConfigurationOutcome& o : outcomes) {
@@ -95,7 +101,7 @@ double choose_auto_density(const TrainConfig& config, const AutoDensityFlags& fl
     throw InvalidArgument(fmt::format(
         "--convergence {} has no configuration of {}{}{} that reached {} on every seed; it "
         "holds: {}",
-        flags.convergence, config.method,
+        flags.convergence, any_method ? "any method" : config.method,
         config.local_steps > 0
             ? fmt::format(" h{}{}", config.local_steps, overlap ? " overlapped" : "")
             : "",
@@ -103,12 +109,13 @@ double choose_auto_density(const TrainConfig& config, const AutoDensityFlags& fl
         fmt::join(held, "; ")));
   }
   logger().info(
-      "--density auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; {:g} Gbit/s, "
+      "--{} auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; {:g} Gbit/s, "
       "{:g} us; steps measured at {} ranks in {})",
-      choice->outcome->label, choice->outcome->steps, choice->step_s * 1e3, choice->time_s,
-      describe(target), *flags.link_gbit, flags.latency_us.value_or(5.0), profile.ranks,
-      flags.convergence);
-  return choice->outcome->density;
+      any_method ? "method" : "density", choice->outcome->label, choice->outcome->steps,
+      choice->step_s * 1e3, choice->time_s, describe(target), *flags.link_gbit,
+      flags.latency_us.value_or(5.0), profile.ranks, flags.convergence);
+  config.method = choice->outcome->method;
+  config.density = choice->outcome->density;
 }
 
 }  // namespace sparsecomm::cli

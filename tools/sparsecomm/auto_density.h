@@ -1,5 +1,5 @@
 #pragma once
-// train's --density auto (docs/algorithms.md, "Time to accuracy"): the
+// train's --density auto and --method auto (docs/algorithms.md, "Time to accuracy"): the
 // density of the run's method that a convergence profile and the
 // performance model predict to reach the target soonest on the given
 // network, chosen once before training.
@@ -29,11 +29,12 @@ void add_auto_density_flags(CLI::App* cmd, AutoDensityFlags& flags);
 // InvalidArgument when a flag above is given without --density auto.
 void check_auto_density_flags(const AutoDensityFlags& flags);
 
-// The density to train `config` with, logging the candidates and the pick.
+// Sets `config`'s density (and, for --method auto, its method) to the
+// configuration predicted to reach the target soonest, logging the pick.
 // InvalidArgument, saying what to do, for a method without a density, a
 // profile of another model or batch, a missing target or network, or a
 // profile without a configuration of the run's method, rounds and options
 // that reached the target on every seed.
-double choose_auto_density(const TrainConfig& config, const AutoDensityFlags& flags);
+void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flags);
 
 }  // namespace sparsecomm::cli

@@ -338,7 +338,9 @@ void add_train_data_flags(CLI::App* cmd, TrainConfig& c) {
 
 void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
   TrainConfig& c = flags.config;
-  cmd->add_option("--method,-m", c.method, "synchronization: " + sync_method_names())
+  cmd->add_option("--method,-m", c.method,
+                  "synchronization: " + sync_method_names() +
+                      ", or auto with --density auto (the profile's fastest method)")
       ->capture_default_str();
   cmd->add_option("--density,-d", flags.density,
                   fmt::format("target density for sparsifying methods (0.01 = 1%; default {:g}), "
@@ -542,12 +544,12 @@ void add_train_command(CLI::App& app) {
     flags->auto_density.requested = flags->density == "auto";
     check_auto_density_flags(flags->auto_density);
     TrainConfig config = config_from_flags(*flags, *cmd);
-    if (flags->auto_density.requested) {
+    if (flags->auto_density.requested || config.method == "auto") {
       if (!flags->compare.empty()) {
         throw InvalidArgument(
             "--density auto chooses one method's density; with --compare give a number");
       }
-      config.density = choose_auto_density(config, flags->auto_density);
+      choose_auto_configuration(config, flags->auto_density);
     }
     if (!flags->compare.empty()) {
       if (!flags->resume.empty())

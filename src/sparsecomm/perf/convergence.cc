@@ -213,21 +213,21 @@ std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile,
   return out;
 }
 
-std::optional<DensityChoice> choose_density(const std::vector<ConfigurationOutcome>& outcomes,
-                                            std::string_view method, int local_steps, bool overlap,
-                                            std::string_view options, const Scenario& base,
-                                            const CostProfile& costs) {
+std::optional<DensityChoice> choose_configuration(const std::vector<ConfigurationOutcome>& outcomes,
+                                                  std::string_view method, int local_steps,
+                                                  bool overlap, std::string_view options,
+                                                  const Scenario& base, const CostProfile& costs) {
   std::optional<DensityChoice> best;
   for (const ConfigurationOutcome& o : outcomes) {
-    if (o.method != method || o.local_steps != local_steps || o.overlap != overlap ||
-        o.options != options || !std::isfinite(o.steps)) {
+    if ((!method.empty() && o.method != method) || o.local_steps != local_steps ||
+        o.overlap != overlap || o.options != options || !std::isfinite(o.steps)) {
       continue;
     }
     Scenario scenario = base;
     scenario.density = o.density;
     scenario.local_steps = local_steps;
     scenario.overlap_rounds = overlap;
-    const double step_s = predict_step(method, scenario, costs).step_s;
+    const double step_s = predict_step(o.method, scenario, costs).step_s;
     const double time_s = o.steps * step_s;
     if (!best || time_s < best->time_s) best = DensityChoice{&o, step_s, time_s};
   }

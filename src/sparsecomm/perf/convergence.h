@@ -87,20 +87,21 @@ struct ConfigurationOutcome {
 // One outcome per configuration, in the order the profile first lists it.
 std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile, const Target& target);
 
-// train's --density auto: among the profile's configurations of `method`
-// with these rounds and options that reached the target on every seed, the
-// density whose predicted time to it (its steps times predict_step(method,
-// `base` with that density and rounds)) is least; nullopt when there is
-// none. On a slower network the choice is never denser (tested).
+// train's --density auto (and --method auto): among the profile's
+// configurations of `method` ("": any method) with these rounds and options
+// that reached the target on every seed, the one whose predicted time to it
+// (its steps times predict_step of its method on `base` with its density
+// and rounds) is least; nullopt when there is none. On a slower network
+// the choice is never denser (tested).
 struct DensityChoice {
   const ConfigurationOutcome* outcome = nullptr;  // into the outcomes given
   double step_s = 0.0;
   double time_s = 0.0;
 };
-std::optional<DensityChoice> choose_density(const std::vector<ConfigurationOutcome>& outcomes,
-                                            std::string_view method, int local_steps, bool overlap,
-                                            std::string_view options, const Scenario& base,
-                                            const CostProfile& costs);
+std::optional<DensityChoice> choose_configuration(const std::vector<ConfigurationOutcome>& outcomes,
+                                                  std::string_view method, int local_steps,
+                                                  bool overlap, std::string_view options,
+                                                  const Scenario& base, const CostProfile& costs);
 
 // JSON form ({"format": "sparsecomm convergence profile", "version": 1, ...}).
 nlohmann::json to_json(const ConvergenceProfile& profile);
