@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +10,7 @@
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/perf/json_file.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -297,23 +296,11 @@ ConvergenceProfile convergence_profile_from_json(const nlohmann::json& json,
 }
 
 ConvergenceProfile load_convergence_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw InvalidArgument(fmt::format(
-        "cannot read the convergence profile '{}'; make one with `sparsecomm convergence "
-        "RUN_DIR... -o FILE` from pilot runs of `sparsecomm train`",
-        path));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidArgument(
-        fmt::format("the convergence profile '{}' is not JSON: {}", path, e.what()));
-  }
-  return convergence_profile_from_json(json, path);
+  return convergence_profile_from_json(
+      read_json_file(path, "the convergence profile",
+                     "make one with `sparsecomm convergence RUN_DIR... -o FILE` from pilot runs "
+                     "of `sparsecomm train`"),
+      path);
 }
 
 void save_convergence_profile(const ConvergenceProfile& profile, const std::string& path) {

@@ -1,14 +1,13 @@
 #include "sparsecomm/perf/cost_profile.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/perf/json_file.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -180,21 +179,9 @@ CostProfile profile_from_json(const nlohmann::json& json, std::string_view origi
 }
 
 CostProfile load_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw InvalidArgument(fmt::format(
-        "cannot read the cost profile '{}'; write one with `sparsecomm calibrate --out FILE`",
-        path));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InvalidArgument(fmt::format("the cost profile '{}' is not JSON: {}", path, e.what()));
-  }
-  return profile_from_json(json, path);
+  return profile_from_json(
+      read_json_file(path, "the cost profile", "write one with `sparsecomm calibrate --out FILE`"),
+      path);
 }
 
 void save_profile(const CostProfile& profile, const std::string& path) {

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/perf/json_file.h"
 #include "sparsecomm/perf/step_model.h"
 
 namespace sparsecomm::perf {
@@ -112,20 +111,9 @@ MeasuredScaling scaling_from_bench_rows(std::span<const BenchRows> inputs) {
 MeasuredScaling load_bench_statistics(std::span<const std::string> paths) {
   std::vector<BenchRows> inputs;
   for (const std::string& path : paths) {
-    std::ifstream in(path);
-    if (!in) {
-      throw InvalidArgument(fmt::format(
-          "cannot read the statistics '{}'; write them with `sparsecomm bench sparsifiers "
-          "--trace TRACE -n N --format json > FILE`",
-          path));
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-      inputs.push_back({path, nlohmann::json::parse(text.str())});
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InvalidArgument(fmt::format("the statistics '{}' are not JSON: {}", path, e.what()));
-    }
+    inputs.push_back({path, read_json_file(path, "the statistics",
+                                           "write them with `sparsecomm bench sparsifiers --trace "
+                                           "TRACE -n N --format json > FILE`")});
   }
   return scaling_from_bench_rows(inputs);
 }
