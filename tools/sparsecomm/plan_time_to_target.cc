@@ -57,11 +57,13 @@ std::string pick(const TargetRow& row) {
 }
 
 void print_table(const TargetRow& row) {
-  fmt::print("{:<48} {:>6} {:>20} {:>10} {:>12} {:>9}\n", "configuration", "seeds",
+  std::size_t width = 13;  // "configuration"
+  for (const TimeToTarget& t : row.configurations) width = std::max(width, t.outcome.label.size());
+  fmt::print("{:<{}} {:>6} {:>20} {:>10} {:>12} {:>9}\n", "configuration", width, "seeds",
              "steps to target", "step ms", "time", "vs dense");
   for (const TimeToTarget& t : row.configurations) {
     const double s = dense_speedup(row, t);
-    fmt::print("{:<48} {:>6} {:>20} {:>10.2f} {:>12} {:>9}\n", t.outcome.label,
+    fmt::print("{:<{}} {:>6} {:>20} {:>10.2f} {:>12} {:>9}\n", t.outcome.label, width,
                fmt::format("{}/{}", t.outcome.reached, t.outcome.seeds), steps_text(t.outcome),
                t.step.step_s * 1e3, seconds(t.time_s),
                std::isfinite(s) ? fmt::format("{:.2f}x", s) : "-");
