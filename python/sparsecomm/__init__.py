@@ -15,7 +15,8 @@ sends over gloo), so it works wherever DDP on CPU works.
 With a training loop and a transport of one's own: ``Sparsifier`` selects
 (with error feedback) and ``decode`` sums the ranks' selections.
 Training over slow links: ``LocalSteps`` runs DiLoCo's outer loop around a
-local optimizer, the pseudo-gradient synchronized by any method.
+local optimizer, the pseudo-gradient synchronized by any method. The
+density to train at: ``choose_density`` (from a convergence profile).
 """
 
 from ._sparsecomm import (  # noqa: F401  (the package's API)
@@ -30,4 +31,5 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
 )
 from .ddp import HookError, HookState, ddp_comm_hook, direction_optimizer, register  # noqa: F401
 from .local_steps import LocalSteps  # noqa: F401
+from .planning import choose_density  # noqa: F401
 from .sparsifier import Sparsifier, decode  # noqa: F401

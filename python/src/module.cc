@@ -52,6 +52,8 @@
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/optim/outer_loop.h"
 #include "sparsecomm/optim/update_rule.h"
+#include "sparsecomm/perf/convergence.h"
+#include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/sync/dense_layers.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/sync/selection_step.h"
@@ -460,6 +462,43 @@ PYBIND11_MODULE(_sparsecomm, m) {
   m.def("_fail_future", &fail_future, py::arg("future"), py::arg("exception"));
 
   bind_grouping_rules(m);
+
+  // sparsecomm.choose_density (planning.py): train's --density auto for a
+  // loop of one's own.
+  m.def(
+      "_choose_configuration",
+      [](const std::string& convergence, const std::string& method,
+         std::optional<double> target_loss, std::optional<double> target_accuracy, double link_gbit,
+         double latency_us, int ranks, double numel, int local_steps, const std::string& options) {
+        const perf::ConvergenceProfile profile = perf::load_convergence_profile(convergence);
+        const perf::Target target =
+            perf::target_from_flags(target_loss, target_accuracy, "choose_density");
+        const std::vector<perf::ConfigurationOutcome> outcomes = perf::outcomes(profile, target);
+        const perf::Scenario base{.ranks = ranks > 0 ? ranks : profile.ranks,
+                                  .numel = numel,
+                                  .compute_s = profile.compute_s};
+        const std::optional<perf::DensityChoice> choice =
+            perf::choose_configuration(outcomes, method, local_steps, false, options, base,
+                                       perf::network_profile(link_gbit, latency_us));
+        if (!choice) {
+          throw InvalidArgument("choose_density: " + convergence + " has no configuration of " +
+                                (method.empty() ? std::string("any method") : method) +
+                                " with these rounds and options that reached " +
+                                perf::describe(target) + " on every seed");
+        }
+        py::dict out;
+        out["method"] = choice->outcome->method;
+        out["density"] = choice->outcome->density;
+        out["configuration"] = choice->outcome->label;
+        out["steps"] = choice->outcome->steps;
+        out["step_s"] = choice->step_s;
+        out["time_s"] = choice->time_s;
+        out["profile_model"] = profile.model;
+        return out;
+      },
+      py::arg("convergence"), py::arg("method"), py::arg("target_loss"), py::arg("target_accuracy"),
+      py::arg("link_gbit"), py::arg("latency_us"), py::arg("ranks"), py::arg("numel"),
+      py::arg("local_steps"), py::arg("options"));
 
   m.def("methods", [] {
     std::vector<std::string> names;
