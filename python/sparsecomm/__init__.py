@@ -16,7 +16,9 @@ With a training loop and a transport of one's own: ``Sparsifier`` selects
 (with error feedback) and ``decode`` sums the ranks' selections.
 Training over slow links: ``LocalSteps`` runs DiLoCo's outer loop around a
 local optimizer, the pseudo-gradient synchronized by any method. The
-density to train at: ``choose_density`` (from a convergence profile).
+density to train at: ``choose_density`` (from a convergence profile, which
+pilot runs of one's own loop write with ``PilotRun`` and
+``write_convergence_profile``).
 """
 
 from ._sparsecomm import (  # noqa: F401  (the package's API)
@@ -31,5 +33,5 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
 )
 from .ddp import HookError, HookState, ddp_comm_hook, direction_optimizer, register  # noqa: F401
 from .local_steps import LocalSteps  # noqa: F401
-from .planning import choose_density  # noqa: F401
+from .planning import PilotRun, choose_density, write_convergence_profile  # noqa: F401
 from .sparsifier import Sparsifier, decode  # noqa: F401

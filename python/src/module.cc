@@ -45,6 +45,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
+#include <nlohmann/json.hpp>
 
 #include "process_group_communicator.h"
 #include "sparsecomm/collectives/allreduce.h"
@@ -499,6 +500,21 @@ PYBIND11_MODULE(_sparsecomm, m) {
       py::arg("convergence"), py::arg("method"), py::arg("target_loss"), py::arg("target_accuracy"),
       py::arg("link_gbit"), py::arg("latency_us"), py::arg("ranks"), py::arg("numel"),
       py::arg("local_steps"), py::arg("options"));
+
+  // sparsecomm.write_convergence_profile (planning.py): the checks
+  // `plan` and --density auto apply when they read the file.
+  m.def(
+      "_check_convergence_profile",
+      [](const std::string& text, const std::string& origin) {
+        nlohmann::json json;
+        try {
+          json = nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception& e) {
+          throw InvalidArgument(origin + ": not JSON: " + e.what());
+        }
+        perf::convergence_profile_from_json(json, origin);
+      },
+      py::arg("text"), py::arg("origin"));
 
   m.def("methods", [] {
     std::vector<std::string> names;

@@ -53,3 +53,38 @@ def test_what_cannot_be_chosen_is_refused(tmp_path):
     with pytest.raises(ValueError, match="cannot read the convergence profile"):
         sparsecomm.choose_density(str(tmp_path / "missing.json"), model, link_gbit=1,
                                   target_loss=1.0)
+
+
+def test_pilot_runs_of_ones_own_loop_make_a_profile_that_chooses(tmp_path):
+    # Two pilots of a loop of one's own: ExDyna at 1% reaches loss 1.0 in
+    # 1,000 steps, at 0.1% in 2,000; on a slow link the sparser one wins.
+    runs = []
+    for density, reach in ((0.01, 1000), (0.001, 2000)):
+        run = sparsecomm.PilotRun("exdyna", density, seed=1, steps=3000)
+        for step in range(0, 3001, 500):
+            run.record(step, test_loss=2.0 - step / reach if step <= reach else 1.0 - step * 1e-5,
+                       test_accuracy=min(1.0, step / 3000))
+        runs.append(run)
+    path = tmp_path / "mine.json"
+    sparsecomm.write_convergence_profile(path, runs, model="mine", ranks=4, batch=32,
+                                         compute_s=0.05)
+    model = torch.nn.Linear(1000, 1000)
+    slow = sparsecomm.choose_density(str(path), model, "exdyna", link_gbit=0.001,
+                                     target_loss=1.0)
+    assert slow["density"] == 0.001
+    assert slow["steps"] == pytest.approx(2000)
+    assert json.loads(path.read_text())["runs"][0]["curve"][1] == [500, 1.5, 500 / 3000]
+
+
+def test_a_malformed_profile_is_not_written(tmp_path):
+    run = sparsecomm.PilotRun("exdyna", 0.01, seed=1, steps=100)
+    run.record(10, test_loss=1.0, test_accuracy=91.5)  # a percentage, not a fraction
+    path = tmp_path / "bad.json"
+    with pytest.raises(ValueError, match="not a fraction in"):
+        sparsecomm.write_convergence_profile(path, [run], model="mine", ranks=4, batch=32,
+                                             compute_s=0.05)
+    assert not path.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind
+    with pytest.raises(ValueError, match="'runs' must be a non-empty array"):
+        sparsecomm.write_convergence_profile(path, [], model="mine", ranks=4, batch=32,
+                                             compute_s=0.05)

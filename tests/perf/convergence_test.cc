@@ -143,6 +143,10 @@ TEST(Convergence, MalformedProfilesAreRefusedNamingTheField) {
   j["runs"][0]["curve"][0][1] = "low";
   EXPECT_NE(refusal(j).find("curve[0] test_loss is not a number or null"), std::string::npos);
   j = good;
+  j["runs"][0]["curve"][0][2] = 91.5;  // a percentage
+  EXPECT_NE(refusal(j).find("curve[0]: test_accuracy 91.5 is not a fraction in [0, 1]"),
+            std::string::npos);
+  j = good;
   j["runs"][0].erase("seed");
   EXPECT_NE(refusal(j).find("runs[0]: 'seed' is missing"), std::string::npos);
   j = good;

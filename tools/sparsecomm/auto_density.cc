@@ -28,17 +28,51 @@ void add_auto_density_flags(CLI::App* cmd, AutoDensityFlags& flags) {
                   "with --density auto: the network's link rate per direction, Gbit/s");
   cmd->add_option("--latency-us", flags.latency_us,
                   "with --density auto: its per-message latency, us (default 5)");
+  cmd->add_option("--network-profile", flags.network_profile,
+                  "with --density auto: the network as `sparsecomm calibrate` measured it (a "
+                  "cost profile, instead of --link-gbit)");
+  cmd->add_option("--compute-ms", flags.compute_ms,
+                  "with --density auto: forward + backward per step on this cluster, ms "
+                  "(default: the convergence profile's pilot runs)");
 }
 
 void check_auto_density_flags(const AutoDensityFlags& flags) {
   if (flags.requested) return;
   if (!flags.convergence.empty() || flags.target_loss || flags.target_accuracy || flags.link_gbit ||
-      flags.latency_us) {
+      flags.latency_us || !flags.network_profile.empty() || flags.compute_ms) {
     throw InvalidArgument(
-        "--convergence, --target-loss, --target-accuracy, --link-gbit and --latency-us choose "
-        "the density of --density auto: add it, or drop them");
+        "--convergence, --target-loss, --target-accuracy, --link-gbit, --latency-us, "
+        "--network-profile and --compute-ms choose the density of --density auto: add it, or "
+        "drop them");
   }
 }
+
+namespace {
+
+// The network of --density auto: a calibrated cost profile, or the link's
+// rate and latency on the model's default host costs.
+perf::CostProfile network_of(const AutoDensityFlags& flags) {
+  if (!flags.network_profile.empty()) {
+    if (flags.link_gbit || flags.latency_us) {
+      throw InvalidArgument(
+          "--network-profile already holds the network's rate and latency: drop --link-gbit and "
+          "--latency-us, or the profile");
+    }
+    return perf::load_profile(flags.network_profile);
+  }
+  if (!flags.link_gbit) {
+    throw InvalidArgument(
+        "--density auto needs the network it trains on: --link-gbit G (and --latency-us L), or "
+        "--network-profile FILE from `sparsecomm calibrate`");
+  }
+  if (!(*flags.link_gbit > 0) || !std::isfinite(*flags.link_gbit) ||
+      (flags.latency_us && (!(*flags.latency_us >= 0) || !std::isfinite(*flags.latency_us)))) {
+    throw InvalidArgument("--link-gbit must be > 0 and --latency-us >= 0");
+  }
+  return perf::network_profile(*flags.link_gbit, flags.latency_us.value_or(5.0));
+}
+
+}  // namespace
 
 void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flags) {
   const bool any_method = config.method == "auto";
@@ -58,13 +92,10 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
   }
   const perf::Target target =
       perf::target_from_flags(flags.target_loss, flags.target_accuracy, "--density auto");
-  if (!flags.link_gbit) {
+  const perf::CostProfile costs = network_of(flags);
+  if (flags.compute_ms && (!(*flags.compute_ms > 0) || !std::isfinite(*flags.compute_ms))) {
     throw InvalidArgument(
-        "--density auto needs the network it trains on: --link-gbit G (and --latency-us L)");
-  }
-  if (!(*flags.link_gbit > 0) || !std::isfinite(*flags.link_gbit) ||
-      (flags.latency_us && (!(*flags.latency_us >= 0) || !std::isfinite(*flags.latency_us)))) {
-    throw InvalidArgument("--link-gbit must be > 0 and --latency-us >= 0");
+        fmt::format("--compute-ms must be a time > 0 in ms, got {}", *flags.compute_ms));
   }
   const perf::ConvergenceProfile profile = perf::load_convergence_profile(flags.convergence);
   if (profile.model != config.model || profile.batch != config.batch) {
@@ -86,10 +117,8 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
       .ranks = config.workers > 0 ? config.workers : profile.ranks,
       .numel = static_cast<double>(probe.numel),
       .dense_numel = static_cast<double>(dense_numel(rule, probe.tensors, config.model)),
-      .compute_s = profile.compute_s,
+      .compute_s = flags.compute_ms ? *flags.compute_ms / 1e3 : profile.compute_s,
       .value_bytes = values != config.method_options.end() && values->second != "fp32" ? 2.0 : 4.0};
-  const perf::CostProfile costs =
-      perf::network_profile(*flags.link_gbit, flags.latency_us.value_or(5.0));
   const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
       outcomes, any_method ? "" : config.method, static_cast<int>(config.local_steps), overlap,
       options, base, costs);
@@ -109,11 +138,11 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
         fmt::join(held, "; ")));
   }
   logger().info(
-      "--{} auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; {:g} Gbit/s, "
-      "{:g} us; steps measured at {} ranks in {})",
+      "--{} auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; network {}; steps "
+      "measured at {} ranks in {})",
       any_method ? "method" : "density", choice->outcome->label, choice->outcome->steps,
-      choice->step_s * 1e3, choice->time_s, describe(target), *flags.link_gbit,
-      flags.latency_us.value_or(5.0), profile.ranks, flags.convergence);
+      choice->step_s * 1e3, choice->time_s, describe(target), costs.name, profile.ranks,
+      flags.convergence);
   config.method = choice->outcome->method;
   config.density = choice->outcome->density;
 }

@@ -545,6 +545,14 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--format", options->format, "table | json")->capture_default_str();
   cmd->add_option("--plot", options->plot_dir,
                   "write PNGs here: speedup and bytes versus ranks, the breakdown");
+  cmd->footer(
+      "Time to a target: pilot runs make a convergence profile. With the tool's models, run "
+      "`sparsecomm train` a few times (the schedule you will use, --eval-every a few steps; dense "
+      "and the methods and densities you would consider), then `sparsecomm convergence "
+      "RUN_DIR... -o conv.json`. With a PyTorch model of your own, record your loop's pilot runs "
+      "with sparsecomm.PilotRun and write_convergence_profile (docs/python.md, \"Choosing the "
+      "density\") and plan it with --params N --compute-ms M. Then `plan --convergence conv.json "
+      "--target-accuracy P` (or --target-loss X). docs/algorithms.md, \"Time to accuracy\".");
   cmd->callback([options] { run_plan(*options); });
 }
 

@@ -168,10 +168,11 @@ class ConsoleReporter final : public TrainObserver {
 // The flags that set no TrainConfig field, or whose text is parsed in the
 // callback rather than copied: every other flag of `train` sets the field
 // named by config_key_of, and the callback refuses a flag that does not.
-constexpr std::array<std::string_view, 13> kFlagsBesideTheConfig = {
-    "help",          "config",  "resume",      "compare",     "no-plots",        "method-option",
-    "lr-milestones", "density", "convergence", "target-loss", "target-accuracy", "link-gbit",
-    "latency-us"};
+constexpr std::array<std::string_view, 15> kFlagsBesideTheConfig = {
+    "help",        "config",          "resume",          "compare",
+    "no-plots",    "method-option",   "lr-milestones",   "density",
+    "convergence", "target-loss",     "target-accuracy", "link-gbit",
+    "latency-us",  "network-profile", "compute-ms"};
 
 // The config JSON key that a flag sets: its long name with '-' as '_'
 // ("--max-steps" -> max_steps; --timeout: timeout_s); empty for the flags

@@ -114,9 +114,15 @@ ConvergenceRun run_from_json(const nlohmann::json& json, const std::string& orig
           fmt::format("{}: the step must be a whole number in [0, {}] above the one before it",
                       where, run.steps));
     }
+    const double accuracy = metric_value(point[2], where + " test_accuracy");
+    if (accuracy < 0.0 || accuracy > 1.0) {
+      throw InvalidArgument(fmt::format(
+          "{}: test_accuracy {} is not a fraction in [0, 1] (a percentage? divide it by 100)",
+          where, accuracy));
+    }
     run.curve.push_back({.step = *step,
                          .test_loss = metric_value(point[1], where + " test_loss"),
-                         .test_accuracy = metric_value(point[2], where + " test_accuracy")});
+                         .test_accuracy = accuracy});
   }
   return run;
 }

@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""Time to a target measured on emulated clusters (scripts/time-to-target.sh)
+beside `sparsecomm plan`'s prediction from a convergence profile.
+
+    scripts/time-to-target.py OUT --convergence PROFILE.json
+        (--target-accuracy P | --target-loss X) [--compute-from CELL]
+
+For each cluster OUT/<rate>-h<hosts>, each run's steps and training seconds
+to the target (the first evaluation that meets it, interpolated linearly
+from the one before), its mean step, bytes per rank per step, and `plan`'s
+predicted seconds (the profile's steps to the target times the model's step
+on the cluster's calibrated profile, with the compute per step and its
+spread measured in the run of --compute-from, default the first cell). A
+run stopped short (time-to-target.sh --short) is composed: the steps to
+the target of the same cell's full run on the same hosts at another rate
+(a --deterministic trajectory does not depend on the network) times its own
+mean step; the table marks it. SPARSECOMM_BIN names another binary than
+build/sparsecomm.
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WARMUP_STEPS = 10  # a run's first steps (allocation, first threshold) are not its mean
+
+
+def load_run(run_dir):
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    steps, evals = [], []
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("kind") == "step":
+                steps.append(record)
+            elif record.get("kind") == "eval":
+                evals.append(record)
+    return {"dir": run_dir, "summary": summary, "config": config, "steps": steps, "evals": evals}
+
+
+def meets(record, target):
+    kind, value = target
+    if kind == "accuracy":
+        return record["test_accuracy"] is not None and 100.0 * record["test_accuracy"] >= value
+    return record["test_loss"] is not None and record["test_loss"] <= value
+
+
+def to_target(run, target):
+    """(steps, seconds) to the target, interpolated; None when not reached."""
+    kind, value = target
+    previous = None
+    for record in run["evals"]:
+        if meets(record, target):
+            if previous is None:
+                return record["step"], record["wall_s"]
+            metric = (lambda r: 100.0 * r["test_accuracy"]) if kind == "accuracy" else (
+                lambda r: r["test_loss"])
+            span = metric(record) - metric(previous)
+            share = (value - metric(previous)) / span if span != 0 else 1.0
+            share = min(max(share, 0.0), 1.0)
+            lerp = lambda key: previous[key] + share * (record[key] - previous[key])
+            return lerp("step"), lerp("wall_s")
+        previous = record
+    return None
+
+
+def mean_step_s(run):
+    """Mean wall time per step after the warm-up (rank 0's clock)."""
+    rows = [r for r in run["steps"] if r["step"] >= WARMUP_STEPS]
+    if len(rows) < 2:
+        return run["summary"]["wall_s"] / max(1, run["summary"]["steps"])
+    return (rows[-1]["wall_s"] - rows[0]["wall_s"]) / (rows[-1]["step"] - rows[0]["step"])
+
+
+def is_short(run):
+    return bool(run["config"].get("stop_at_step", 0))
+
+
+def plan_prediction(binary, cluster_dir, model, hosts, reference, args):
+    workers = reference["summary"]["per_worker_mean_s"]["compute"]
+    command = [binary, "plan", "--model", model, "-n", str(hosts), "--profile",
+               os.path.join(cluster_dir, "profile.json"), "--compute-ms",
+               repr(1e3 * statistics.fmean(workers)), "--compute-spread-ms",
+               repr(1e3 * reference["summary"].get("compute_spread_s", 0.0)), "--convergence",
+               args.convergence, "--format", "json"]
+    if args.target_accuracy is not None:
+        command += ["--target-accuracy", repr(args.target_accuracy)]
+    else:
+        command += ["--target-loss", repr(args.target_loss)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"plan failed: {' '.join(command)}\n{result.stderr}")
+    rows = json.loads(result.stdout)["time_to_target"]["per_ranks"]
+    return rows[0]["configurations"]
+
+
+def matching(configurations, run):
+    summary, config = run["summary"], run["config"]
+    for c in configurations:
+        if c["method"] != summary["method"] or c["local_steps"] != config.get("local_steps", 0):
+            continue
+        if c["method"] == "dense" or abs(c["density"] - summary["density"]) < 1e-12:
+            return c
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out")
+    parser.add_argument("--convergence", required=True)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--target-accuracy", type=float)
+    group.add_argument("--target-loss", type=float)
+    parser.add_argument("--compute-from", help="the cell whose compute per step plan uses")
+    args = parser.parse_args()
+    target = (("accuracy", args.target_accuracy) if args.target_accuracy is not None else
+              ("loss", args.target_loss))
+    binary = os.environ.get("SPARSECOMM_BIN", os.path.join(ROOT, "build", "sparsecomm"))
+    cells_file = os.path.join(args.out, "cells.txt")
+    names = [line.split("#", 1)[0].split()[0] for line in open(cells_file)
+             if line.split("#", 1)[0].strip()]
+
+    clusters = sorted(d for d in glob.glob(os.path.join(args.out, "*-h*")) if os.path.isdir(d))
+    runs = {}
+    for cluster_dir in clusters:
+        for name in names:
+            run_dir = os.path.join(cluster_dir, name)
+            if os.path.exists(os.path.join(run_dir, "summary.json")):
+                runs[(cluster_dir, name)] = load_run(run_dir)
+
+    what = (f"test accuracy >= {args.target_accuracy}%" if target[0] == "accuracy" else
+            f"test loss <= {args.target_loss}")
+    print(f"target: {what}; predictions: {args.convergence}")
+    for cluster_dir in clusters:
+        rate, hosts = os.path.basename(cluster_dir).rsplit("-h", 1)
+        present = [n for n in names if (cluster_dir, n) in runs]
+        if not present:
+            continue
+        reference = runs[(cluster_dir, args.compute_from or present[0])]
+        model = reference["summary"]["model"]
+        configurations = plan_prediction(binary, cluster_dir, model, int(hosts), reference, args)
+        print(f"\n{hosts} hosts at {rate}, {model}\n")
+        print("| cell | chose | steps to target | s to target | step ms | bytes/rank/step "
+              "| plan: s | plan error |")
+        print("|---|---|---|---|---|---|---|---|")
+        measured = {}
+        for name in present:
+            run = runs[(cluster_dir, name)]
+            step_s = mean_step_s(run)
+            composed = False
+            reached = to_target(run, target)
+            if is_short(run):
+                composed = True
+                reached = None
+                for other in clusters:
+                    full = runs.get((other, name))
+                    if other.endswith(f"-h{hosts}") and full and not is_short(full):
+                        found = to_target(full, target)
+                        if found:
+                            reached = (found[0], found[0] * step_s)
+                        break
+            chose = run["summary"]["method"] + (
+                f" c={run['summary']['density']:g}" if run["summary"]["method"] != "dense" else "")
+            c = matching(configurations, run)
+            predicted = c["time_to_target_s"] if c else None
+            if reached:
+                measured[name] = reached[1]
+                error = (f"{100.0 * (predicted - reached[1]) / reached[1]:+.0f}%"
+                         if predicted else "-")
+                seconds = f"{reached[1]:.1f}" + (" (composed)" if composed else "")
+                steps = f"{reached[0]:.0f}"
+            else:
+                error, seconds, steps = "-", "not reached", "-"
+            bytes_kib = run["summary"]["bytes_per_rank_per_step"] / 1024.0
+            print(f"| {name} | {chose} | {steps} | {seconds} | {1e3 * step_s:.1f} "
+                  f"| {bytes_kib:.1f} KiB | {predicted:.1f} | {error} |" if predicted else
+                  f"| {name} | {chose} | {steps} | {seconds} | {1e3 * step_s:.1f} "
+                  f"| {bytes_kib:.1f} KiB | - | {error} |")
+        if measured:
+            best = min(measured, key=measured.get)
+            ranked = [c for c in configurations if c["time_to_target_s"] is not None]
+            pick = min(ranked, key=lambda c: c["time_to_target_s"])["configuration"] if ranked else "-"
+            print(f"\nmeasured first: {best} ({measured[best]:.1f} s); plan's pick: {pick}")
+
+
+if __name__ == "__main__":
+    main()
