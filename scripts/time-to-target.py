@@ -3,14 +3,16 @@
 beside `sparsecomm plan`'s prediction from a convergence profile.
 
     scripts/time-to-target.py OUT --convergence PROFILE.json
-        (--target-accuracy P | --target-loss X) [--compute-from CELL]
+        (--target-accuracy P | --target-loss X)
 
 For each cluster OUT/<rate>-h<hosts>, each run's steps and training seconds
 to the target (the first evaluation that meets it, interpolated linearly
 from the one before), its mean step, bytes per rank per step, and `plan`'s
 predicted seconds (the profile's steps to the target times the model's step
 on the cluster's calibrated profile, with the compute per step and its
-spread measured in the run of --compute-from, default the first cell). A
+spread the run measured: on a real cluster they do not depend on the
+method, but emulated hosts share the machine's cores, and a dense
+exchange's busy waiting slows their compute). A
 run stopped short (time-to-target.sh --short) is composed: the steps to
 the target of the same cell's full run on the same hosts at another rate
 (a --deterministic trajectory does not depend on the network) times its own
@@ -83,6 +85,8 @@ def is_short(run):
 
 
 def plan_prediction(binary, cluster_dir, model, hosts, reference, args):
+    """plan's time to the target of each configuration of the profile, on
+    this cluster with the compute per step of the run `reference`."""
     workers = reference["summary"]["per_worker_mean_s"]["compute"]
     command = [binary, "plan", "--model", model, "-n", str(hosts), "--profile",
                os.path.join(cluster_dir, "profile.json"), "--compute-ms",
@@ -118,7 +122,6 @@ def main():
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--target-accuracy", type=float)
     group.add_argument("--target-loss", type=float)
-    parser.add_argument("--compute-from", help="the cell whose compute per step plan uses")
     args = parser.parse_args()
     target = (("accuracy", args.target_accuracy) if args.target_accuracy is not None else
               ("loss", args.target_loss))
@@ -135,6 +138,7 @@ def main():
             if os.path.exists(os.path.join(run_dir, "summary.json")):
                 runs[(cluster_dir, name)] = load_run(run_dir)
 
+    errors = []  # |plan - measured| / measured over every cell of every cluster
     what = (f"test accuracy >= {args.target_accuracy}%" if target[0] == "accuracy" else
             f"test loss <= {args.target_loss}")
     print(f"target: {what}; predictions: {args.convergence}")
@@ -143,13 +147,11 @@ def main():
         present = [n for n in names if (cluster_dir, n) in runs]
         if not present:
             continue
-        reference = runs[(cluster_dir, args.compute_from or present[0])]
-        model = reference["summary"]["model"]
-        configurations = plan_prediction(binary, cluster_dir, model, int(hosts), reference, args)
+        model = runs[(cluster_dir, present[0])]["summary"]["model"]
         print(f"\n{hosts} hosts at {rate}, {model}\n")
         print("| cell | chose | steps to target | s to target | step ms | bytes/rank/step "
-              "| plan: s | plan error |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| plan: steps | step ms | s | error |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         measured = {}
         for name in present:
             run = runs[(cluster_dir, name)]
@@ -159,15 +161,18 @@ def main():
             if is_short(run):
                 composed = True
                 reached = None
+                missing = "no full run to compose from"
                 for other in clusters:
                     full = runs.get((other, name))
                     if other.endswith(f"-h{hosts}") and full and not is_short(full):
                         found = to_target(full, target)
                         if found:
                             reached = (found[0], found[0] * step_s)
+                        missing = "not reached"
                         break
             chose = run["summary"]["method"] + (
                 f" c={run['summary']['density']:g}" if run["summary"]["method"] != "dense" else "")
+            configurations = plan_prediction(binary, cluster_dir, model, int(hosts), run, args)
             c = matching(configurations, run)
             predicted = c["time_to_target_s"] if c else None
             if reached:
@@ -177,17 +182,35 @@ def main():
                 seconds = f"{reached[1]:.1f}" + (" (composed)" if composed else "")
                 steps = f"{reached[0]:.0f}"
             else:
-                error, seconds, steps = "-", "not reached", "-"
+                error, seconds, steps = "-", missing if composed else "not reached", "-"
             bytes_kib = run["summary"]["bytes_per_rank_per_step"] / 1024.0
+            plan_steps = f"{c['steps_to_target']:.0f}" if c and c["steps_to_target"] else "-"
+            plan_step = f"{1e3 * c['step_s']:.1f}" if c else "-"
+            plan_s = f"{predicted:.1f}" if predicted else "-"
             print(f"| {name} | {chose} | {steps} | {seconds} | {1e3 * step_s:.1f} "
-                  f"| {bytes_kib:.1f} KiB | {predicted:.1f} | {error} |" if predicted else
-                  f"| {name} | {chose} | {steps} | {seconds} | {1e3 * step_s:.1f} "
-                  f"| {bytes_kib:.1f} KiB | - | {error} |")
+                  f"| {bytes_kib:.1f} KiB | {plan_steps} | {plan_step} | {plan_s} | {error} |")
+            if reached and predicted:
+                errors.append(abs(predicted - reached[1]) / reached[1])
         if measured:
-            best = min(measured, key=measured.get)
+            fixed = {n: t for n, t in measured.items() if n != "auto"}
+            best = min(fixed, key=fixed.get) if fixed else None
             ranked = [c for c in configurations if c["time_to_target_s"] is not None]
-            pick = min(ranked, key=lambda c: c["time_to_target_s"])["configuration"] if ranked else "-"
-            print(f"\nmeasured first: {best} ({measured[best]:.1f} s); plan's pick: {pick}")
+            pick = min(ranked, key=lambda c: c["time_to_target_s"]) if ranked else None
+            # (ranked with the last run's compute: the pick does not change
+            # with a compute common to every configuration)
+            line = f"\nmeasured first (fixed): {best} ({fixed[best]:.1f} s)" if best else "\n"
+            if pick:
+                picked = [n for n in present if matching([pick], runs[(cluster_dir, n)]) and
+                          n != "auto" and n in measured]
+                ratio = (f", {measured[picked[0]] / fixed[best]:.2f}x the best" if picked and best
+                         else "")
+                line += f"; plan's pick: {pick['configuration']}{ratio}"
+            if "auto" in measured and best:
+                line += f"; auto: {measured['auto'] / fixed[best]:.2f}x the best"
+            print(line)
+    if errors:
+        print(f"\nplan's time to the target against the measured, {len(errors)} runs: median "
+              f"|error| {100 * statistics.median(errors):.0f}%, worst {100 * max(errors):.0f}%")
 
 
 if __name__ == "__main__":
