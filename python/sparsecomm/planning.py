@@ -72,27 +72,36 @@ def write_convergence_profile(path, runs, *, model, ranks, batch, compute_s, sch
         raise
 
 
-def choose_density(convergence, model, method="exdyna", *, link_gbit, latency_us=5.0,
-                   target_loss=None, target_accuracy=None, world_size=None, local_steps=0,
-                   options=""):
+def choose_density(convergence, model, method="exdyna", *, link_gbit=None, latency_us=5.0,
+                   network_profile=None, target_loss=None, target_accuracy=None, world_size=None,
+                   local_steps=0, options="", compute_s=None):
     """The configuration to train ``model`` with, as a dict: ``method``,
     ``density``, ``configuration`` (its label), the profile's ``steps`` to
     the target, the predicted ``step_s`` and ``time_s``.
 
     ``convergence``: a profile of pilot runs (``sparsecomm convergence``);
     one of ``target_loss`` (held-out loss at or below) and
-    ``target_accuracy`` (percent, at or above); ``link_gbit`` and
-    ``latency_us``: the network. ``method=None`` chooses among every method
+    ``target_accuracy`` (percent, at or above); the network: ``link_gbit``
+    and ``latency_us``, or ``network_profile``, the cost profile
+    ``sparsecomm calibrate`` measured on the cluster; ``compute_s``: the
+    step's forward + backward there (default: the pilots'). ``method=None`` chooses among every method
     of the profile. ``options``: the configuration's options as the profile
     labels them (``"decay=0.95,memory=ef"``; "" for the defaults). The
     world size defaults to the process group's (else the profile's). A
     profile without a configuration that reached the target on every seed
     raises ``ValueError``."""
+    if (link_gbit is None) == (network_profile is None):
+        raise ValueError("choose_density: give the network as link_gbit (and latency_us) or as "
+                         "network_profile (from `sparsecomm calibrate`), not both or neither")
+    if compute_s is not None and not (compute_s > 0 and math.isfinite(compute_s)):
+        raise ValueError(f"choose_density: compute_s must be a time > 0 in seconds, got {compute_s}")
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if numel == 0:
         raise ValueError("sparsecomm: the model has no parameter that requires grad")
     if world_size is None:
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 0
     return _choose_configuration(convergence, method or "", target_loss, target_accuracy,
-                                 float(link_gbit), float(latency_us), int(world_size),
-                                 float(numel), int(local_steps), options)
+                                 float(link_gbit or 0.0), float(latency_us),
+                                 os.fspath(network_profile) if network_profile else "",
+                                 None if compute_s is None else float(compute_s),
+                                 int(world_size), float(numel), int(local_steps), options)

@@ -470,17 +470,20 @@ PYBIND11_MODULE(_sparsecomm, m) {
       "_choose_configuration",
       [](const std::string& convergence, const std::string& method,
          std::optional<double> target_loss, std::optional<double> target_accuracy, double link_gbit,
-         double latency_us, int ranks, double numel, int local_steps, const std::string& options) {
+         double latency_us, const std::string& network_profile, std::optional<double> compute_s,
+         int ranks, double numel, int local_steps, const std::string& options) {
         const perf::ConvergenceProfile profile = perf::load_convergence_profile(convergence);
         const perf::Target target =
             perf::target_from_flags(target_loss, target_accuracy, "choose_density");
         const std::vector<perf::ConfigurationOutcome> outcomes = perf::outcomes(profile, target);
         const perf::Scenario base{.ranks = ranks > 0 ? ranks : profile.ranks,
                                   .numel = numel,
-                                  .compute_s = profile.compute_s};
-        const std::optional<perf::DensityChoice> choice =
-            perf::choose_configuration(outcomes, method, local_steps, false, options, base,
-                                       perf::network_profile(link_gbit, latency_us));
+                                  .compute_s = compute_s.value_or(profile.compute_s)};
+        const perf::CostProfile network = network_profile.empty()
+                                              ? perf::network_profile(link_gbit, latency_us)
+                                              : perf::load_profile(network_profile);
+        const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
+            outcomes, method, local_steps, false, options, base, network);
         if (!choice) {
           throw InvalidArgument("choose_density: " + convergence + " has no configuration of " +
                                 (method.empty() ? std::string("any method") : method) +
@@ -498,8 +501,8 @@ PYBIND11_MODULE(_sparsecomm, m) {
         return out;
       },
       py::arg("convergence"), py::arg("method"), py::arg("target_loss"), py::arg("target_accuracy"),
-      py::arg("link_gbit"), py::arg("latency_us"), py::arg("ranks"), py::arg("numel"),
-      py::arg("local_steps"), py::arg("options"));
+      py::arg("link_gbit"), py::arg("latency_us"), py::arg("network_profile"), py::arg("compute_s"),
+      py::arg("ranks"), py::arg("numel"), py::arg("local_steps"), py::arg("options"));
 
   // sparsecomm.write_convergence_profile (planning.py): the checks
   // `plan` and --density auto apply when they read the file.

@@ -88,3 +88,33 @@ def test_a_malformed_profile_is_not_written(tmp_path):
     with pytest.raises(ValueError, match="'runs' must be a non-empty array"):
         sparsecomm.write_convergence_profile(path, [], model="mine", ranks=4, batch=32,
                                              compute_s=0.05)
+
+
+def test_a_calibrated_network_profile_chooses_as_its_link_rate_does(tmp_path):
+    profile = _profile(tmp_path / "profile.json")
+    model = torch.nn.Linear(1000, 1000)
+    # A cost profile as `sparsecomm calibrate` writes one, of a 1 Mbit/s link
+    # (8 us a byte) with 50 us of latency and no host costs.
+    network = tmp_path / "network.json"
+    network.write_text(json.dumps({
+        "name": "slow", "alpha_s": 50e-6, "beta_s_per_byte": 8e-6, "gamma_s_per_element": 0.0,
+        "accumulate_s_per_element": 0.0, "update_s_per_element": 0.0,
+        "select_s_per_element": {}}))
+    slow = sparsecomm.choose_density(profile, model, "exdyna", network_profile=network,
+                                     target_loss=1.0)
+    assert slow["density"] == 0.001
+    # A compute of a minute a step drowns the exchange: the fewest steps win.
+    slowest = sparsecomm.choose_density(profile, model, "exdyna", network_profile=network,
+                                        target_loss=1.0, compute_s=60.0)
+    assert slowest["density"] == 0.1
+    assert slowest["step_s"] >= 60.0
+    with pytest.raises(ValueError, match="not both or neither"):
+        sparsecomm.choose_density(profile, model, link_gbit=1, network_profile=network,
+                                  target_loss=1.0)
+    with pytest.raises(ValueError, match="not both or neither"):
+        sparsecomm.choose_density(profile, model, target_loss=1.0)
+    with pytest.raises(ValueError, match="cannot read the cost profile"):
+        sparsecomm.choose_density(profile, model, network_profile=tmp_path / "missing.json",
+                                  target_loss=1.0)
+    with pytest.raises(ValueError, match="compute_s must be a time > 0"):
+        sparsecomm.choose_density(profile, model, link_gbit=1, target_loss=1.0, compute_s=0)
