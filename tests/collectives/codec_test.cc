@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
@@ -220,10 +222,13 @@ TEST(ValueCodec, ResidualOfEveryEncodedValueIsExact) {
     inputs.push_back(f);
     inputs.push_back(-f);
   }
+  // The round-to-nearest codecs; the stochastic ones are within one rounding
+  // (BlockQuantized.StochasticResidualIsWithinOneRounding).
   for (const ValueEncoding encoding :
-       {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16}) {
+       {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16,
+        ValueEncoding::kInt8, ValueEncoding::kInt4, ValueEncoding::kInt2}) {
     std::vector<float> values = inputs;
-    std::vector<std::byte> bytes(values.size() * value_bytes(encoding));
+    std::vector<std::byte> bytes(encoded_value_bytes(encoding, values.size()));
     encode_values(values, encoding, bytes);
     std::vector<float> decoded(values.size());
     decode_values(bytes, encoding, decoded);
@@ -245,7 +250,8 @@ TEST(ValueCodec, ResidualOfEveryEncodedValueIsExact) {
           std::fabs(a) < 0x1p29f) {
         EXPECT_EQ(std::fabs(d), 65504.0f) << a;
       }
-      if (encoding != ValueEncoding::kFloat32 && std::fabs(a) <= 1.0f) {
+      if ((encoding == ValueEncoding::kFloat16 || encoding == ValueEncoding::kBFloat16) &&
+          std::fabs(a) <= 1.0f) {
         EXPECT_EQ(bits_of(d),
                   bits_of(encoding == ValueEncoding::kFloat16 ? fp16_to_float(float_to_fp16(a))
                                                               : bf16_to_float(float_to_bf16(a))));
@@ -272,19 +278,183 @@ TEST(ValueCodec, RejectsMismatchedSizes) {
 }
 
 TEST(ValueCodec, ParsesAndNames) {
-  for (const ValueEncoding e :
-       {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16}) {
-    EXPECT_EQ(parse_value_encoding(value_encoding_name(e)), e);
+  ASSERT_EQ(value_encoding_names().size(), static_cast<std::size_t>(kLastValueEncoding) + 1);
+  for (const std::string& name : value_encoding_names()) {
+    EXPECT_EQ(value_encoding_name(parse_value_encoding(name)), name);
   }
-  EXPECT_EQ(value_bytes(ValueEncoding::kFloat32), 4u);
-  EXPECT_EQ(value_bytes(ValueEncoding::kFloat16), 2u);
-  EXPECT_EQ(value_bytes(ValueEncoding::kBFloat16), 2u);
+  EXPECT_EQ(fixed_value_bytes(ValueEncoding::kFloat32), 4u);
+  EXPECT_EQ(fixed_value_bytes(ValueEncoding::kFloat16), 2u);
+  EXPECT_EQ(fixed_value_bytes(ValueEncoding::kBFloat16), 2u);
+  EXPECT_THROW(fixed_value_bytes(ValueEncoding::kInt4), InvalidArgument);
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kBFloat16, 7), 14u);
+  // intB: one 4-byte scale per block of 128, then ceil(count * B / 8) bytes.
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kInt8, 0), 0u);
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kInt8, 1), 5u);
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kInt4, 128), 68u);
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kInt2Stochastic, 129), 36u + 5u);
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kInt2, 300), 36u + 36u + 4u + 11u);
+  EXPECT_DOUBLE_EQ(wire_bits_per_value(ValueEncoding::kInt2), 2.25);
+  EXPECT_DOUBLE_EQ(wire_bits_per_value(ValueEncoding::kBFloat16), 16.0);
   try {
     parse_value_encoding("fp8");
     ADD_FAILURE() << "fp8 accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("fp32, fp16, bf16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fp32, fp16, bf16, int8"), std::string::npos) << e.what();
   }
+}
+
+// --- block-quantized values ---
+
+std::vector<float> gradient_like(std::size_t count, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(rng) * std::exp2(normal(rng) * 3.0f);
+  return values;
+}
+
+float block_scale(std::span<const float> block, ValueEncoding encoding) {
+  const int bits =
+      encoding == ValueEncoding::kInt8 || encoding == ValueEncoding::kInt8Stochastic   ? 8
+      : encoding == ValueEncoding::kInt4 || encoding == ValueEncoding::kInt4Stochastic ? 4
+                                                                                       : 2;
+  float largest = 0.0f;
+  for (const float a : block) largest = std::max(largest, std::fabs(a));
+  return largest / static_cast<float>((1 << (bits - 1)) - 1);
+}
+
+constexpr ValueEncoding kQuantized[] = {
+    ValueEncoding::kInt8,           ValueEncoding::kInt4,           ValueEncoding::kInt2,
+    ValueEncoding::kInt8Stochastic, ValueEncoding::kInt4Stochastic, ValueEncoding::kInt2Stochastic};
+
+TEST(BlockQuantized, DecodesToLevelsOfTheBlockScaleWithinHalfAStepWhenRoundingToNearest) {
+  const std::vector<float> inputs = gradient_like(1000, 7);  // 7 full blocks and 104
+  for (const ValueEncoding encoding : kQuantized) {
+    std::vector<float> values = inputs;
+    std::vector<std::byte> bytes(encoded_value_bytes(encoding, values.size()));
+    encode_values(values, encoding, bytes, 99);
+    std::vector<float> decoded(values.size());
+    decode_values(bytes, encoding, decoded);
+    for (std::size_t first = 0; first < inputs.size(); first += kQuantizationBlock) {
+      const std::size_t count = std::min(kQuantizationBlock, inputs.size() - first);
+      const float scale =
+          block_scale(std::span<const float>(inputs).subspan(first, count), encoding);
+      const float step = is_stochastic(encoding) ? 1.0f : 0.5f;
+      for (std::size_t j = first; j < first + count; ++j) {
+        ASSERT_EQ(bits_of(decoded[j]), bits_of(values[j])) << value_encoding_name(encoding);
+        const float level = values[j] / scale;
+        EXPECT_NEAR(level, std::nearbyint(level), 1e-4)
+            << value_encoding_name(encoding) << " " << j;
+        EXPECT_LE(std::fabs(values[j] - inputs[j]), step * scale * 1.0001f)
+            << value_encoding_name(encoding) << " " << j;
+      }
+    }
+  }
+}
+
+TEST(BlockQuantized, StochasticRoundingIsUnbiased) {
+  const std::vector<float> inputs = gradient_like(kQuantizationBlock, 3);
+  for (const ValueEncoding encoding :
+       {ValueEncoding::kInt8Stochastic, ValueEncoding::kInt4Stochastic,
+        ValueEncoding::kInt2Stochastic}) {
+    const float scale = block_scale(inputs, encoding);
+    constexpr int kDraws = 4000;
+    std::vector<double> mean(inputs.size(), 0.0);
+    std::vector<std::byte> bytes(encoded_value_bytes(encoding, inputs.size()));
+    for (int draw = 0; draw < kDraws; ++draw) {
+      std::vector<float> values = inputs;
+      encode_values(values, encoding, bytes, static_cast<std::uint64_t>(draw));
+      for (std::size_t j = 0; j < values.size(); ++j) mean[j] += values[j] / double{kDraws};
+    }
+    // One draw is off by less than a step (scale), so the mean of 4000 has a
+    // standard deviation below scale / (2 sqrt(4000)) = scale / 126: allow 5.
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      EXPECT_NEAR(mean[j], inputs[j], 5.0 * scale / 126.0)
+          << value_encoding_name(encoding) << " value " << j;
+    }
+  }
+}
+
+TEST(BlockQuantized, StochasticResidualIsWithinOneRounding) {
+  const std::vector<float> inputs = gradient_like(5000, 11);
+  for (const ValueEncoding encoding :
+       {ValueEncoding::kInt8Stochastic, ValueEncoding::kInt4Stochastic,
+        ValueEncoding::kInt2Stochastic}) {
+    std::vector<float> values = inputs;
+    std::vector<std::byte> bytes(encoded_value_bytes(encoding, values.size()));
+    encode_values(values, encoding, bytes, 5);
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      const float residual = inputs[j] - values[j];
+      const double exact = static_cast<double>(inputs[j]) - values[j];
+      EXPECT_LE(std::fabs(exact - residual),
+                0.5 * std::fabs(std::nextafter(residual, INFINITY) - residual))
+          << value_encoding_name(encoding) << " " << j;
+    }
+  }
+}
+
+TEST(BlockQuantized, TheNonceKeysTheDrawsAndNothingElse) {
+  const std::vector<float> inputs = gradient_like(300, 5);
+  auto encode = [&](ValueEncoding encoding, std::uint64_t nonce) {
+    std::vector<float> values = inputs;
+    std::vector<std::byte> bytes(encoded_value_bytes(encoding, values.size()));
+    encode_values(values, encoding, bytes, nonce);
+    return bytes;
+  };
+  EXPECT_EQ(encode(ValueEncoding::kInt4Stochastic, 1), encode(ValueEncoding::kInt4Stochastic, 1));
+  EXPECT_NE(encode(ValueEncoding::kInt4Stochastic, 1), encode(ValueEncoding::kInt4Stochastic, 2));
+  EXPECT_EQ(encode(ValueEncoding::kInt4, 1), encode(ValueEncoding::kInt4, 2));
+}
+
+TEST(BlockQuantized, ABlockWithANonFiniteValueDecodesToNanAndTheOthersAreUntouched) {
+  std::vector<float> values = gradient_like(256, 9);
+  const std::vector<float> inputs = values;
+  values[200] = std::numeric_limits<float>::infinity();
+  std::vector<std::byte> bytes(encoded_value_bytes(ValueEncoding::kInt8, values.size()));
+  encode_values(values, ValueEncoding::kInt8, bytes);
+  std::vector<float> decoded(values.size());
+  decode_values(bytes, ValueEncoding::kInt8, decoded);
+  const float half_step =
+      0.5001f * block_scale(std::span<const float>(inputs).first(128), ValueEncoding::kInt8);
+  for (std::size_t j = 0; j < 128; ++j) EXPECT_NEAR(decoded[j], inputs[j], half_step) << j;
+  for (std::size_t j = 128; j < 256; ++j) EXPECT_TRUE(std::isnan(decoded[j])) << j;
+}
+
+TEST(BlockQuantized, DecoderRejectsMalformedBlocks) {
+  std::vector<float> values = gradient_like(3, 1);
+  // int2, 3 values: [scale][one byte: codes at bits 0-1, 2-3, 4-5; 6-7 padding].
+  std::vector<std::byte> good(encoded_value_bytes(ValueEncoding::kInt2, 3));
+  ASSERT_EQ(good.size(), 5u);
+  encode_values(values, ValueEncoding::kInt2, good);
+  std::vector<float> out(3);
+  decode_values(good, ValueEncoding::kInt2, out);  // accepted
+  auto rejects = [&](std::vector<std::byte> bytes, ValueEncoding encoding, const char* what) {
+    std::vector<float> decoded(3);
+    try {
+      decode_values(bytes, encoding, decoded);
+      ADD_FAILURE() << what << " accepted";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("decode_values"), std::string::npos) << e.what();
+    }
+  };
+  auto with_scale = [&](float scale) {
+    std::vector<std::byte> bytes = good;
+    std::memcpy(bytes.data(), &scale, sizeof scale);
+    return bytes;
+  };
+  rejects(with_scale(-1.0f), ValueEncoding::kInt2, "a negative scale");
+  rejects(with_scale(-0.0f), ValueEncoding::kInt2, "a negative zero scale");
+  rejects(with_scale(INFINITY), ValueEncoding::kInt2, "an infinite scale");
+  std::vector<std::byte> code3 = good;
+  code3[4] |= std::byte{0x03};  // code 3: beyond {-1, 0, 1}
+  rejects(code3, ValueEncoding::kInt2, "int2 code 3");
+  std::vector<std::byte> padding = good;
+  padding[4] |= std::byte{0x40};
+  rejects(padding, ValueEncoding::kInt2, "nonzero padding");
+  std::vector<std::byte> int8(encoded_value_bytes(ValueEncoding::kInt8, 3));
+  int8[5] = std::byte{0xFF};  // code 255: beyond the 255 levels 0..254
+  rejects(int8, ValueEncoding::kInt8, "int8 code 255");
+  rejects(std::vector<std::byte>(6), ValueEncoding::kInt2, "a wrong size");
 }
 
 // --- indices ---

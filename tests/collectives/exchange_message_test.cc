@@ -38,7 +38,7 @@ std::vector<std::byte> make_block(const std::vector<Index>& indices, std::vector
     if (!indices.empty()) std::memcpy(bytes.data(), indices.data(), bytes.size());
   }
   const std::size_t index_part = bytes.size();
-  bytes.resize(index_part + values.size() * value_bytes(format.values));
+  bytes.resize(index_part + encoded_value_bytes(format.values, values.size()));
   encode_values(values, format.values, std::span<std::byte>(bytes).subspan(index_part));
   return {bytes.begin(), bytes.end()};
 }
@@ -51,7 +51,8 @@ std::string format_name(const BlockFormat& format) {
 std::vector<BlockFormat> formats(std::size_t begin, std::size_t end) {
   std::vector<BlockFormat> out;
   for (const ValueEncoding values :
-       {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16}) {
+       {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16,
+        ValueEncoding::kInt4, ValueEncoding::kInt2Stochastic}) {
     for (const bool encoded : {true, false})
       out.push_back(BlockFormat{values, encoded, begin, end});
   }
@@ -96,7 +97,7 @@ TEST(ExchangeMessage, ValidBlocksRoundTrip) {
       const std::span<const std::byte> value_part =
           decode_block_indices(block, sent.size(), format, indices);
       EXPECT_EQ(value_part.data(), block.data() + block.size() - value_part.size());
-      EXPECT_EQ(value_part.size(), sent.size() * value_bytes(format.values));
+      EXPECT_EQ(value_part.size(), encoded_value_bytes(format.values, sent.size()));
     }
   }
 }

@@ -96,7 +96,7 @@ inline RowSparse rank_rows(const RowCase& c, int n, int rank) {
 
 // `values` as the receivers of their `encoding` see them.
 inline void round_through(ValueEncoding encoding, UninitVector<float>& values) {
-  std::vector<std::byte> wire(values.size() * value_bytes(encoding));
+  std::vector<std::byte> wire(values.size() * fixed_value_bytes(encoding));
   encode_values(values, encoding, wire);
 }
 

@@ -688,7 +688,9 @@ TEST(StepModel, BadInputIsRefusedNamingWhatIsWrong) {
             "ranks must be >= 1, got 0");
   EXPECT_THROW(predict_step("dense", Scenario{.numel = 0}, p), InvalidArgument);
   EXPECT_THROW(predict_step("dense", Scenario{.numel = 10, .compute_s = -1}, p), InvalidArgument);
-  EXPECT_THROW(predict_step("dense", Scenario{.numel = 10, .value_bytes = 3}, p), InvalidArgument);
+  EXPECT_THROW(predict_step("dense", Scenario{.numel = 10, .value_bytes = 5}, p), InvalidArgument);
+  EXPECT_THROW(predict_step("dense", Scenario{.numel = 10, .value_bytes = 0}, p), InvalidArgument);
+  EXPECT_NO_THROW(predict_step("topk", Scenario{.numel = 10, .value_bytes = 2.25 / 8}, p));
 }
 
 TEST(CostProfile, SurvivesAJsonRoundTripAndRefusesBadFields) {

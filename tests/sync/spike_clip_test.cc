@@ -70,8 +70,9 @@ TEST(SpikeClip, RefusesRatiosThatCannotBound) {
   for (const char* bad : {"clip_ratio=1", "clip_ratio=0.5", "clip_ratio=-1", "clip_ratio=inf"}) {
     SchemeOptions options;
     options.set(bad);
-    EXPECT_NE(testing::error_message<InvalidArgument>([&] { make_scheme("topk", options); })
-                  .find("option clip_ratio"),
+    EXPECT_NE(testing::error_message<InvalidArgument>([&] {
+                make_scheme("topk", options);
+              }).find("option clip_ratio"),
               std::string::npos)
         << bad;
   }

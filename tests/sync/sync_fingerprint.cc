@@ -56,14 +56,15 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const SyncMethodInfo& info : sync_methods()) {
     const std::vector<std::string> patterns =
-        offers(info, "exchange") ? std::vector<std::string>{"union", "allgather", "sparse-allreduce"}
-                                 : std::vector<std::string>{""};
+        offers(info, "exchange")
+            ? std::vector<std::string>{"union", "allgather", "sparse-allreduce"}
+            : std::vector<std::string>{""};
     const std::vector<std::string> memories =
         offers(info, "memory") ? std::vector<std::string>{"ef", "none", "ef21", "momentum"}
                                : std::vector<std::string>{""};
-    const std::vector<std::string> values =
-        offers(info, "values") ? std::vector<std::string>{"fp32", "bf16"}
-                               : std::vector<std::string>{""};
+    const std::vector<std::string> values = offers(info, "values")
+                                                ? std::vector<std::string>{"fp32", "bf16"}
+                                                : std::vector<std::string>{""};
     for (const std::string& pattern : patterns) {
       for (const std::string& memory : memories) {
         for (const std::string& value : values) {
@@ -104,9 +105,9 @@ std::string fingerprint(const Case& c, int n, const GradientStream& stream) {
       const StepMetrics m = sync->synchronize(gradient, ctx, comm);
       h = hash_floats(gradient, h);
       h = hash_floats(sync->kept(), h);
-      for (const std::uint64_t v : {std::uint64_t{m.selected}, std::uint64_t{m.union_size},
-                                    m.bytes_sent, m.bytes_received, m.index_bytes_raw,
-                                    m.index_bytes_encoded}) {
+      for (const std::uint64_t v :
+           {std::uint64_t{m.selected}, std::uint64_t{m.union_size}, m.bytes_sent, m.bytes_received,
+            m.index_bytes_raw, m.index_bytes_encoded}) {
         h = hash_combine(h, v);
       }
     }

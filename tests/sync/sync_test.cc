@@ -30,6 +30,14 @@ std::vector<SyncCase> all_cases() {
   cases.push_back({"dgc", "allgather", "fp32", {"memory=ef"}});
   cases.push_back({"dgc", "union", "bf16", {"warmup_epochs=2", "momentum=0.5"}});
   cases.push_back({"gaussiank", "allgather", "fp32", {"memory=none"}});
+  // Block-quantized values (codec.h) on the patterns that send them once.
+  cases.push_back({"topk", "allgather", "int2", {}});
+  cases.push_back({"exdyna", "union", "int2", {}});
+  cases.push_back({"exdyna", "allgather", "int4", {}});
+  cases.push_back({"exdyna", "union", "int2-sr", {}});
+  cases.push_back({"randomk", "shared", "int8", {}});
+  cases.push_back({"deft", "union", "int4", {}});
+  cases.push_back({"dgc", "allgather", "int8-sr", {}});
   return cases;
 }
 
@@ -158,6 +166,7 @@ TEST(Metrics, JsonLineHasEveryField) {
   m.bytes_received = 456;
   m.index_bytes_raw = 44;
   m.index_bytes_encoded = 20;
+  m.value_bits = 2.25;
   m.skip_subject = 7;
   m.dense_numel = 9;
   m.gradient_norm = 2.5;
@@ -170,7 +179,8 @@ TEST(Metrics, JsonLineHasEveryField) {
       R"("accumulate_s":0.001,)"
       R"("selection_s":2e-05,"exchange_s":0.5,"agreement_s":0,"selection_collective_s":0,)"
       R"("selection_collectives":0,"candidate_passes":0,"bytes_sent":123,"bytes_received":456,)"
-      R"("index_bytes_raw":44,"index_bytes_encoded":20,"skip_subject":7,"dense_numel":9,)"
+      R"("index_bytes_raw":44,"index_bytes_encoded":20,"value_bits":2.25,"skip_subject":7,)"
+      R"("dense_numel":9,)"
       R"("overlapped_s":0,"gradient_clipped":true,"skipped_nonfinite":false})");
   m.residual_norm = std::nan("");
   m.skipped_nonfinite = true;

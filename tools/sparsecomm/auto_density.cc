@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "convergence_command.h"
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/perf/convergence.h"
@@ -118,7 +119,9 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
       .numel = static_cast<double>(probe.numel),
       .dense_numel = static_cast<double>(dense_numel(rule, probe.tensors, config.model)),
       .compute_s = flags.compute_ms ? *flags.compute_ms / 1e3 : profile.compute_s,
-      .value_bytes = values != config.method_options.end() && values->second != "fp32" ? 2.0 : 4.0};
+      .value_bytes = values == config.method_options.end()
+                         ? 4.0
+                         : wire_bits_per_value(parse_value_encoding(values->second)) / 8.0};
   const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
       outcomes, any_method ? "" : config.method, static_cast<int>(config.local_steps), overlap,
       options, base, costs);

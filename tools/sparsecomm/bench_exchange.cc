@@ -217,10 +217,9 @@ std::string algorithm_label(const Case& c, ValueEncoding values, int n, std::siz
   switch (c.pattern) {
     case ExchangePattern::kUnionAllreduce:
     case ExchangePattern::kSharedIndices:
-      // The value sum: the ring, or an allgather of 16-bit values when that
-      // moves fewer bytes (sparse_exchange.cc).
-      return values != ValueEncoding::kFloat32 &&
-                     static_cast<std::size_t>(n) * value_bytes(values) < 8
+      // The value sum: the ring, or an allgather of the encoded values when
+      // that moves fewer bytes (exchange_internal.cc).
+      return values != ValueEncoding::kFloat32 && n * wire_bits_per_value(values) < 64.0
                  ? "allgatherv"
                  : "ring";
     case ExchangePattern::kSparseAllgather:

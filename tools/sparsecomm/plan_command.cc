@@ -18,6 +18,7 @@
 #include "cli_util.h"
 #include "plan_report.h"
 #include "plan_time_to_target.h"
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/measured_scaling.h"
@@ -251,8 +252,9 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
         "--local-steps and --bucket-mb: a round's pseudo-gradient exists only after its last "
         "step, so nothing overlaps backward; drop --bucket-mb");
   }
-  if (o.values != "fp32" && o.values != "fp16" && o.values != "bf16") {
-    throw InvalidArgument(fmt::format("--values must be fp32, fp16 or bf16, got '{}'", o.values));
+  if (std::ranges::count(value_encoding_names(), o.values) == 0) {
+    throw InvalidArgument(fmt::format("--values must be one of {}, got '{}'",
+                                      fmt::join(value_encoding_names(), ", "), o.values));
   }
   std::vector<std::string> methods;
   if (o.methods.empty()) {
@@ -288,7 +290,7 @@ perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work
           .servers = std::max(1, o.servers),
           .local_steps = o.local_steps,
           .overlap_rounds = o.outer_overlap,
-          .value_bytes = o.values == "fp32" ? 4.0 : 2.0,
+          .value_bytes = wire_bits_per_value(parse_value_encoding(o.values)) / 8.0,
           .statistics = o.stats.empty() ? nullptr : &measured.table};
 }
 
@@ -528,7 +530,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--outer-overlap", options->outer_overlap,
                 "with --local-steps: train's --outer-overlap, a round's exchange hidden behind the "
                 "next round's compute (METHOD@hHo)");
-  cmd->add_option("--values", options->values, "value encoding on the wire: fp32, fp16, bf16")
+  cmd->add_option("--values", options->values,
+                  "value encoding on the wire: fp32, fp16, bf16, int8, int4, int2 (-sr: "
+                  "stochastic rounding)")
       ->capture_default_str();
   cmd->add_option("--stats", options->stats,
                   "measured statistics instead of the built-in ones: `bench sparsifiers --trace "

@@ -1,12 +1,17 @@
 #include "sparsecomm/collectives/codec.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/rng.h"
 
 // Index encoding
 // ==============
@@ -27,6 +32,19 @@
 // stays NaN: the top mantissa bits are kept and the quiet bit is set only
 // when the kept bits would be zero (so every 16-bit NaN pattern survives a
 // round trip through float unchanged).
+//
+// The intB codecs write each block of up to kQuantizationBlock values as
+// [scale: float32, little-endian][codes: B bits each, value j at bit B*j,
+// low bits first, the last byte's unused bits zero]. A code c stands for
+// q = c - L, L = 2^(B-1) - 1, so 2L + 1 of the 2^B codes are used and the
+// decoder rejects the rest. scale = max|a| / L over the block (0 for an
+// all-zero block, NaN for one holding a non-finite value). Round to
+// nearest keeps a - q*scale exact: for q != 0 the decoded value lies within
+// a factor of 2 of a (Sterbenz); the encoder checks the identity and sends
+// 0 in the one case float rounding can break it (a just below scale/2,
+// where 0 is as near). Stochastic rounding
+// draws u in [0, 1) from Philox(nonce) at counter (block, position / 4) and
+// rounds a/scale up with probability equal to its fraction.
 
 namespace sparsecomm {
 namespace {
@@ -148,28 +166,99 @@ std::size_t decode_indices(std::span<const std::byte> in, std::size_t count,
 
 // --- values ---
 
+namespace {
+
+struct EncodingName {
+  ValueEncoding encoding;
+  std::string_view name;
+};
+constexpr EncodingName kEncodingNames[] = {
+    {ValueEncoding::kFloat32, "fp32"},
+    {ValueEncoding::kFloat16, "fp16"},
+    {ValueEncoding::kBFloat16, "bf16"},
+    {ValueEncoding::kInt8, "int8"},
+    {ValueEncoding::kInt4, "int4"},
+    {ValueEncoding::kInt2, "int2"},
+    {ValueEncoding::kInt8Stochastic, "int8-sr"},
+    {ValueEncoding::kInt4Stochastic, "int4-sr"},
+    {ValueEncoding::kInt2Stochastic, "int2-sr"},
+};
+
+// Bits per code of an intB codec; 0 for the others.
+unsigned code_bits(ValueEncoding encoding) {
+  switch (encoding) {
+    case ValueEncoding::kInt8:
+    case ValueEncoding::kInt8Stochastic:
+      return 8;
+    case ValueEncoding::kInt4:
+    case ValueEncoding::kInt4Stochastic:
+      return 4;
+    case ValueEncoding::kInt2:
+    case ValueEncoding::kInt2Stochastic:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+std::size_t code_bytes(unsigned bits, std::size_t count) { return (count * bits + 7) / 8; }
+
+}  // namespace
+
 ValueEncoding parse_value_encoding(std::string_view name) {
-  if (name == "fp32") return ValueEncoding::kFloat32;
-  if (name == "fp16") return ValueEncoding::kFloat16;
-  if (name == "bf16") return ValueEncoding::kBFloat16;
-  throw InvalidArgument(
-      fmt::format("[codec] unknown value encoding '{}' (valid: fp32, fp16, bf16)", name));
+  for (const EncodingName& entry : kEncodingNames) {
+    if (entry.name == name) return entry.encoding;
+  }
+  throw InvalidArgument(fmt::format("[codec] unknown value encoding '{}' (valid: {})", name,
+                                    fmt::join(value_encoding_names(), ", ")));
 }
 
 std::string_view value_encoding_name(ValueEncoding encoding) {
-  switch (encoding) {
-    case ValueEncoding::kFloat32:
-      return "fp32";
-    case ValueEncoding::kFloat16:
-      return "fp16";
-    case ValueEncoding::kBFloat16:
-      return "bf16";
+  for (const EncodingName& entry : kEncodingNames) {
+    if (entry.encoding == encoding) return entry.name;
   }
   return "unknown";
 }
 
-std::size_t value_bytes(ValueEncoding encoding) {
+const std::vector<std::string>& value_encoding_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> list;
+    for (const EncodingName& entry : kEncodingNames) list.emplace_back(entry.name);
+    return list;
+  }();
+  return names;
+}
+
+bool is_block_quantized(ValueEncoding encoding) { return code_bits(encoding) != 0; }
+
+bool is_stochastic(ValueEncoding encoding) {
+  return encoding == ValueEncoding::kInt8Stochastic || encoding == ValueEncoding::kInt4Stochastic ||
+         encoding == ValueEncoding::kInt2Stochastic;
+}
+
+std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count) {
+  const unsigned bits = code_bits(encoding);
+  if (bits == 0) return count * (encoding == ValueEncoding::kFloat32 ? 4 : 2);
+  const std::size_t full = count / kQuantizationBlock;
+  const std::size_t rest = count % kQuantizationBlock;
+  return full * (sizeof(float) + code_bytes(bits, kQuantizationBlock)) +
+         (rest > 0 ? sizeof(float) + code_bytes(bits, rest) : 0);
+}
+
+std::size_t fixed_value_bytes(ValueEncoding encoding, std::string_view what) {
+  if (is_block_quantized(encoding)) {
+    throw InvalidArgument(fmt::format(
+        "[codec] {} sends fp32, fp16 or bf16 values, not {} (its values are encoded in blocks "
+        "of {} with one scale each)",
+        what, value_encoding_name(encoding), kQuantizationBlock));
+  }
   return encoding == ValueEncoding::kFloat32 ? 4 : 2;
+}
+
+double wire_bits_per_value(ValueEncoding encoding) {
+  const unsigned bits = code_bits(encoding);
+  if (bits == 0) return encoding == ValueEncoding::kFloat32 ? 32.0 : 16.0;
+  return bits + 32.0 / static_cast<double>(kQuantizationBlock);
 }
 
 std::uint16_t float_to_fp16(float value) {
@@ -236,12 +325,100 @@ float bf16_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
 }
 
-void encode_values(std::span<float> values, ValueEncoding encoding, std::span<std::byte> out) {
-  if (out.size() != values.size() * value_bytes(encoding)) {
-    throw InvalidArgument(fmt::format("[codec] encode_values: {} values need {} bytes, got {}",
-                                      values.size(), values.size() * value_bytes(encoding),
-                                      out.size()));
+namespace {
+
+// One block of an intB codec (see the top of this file): encodes `block`
+// into `out` (4 + code_bytes(bits, block.size()) bytes) and replaces each
+// value by its decoded value.
+void quantize_block(std::span<float> block, unsigned bits, bool stochastic, const Philox* rng,
+                    std::uint64_t block_number, std::byte* out) {
+  const int levels = (1 << (bits - 1)) - 1;  // L
+  float largest = 0.0f;
+  bool finite = true;
+  for (const float a : block) {
+    finite = finite && std::isfinite(a);
+    largest = std::max(largest, std::fabs(a));
   }
+  const float scale =
+      !finite ? std::numeric_limits<float>::quiet_NaN() : largest / static_cast<float>(levels);
+  std::memcpy(out, &scale, sizeof scale);
+  std::byte* codes = out + sizeof scale;
+  std::memset(codes, 0, code_bytes(bits, block.size()));
+  Philox::Block draws{};
+  for (std::size_t j = 0; j < block.size(); ++j) {
+    int q = 0;
+    if (finite && scale > 0.0f) {
+      const float a = block[j];
+      const float x = a / scale;
+      if (stochastic) {
+        if (j % 4 == 0) draws = rng->block(block_number, j / 4);
+        const float u = static_cast<float>(draws[j % 4] >> 8) * 0x1p-24f;  // [0, 1)
+        const float below = std::floor(x);
+        q = static_cast<int>(below) + (u < x - below ? 1 : 0);
+      } else {
+        q = static_cast<int>(std::nearbyint(x));
+      }
+      q = std::clamp(q, -levels, levels);
+      // Round to nearest keeps the residual exact; where float rounding put
+      // a just below scale/2 onto level 1 it may not be, and 0 is as near.
+      const float decoded = static_cast<float>(q) * scale;
+      if (!stochastic && (a - decoded) + decoded != a) q = 0;
+    }
+    const auto code = static_cast<unsigned>(q + levels);
+    const std::size_t bit = j * bits;
+    codes[bit / 8] |= static_cast<std::byte>((code << (bit % 8)) & 0xFFu);
+    // What dequantize_block computes from the bytes (NaN for a NaN scale).
+    block[j] = static_cast<float>(q) * scale;
+  }
+}
+
+// Decodes one block (4 + code_bytes(bits, out.size()) bytes at `in`).
+void dequantize_block(const std::byte* in, unsigned bits, std::span<float> out) {
+  const int levels = (1 << (bits - 1)) - 1;
+  float scale = 0.0f;
+  std::memcpy(&scale, in, sizeof scale);
+  if (std::signbit(scale) || std::isinf(scale)) {
+    throw CommError(
+        fmt::format("[codec] decode_values: an int{} block's scale {} is not a finite "
+                    "non-negative number",
+                    bits, scale));
+  }
+  const std::byte* codes = in + sizeof scale;
+  const unsigned mask = (1u << bits) - 1u;
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    const std::size_t bit = j * bits;
+    const unsigned code = (std::to_integer<unsigned>(codes[bit / 8]) >> (bit % 8)) & mask;
+    if (code > static_cast<unsigned>(2 * levels)) {
+      throw CommError(fmt::format("[codec] decode_values: int{} code {} is beyond the {} levels",
+                                  bits, code, 2 * levels + 1));
+    }
+    out[j] = static_cast<float>(static_cast<int>(code) - levels) * scale;
+  }
+  const std::size_t used_bits = out.size() * bits;
+  if (used_bits % 8 != 0) {
+    const unsigned padding = std::to_integer<unsigned>(codes[used_bits / 8]) >> (used_bits % 8);
+    if (padding != 0) {
+      throw CommError(
+          fmt::format("[codec] decode_values: an int{} block's padding bits are not zero", bits));
+    }
+  }
+}
+
+void check_value_bytes(std::size_t have, ValueEncoding encoding, std::size_t count, bool decoding) {
+  const std::size_t need = encoded_value_bytes(encoding, count);
+  if (have == need) return;
+  const std::string message = fmt::format("[codec] {}: {} {} values need {} bytes, got {}",
+                                          decoding ? "decode_values" : "encode_values", count,
+                                          value_encoding_name(encoding), need, have);
+  if (decoding) throw CommError(message);
+  throw InvalidArgument(message);
+}
+
+}  // namespace
+
+void encode_values(std::span<float> values, ValueEncoding encoding, std::span<std::byte> out,
+                   std::uint64_t nonce) {
+  check_value_bytes(out.size(), encoding, values.size(), /*decoding=*/false);
   switch (encoding) {
     case ValueEncoding::kFloat32:
       if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
@@ -267,14 +444,22 @@ void encode_values(std::span<float> values, ValueEncoding encoding, std::span<st
         values[i] = bf16_to_float(bits);
       }
       return;
+    default:
+      break;
+  }
+  const unsigned bits = code_bits(encoding);
+  const Philox rng(nonce);
+  std::byte* at = out.data();
+  for (std::size_t first = 0, block = 0; first < values.size();
+       first += kQuantizationBlock, ++block) {
+    const std::size_t count = std::min(kQuantizationBlock, values.size() - first);
+    quantize_block(values.subspan(first, count), bits, is_stochastic(encoding), &rng, block, at);
+    at += sizeof(float) + code_bytes(bits, count);
   }
 }
 
 void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::span<float> out) {
-  if (in.size() != out.size() * value_bytes(encoding)) {
-    throw CommError(fmt::format("[codec] decode_values: {} values need {} bytes, got {}",
-                                out.size(), out.size() * value_bytes(encoding), in.size()));
-  }
+  check_value_bytes(in.size(), encoding, out.size(), /*decoding=*/true);
   switch (encoding) {
     case ValueEncoding::kFloat32:
       if (!out.empty()) std::memcpy(out.data(), in.data(), in.size());
@@ -287,6 +472,15 @@ void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::s
       for (std::size_t i = 0; i < out.size(); ++i)
         out[i] = bf16_to_float(load16(in.data() + 2 * i));
       return;
+    default:
+      break;
+  }
+  const unsigned bits = code_bits(encoding);
+  const std::byte* at = in.data();
+  for (std::size_t first = 0; first < out.size(); first += kQuantizationBlock) {
+    const std::size_t count = std::min(kQuantizationBlock, out.size() - first);
+    dequantize_block(at, bits, out.subspan(first, count));
+    at += sizeof(float) + code_bytes(bits, count);
   }
 }
 

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "sparsecomm/core/sparse.h"
 
@@ -26,11 +28,45 @@ std::size_t decode_indices(std::span<const std::byte> in, std::size_t count,
 std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out);
 
 // --- values ---
-enum class ValueEncoding { kFloat32, kFloat16, kBFloat16 };
-// "fp32", "fp16", "bf16"; InvalidArgument listing them otherwise.
+// fp32, fp16 and bf16 send each value alone. The block-quantized codecs
+// (intB: B = 8, 4 or 2 bits) cut the values into blocks of
+// kQuantizationBlock and send each block as a float32 scale (its largest
+// magnitude over 2^(B-1) - 1) followed by one B-bit code per value, so a
+// value is q * scale with q an integer in [-(2^(B-1) - 1), 2^(B-1) - 1]:
+// 127 levels each side for int8, 7 for int4, and {-1, 0, 1} for int2.
+// The plain names round to nearest; "-sr" rounds stochastically (unbiased:
+// the expected decoded value is the input).
+enum class ValueEncoding {
+  kFloat32,
+  kFloat16,
+  kBFloat16,
+  kInt8,
+  kInt4,
+  kInt2,
+  kInt8Stochastic,
+  kInt4Stochastic,
+  kInt2Stochastic,
+};
+inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kInt2Stochastic;
+inline constexpr std::size_t kQuantizationBlock = 128;
+// "fp32", "fp16", "bf16", "int8", "int4", "int2", "int8-sr", "int4-sr",
+// "int2-sr"; InvalidArgument listing them otherwise.
 ValueEncoding parse_value_encoding(std::string_view name);
 std::string_view value_encoding_name(ValueEncoding encoding);
-std::size_t value_bytes(ValueEncoding encoding);  // 4, 2, 2
+// Every name parse_value_encoding accepts, in the enum's order.
+const std::vector<std::string>& value_encoding_names();
+bool is_block_quantized(ValueEncoding encoding);  // the intB codecs
+bool is_stochastic(ValueEncoding encoding);       // the "-sr" codecs
+// Bytes of `count` values on the wire (for the intB codecs, every block's
+// scale included).
+std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count);
+// Bytes per value of the codecs that send each value alone: 4 for fp32, 2
+// for fp16 and bf16. InvalidArgument for the block-quantized codecs, which
+// have no width per value (what `what` names cannot use them).
+std::size_t fixed_value_bytes(ValueEncoding encoding, std::string_view what = "this exchange");
+// Bits per value on the wire for a long run of values: 32, 16, or B plus the
+// scale's share (32 / kQuantizationBlock).
+double wire_bits_per_value(ValueEncoding encoding);
 
 // Round to nearest even; finite values saturate to the largest finite value
 // (fp16 +-65504, bf16 +-3.39e38) instead of overflowing to inf (so the
@@ -41,15 +77,24 @@ float fp16_to_float(std::uint16_t bits);
 std::uint16_t float_to_bf16(float value);
 float bf16_to_float(std::uint16_t bits);
 
-// Encodes values[i] into out (values.size() * value_bytes bytes) and
-// replaces values[i] by the decoded value, so the caller knows exactly what
-// the receivers will see. For kFloat32 a plain copy. For every finite a the
-// decoded d satisfies: a - d is exact in float (so a residual a - d keeps
-// exactly what was not sent). fp16 needs care only beyond 65504: there d is
-// the largest fp16 magnitude with that property (65504 up to 2^29, coarser
-// above, 0 from 2^39 on).
-void encode_values(std::span<float> values, ValueEncoding encoding, std::span<std::byte> out);
-// Decodes `out.size()` values from `in`.
+// Encodes values[i] into out (encoded_value_bytes(encoding, values.size())
+// bytes) and replaces values[i] by the decoded value, so the caller knows
+// exactly what the receivers will see. For kFloat32 a plain copy. For every
+// finite a the decoded d of fp16, bf16 and the round-to-nearest intB codecs
+// satisfies: a - d is exact in float (so a residual a - d keeps exactly what
+// was not sent). fp16 needs care only beyond 65504: there d is the largest
+// fp16 magnitude with that property (65504 up to 2^29, coarser above, 0
+// from 2^39 on). The stochastic codecs keep it within one rounding of the
+// residual. A block of an intB codec holding a non-finite value decodes to
+// NaN throughout. `nonce` keys the stochastic codecs' random draws (with the
+// block and the position): equal inputs and nonces give equal bytes;
+// the other codecs ignore it.
+void encode_values(std::span<float> values, ValueEncoding encoding, std::span<std::byte> out,
+                   std::uint64_t nonce = 0);
+// Decodes `out.size()` values from `in`. CommError when `in` is not exactly
+// encoded_value_bytes(encoding, out.size()) bytes, or an intB block is
+// malformed: a scale that is negative or infinite, a code beyond the
+// levels, or nonzero padding bits.
 void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::span<float> out);
 
 }  // namespace sparsecomm

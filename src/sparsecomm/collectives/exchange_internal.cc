@@ -16,12 +16,14 @@
 // receives sum(counts) - counts[r]); MPI may use other internal algorithms.
 //
 // The value sum of union/shared: float32 ring all-reduce (options.dense),
-// 2(n-1)/n * 4K bytes per rank. With fp16/bf16 values and n * 2 < 8
-// (n <= 3) an allgatherv of the 2-byte values moves fewer bytes
-// ((n-1) * 2K), so that is used instead, and every rank adds the decoded
-// values in rank order. (At n = 4 both move 6K; the ring measured faster.)
-// (A ring that re-rounds partial sums to 16 bits would break "out is the
-// mean of what was sent", so larger worlds sum in float32.)
+// 2(n-1)/n * 4K bytes per rank. Where an allgather of the encoded values
+// moves fewer bytes ((n-1) * E(K), E the encoded size: n * E(K) < 8K, so
+// fp16/bf16 for n <= 3, int8 up to 7 ranks, int4 up to 14, int2 up to 28)
+// that is used instead, and every rank adds the decoded values in rank
+// order. (At n = 4 with 16-bit values both move 6K; the ring measured
+// faster.) A ring that re-encodes partial sums would break "out is the
+// mean of what was sent", so larger worlds sum the decoded values in
+// float32.
 
 namespace sparsecomm::detail {
 namespace {
@@ -35,14 +37,14 @@ void sum_encoded_values(Communicator& comm, ValueEncoding encoding, WireBuffers&
                         ExchangeResult& result) {
   const auto n = static_cast<std::size_t>(comm.size());
   const std::size_t count = wire.values.size();
-  const std::size_t width = value_bytes(encoding);
-  wire.byte_counts.assign(n, count * width);
-  wire.recv.resize(n * count * width);
+  const std::size_t bytes = encoded_value_bytes(encoding, count);
+  wire.byte_counts.assign(n, bytes);
+  wire.recv.resize(n * bytes);
   comm.allgather(std::span<const std::byte>(wire.send), std::span<std::byte>(wire.recv));
   count_allgatherv(comm, wire.byte_counts, result);
   wire.other_values.resize(count);
   for (std::size_t q = 0; q < n; ++q) {
-    const std::span<const std::byte> block(wire.recv.data() + q * count * width, count * width);
+    const std::span<const std::byte> block(wire.recv.data() + q * bytes, bytes);
     decode_values(block, encoding,
                   q == 0 ? std::span<float>(wire.values) : std::span<float>(wire.other_values));
     if (q == 0) continue;
@@ -72,6 +74,12 @@ void decode_block_from(const Communicator& comm, int peer, std::span<const std::
   } catch (const CommError& error) {
     rethrow_from(comm, peer, error);
   }
+}
+
+std::uint64_t rounding_nonce(const Communicator& comm, ValueEncoding encoding,
+                             std::span<const float> values) {
+  if (!is_stochastic(encoding)) return 0;
+  return hash_bytes(std::as_bytes(values), static_cast<std::uint64_t>(comm.rank()) + 1);
 }
 
 std::uint64_t index_list_hash(std::span<const Index> indices) {
@@ -221,13 +229,14 @@ void reduce_values_at(Communicator& comm, std::span<const Index> u, const Exchan
   const std::size_t count = u.size();
   wire.values.resize(count);
   for (std::size_t j = 0; j < count; ++j) wire.values[j] = accumulated[u[j]];
-  wire.send.resize(count * value_bytes(options.values));
-  encode_values(wire.values, options.values, wire.send);
+  wire.send.resize(encoded_value_bytes(options.values, count));
+  encode_values(wire.values, options.values, wire.send,
+                rounding_nonce(comm, options.values, wire.values));
   for (std::size_t j = 0; j < count; ++j) accumulated[u[j]] -= wire.values[j];
 
-  const bool small_world_16bit = options.values != ValueEncoding::kFloat32 &&
-                                 static_cast<std::size_t>(n) * value_bytes(options.values) < 8;
-  if (small_world_16bit) {
+  const bool allgather_is_smaller = options.values != ValueEncoding::kFloat32 &&
+                                    static_cast<std::size_t>(n) * wire.send.size() < 8 * count;
+  if (allgather_is_smaller) {
     sum_encoded_values(comm, options.values, wire, result);
   } else {
     AllreduceReport report;

@@ -32,6 +32,13 @@ void decode_block_from(const Communicator& comm, int peer, std::span<const std::
                        const BlockFormat& format, std::span<Index> indices,
                        std::span<float> values);
 
+// The nonce a stochastic value codec draws from (codec.h) for this rank's
+// `values`: a hash of the rank and the values, so runs repeat bit for bit
+// (and resume from checkpoints) without a counter to keep; 0 for the other
+// codecs.
+std::uint64_t rounding_nonce(const Communicator& comm, ValueEncoding encoding,
+                             std::span<const float> values);
+
 // Checksum of an index list, for ranks to compare (core/hash.h).
 std::uint64_t index_list_hash(std::span<const Index> indices);
 

@@ -17,13 +17,16 @@ namespace sparsecomm {
 std::span<const std::byte> decode_block_indices(std::span<const std::byte> block,
                                                 std::size_t value_count, const BlockFormat& format,
                                                 std::span<Index> indices) {
-  const std::size_t width = value_bytes(format.values);
   const std::size_t count = indices.size();
-  if (value_count > block.size() / width) {
+  // Each value takes at least a quarter byte, so a count beyond 4x the
+  // block's bytes is refused before its size is computed (no overflow).
+  const std::size_t value_part = value_count / 4 > block.size()
+                                     ? block.size() + 1
+                                     : encoded_value_bytes(format.values, value_count);
+  if (value_part > block.size()) {
     throw CommError(fmt::format("[exchange] a block of {} bytes is too small for {} values",
                                 block.size(), value_count));
   }
-  const std::size_t value_part = value_count * width;
   const std::span<const std::byte> index_part = block.first(block.size() - value_part);
   std::size_t used = indices.size_bytes();
   if (format.encoded_indices) {

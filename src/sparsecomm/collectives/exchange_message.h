@@ -7,7 +7,7 @@
 //
 // A block is what one rank sends about one sorted index list:
 //   [index part: the indices, delta varints (codec.h) or raw uint32]
-//   [value part: value_count values, value_bytes(encoding) bytes each]
+//   [value part: value_count values, encoded_value_bytes(encoding, value_count)]
 // Union all-reduce blocks have no value part; sparse allgather blocks
 // carry one value per index plus the values at the known positions; the
 // sparse all-reduce's sparse partial sums and split blocks one per index.
@@ -31,7 +31,7 @@ struct BlockFormat {
 };
 
 // Decodes exactly indices.size() indices from the index part of `block`
-// (everything before its last value_count * value_bytes bytes) into
+// (everything before its last encoded_value_bytes(encoding, value_count) bytes) into
 // `indices`; returns the value part, not decoded. Throws CommError when the
 // block is too small for the value part, the index part does not hold
 // exactly indices.size() indices (truncated, trailing bytes, overlong or

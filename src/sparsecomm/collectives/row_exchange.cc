@@ -36,7 +36,7 @@ void append_block(const RowSparse& g, std::size_t first, std::size_t last, Value
   encode_indices(std::span<const Index>(g.ids).subspan(first, last - first), out);
   const std::size_t at = out.size();
   const std::size_t floats = (last - first) * g.width;
-  out.resize(at + floats * value_bytes(encoding));
+  out.resize(at + floats * fixed_value_bytes(encoding));
   scratch.assign(g.values.begin() + static_cast<std::ptrdiff_t>(first * g.width),
                  g.values.begin() + static_cast<std::ptrdiff_t>(first * g.width + floats));
   encode_values(scratch, encoding, std::span<std::byte>(out).subspan(at));
@@ -67,7 +67,7 @@ void add_blocks(const detail::IndexRuns& runs, std::span<const std::byte> blocks
   std::size_t offset = 0;
   for (std::size_t q = 0; q < block_bytes.size(); ++q) {
     const std::span<const Index> ids = runs.run(q);
-    const std::size_t row_bytes = ids.size() * width * value_bytes(encoding);
+    const std::size_t row_bytes = ids.size() * width * fixed_value_bytes(encoding);
     offset += block_bytes[q];
     row_scratch.resize(ids.size() * width);
     decode_values(blocks.subspan(offset - row_bytes, row_bytes), encoding, row_scratch);
@@ -99,7 +99,7 @@ void allgather_rows(Communicator& comm, const RowSparse& mine, std::span<const s
   std::vector<std::size_t> byte_counts(n), counts(n);
   for (std::size_t q = 0; q < n; ++q) {
     check_announced(comm, static_cast<int>(q), heads[4 * q], heads[4 * q + 1], mine.width,
-                    value_bytes(encoding), mine.rows);
+                    fixed_value_bytes(encoding), mine.rows);
     counts[q] = static_cast<std::size_t>(heads[4 * q]);
     byte_counts[q] = static_cast<std::size_t>(heads[4 * q + 1]);
   }
@@ -182,7 +182,7 @@ UninitVector<std::byte> send_to_owners(Communicator& comm, std::span<const std::
   for (std::size_t q = 0; q < nn; ++q) {
     check_shape(comm, static_cast<int>(q), in[4 * q + 2], in[4 * q + 3], rows, width);
     check_announced(comm, static_cast<int>(q), in[4 * q], in[4 * q + 1], values_per_id,
-                    values_per_id > 0 ? value_bytes(encoding) : 0, hi - lo);
+                    values_per_id > 0 ? fixed_value_bytes(encoding) : 0, hi - lo);
     counts[q] = static_cast<std::size_t>(in[4 * q]);
     recv_counts[q] = static_cast<std::size_t>(in[4 * q + 1]);
   }
@@ -245,7 +245,7 @@ void split_rows(Communicator& comm, const RowSparse& mine, ValueEncoding encodin
   for (std::size_t q = 0; q < nn; ++q) {
     const std::size_t room = owner_begin(comm, mine.rows, q + 1) - owner_begin(comm, mine.rows, q);
     check_announced(comm, static_cast<int>(q), heads[2 * q], heads[2 * q + 1], width,
-                    value_bytes(encoding), room);
+                    fixed_value_bytes(encoding), room);
     counts[q] = static_cast<std::size_t>(heads[2 * q]);
     recv_counts[q] = static_cast<std::size_t>(heads[2 * q + 1]);
     union_rows += counts[q];
@@ -288,6 +288,7 @@ std::string_view row_exchange_name(RowExchange method) {
 void row_sparse_sum(Communicator& comm, const RowSparse& mine, RowExchange method, RowSparse& sum,
                     RowExchangeReport* report, ValueEncoding values) {
   check_row_sparse(mine, "row_sparse_sum: this rank's gradient");
+  fixed_value_bytes(values, "a row exchange");  // before any message
   if (&sum == &mine) {
     throw InvalidArgument("[row-sparse] row_sparse_sum: `sum` must not be `mine`");
   }
@@ -298,7 +299,7 @@ void row_sparse_sum(Communicator& comm, const RowSparse& mine, RowExchange metho
   // (touched rows, allgather block bytes, rows, width) of every rank.
   std::uint64_t block_bytes = 0;
   if (method == RowExchange::kAllgather) {
-    block_bytes = encoded_index_bytes(mine.ids) + mine.values.size() * value_bytes(values);
+    block_bytes = encoded_index_bytes(mine.ids) + mine.values.size() * fixed_value_bytes(values);
   }
   const std::array<std::uint64_t, 4> head{mine.touched(), block_bytes, mine.rows, mine.width};
   std::vector<std::uint64_t> heads(4 * n);
@@ -342,6 +343,7 @@ std::size_t row_owner_begin(std::size_t rows, int ranks, int owner) {
 void push_rows_to_owners(Communicator& comm, const RowSparse& mine, RowSparse& owned,
                          RowExchangeReport* report, ValueEncoding values) {
   check_row_sparse(mine, "push_rows_to_owners: this rank's gradient");
+  fixed_value_bytes(values, "a row exchange");
   if (&owned == &mine) {
     throw InvalidArgument("[row-sparse] push_rows_to_owners: `owned` must not be `mine`");
   }
@@ -355,6 +357,7 @@ void push_rows_to_owners(Communicator& comm, const RowSparse& mine, RowSparse& o
 void pull_rows_from_owners(Communicator& comm, std::span<const Index> ids,
                            std::span<const float> shard, std::size_t rows, std::size_t width,
                            RowSparse& out, RowExchangeReport* report, ValueEncoding values) {
+  fixed_value_bytes(values, "a row exchange");
   const auto nn = static_cast<std::size_t>(comm.size());
   const auto r = static_cast<std::size_t>(comm.rank());
   const std::size_t lo = owner_begin(comm, rows, r);
@@ -376,7 +379,7 @@ void pull_rows_from_owners(Communicator& comm, std::span<const Index> ids,
   RowExchangeReport local;
   RowExchangeReport& rep = report != nullptr ? *report : local;
   rep = RowExchangeReport{};
-  const std::size_t row_bytes = width * value_bytes(values);
+  const std::size_t row_bytes = width * fixed_value_bytes(values);
 
   // 1. Each owner learns which of its rows this rank wants (index-only blocks).
   const std::vector<std::size_t> cuts = owner_cuts(comm, ids, rows);

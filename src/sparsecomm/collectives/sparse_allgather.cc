@@ -30,7 +30,6 @@ class SparseAllgather final : public SparseExchange {
     const std::size_t numel = accumulated.size();
     const std::size_t count = selected.size();
     const std::size_t extra = known.size();  // values at the known positions
-    const std::size_t width = value_bytes(opts.values);
     // Block: [indices][count values][extra values at the known positions].
     UninitVector<std::byte>& send = wire_.send;
     UninitVector<float>& values = wire_.values;
@@ -44,11 +43,12 @@ class SparseAllgather final : public SparseExchange {
     result.index_bytes_raw = sizeof(Index) * count;
     result.index_bytes_encoded = send.size();
     const std::size_t index_part = send.size();
-    send.resize(index_part + (count + extra) * width);
+    send.resize(index_part + encoded_value_bytes(opts.values, count + extra));
     values.resize(count + extra);
     for (std::size_t j = 0; j < count; ++j) values[j] = accumulated[selected[j]];
     for (std::size_t j = 0; j < extra; ++j) values[count + j] = accumulated[known[j]];
-    encode_values(values, opts.values, std::span<std::byte>(send).subspan(index_part));
+    encode_values(values, opts.values, std::span<std::byte>(send).subspan(index_part),
+                  rounding_nonce(comm, opts.values, values));
     for (std::size_t j = 0; j < count; ++j) accumulated[selected[j]] -= values[j];
     for (std::size_t j = 0; j < extra; ++j) accumulated[known[j]] -= values[count + j];
 
@@ -67,7 +67,7 @@ class SparseAllgather final : public SparseExchange {
     std::size_t offset = 0;
     for (std::size_t q = 0; q < static_cast<std::size_t>(n); ++q) {
       const std::size_t q_count = result.counts[q];
-      const std::size_t value_part = (q_count + extra) * width;
+      const std::size_t value_part = encoded_value_bytes(opts.values, q_count + extra);
       const std::span<float> q_values(wire_.other_values.data(), q_count + extra);
       offset += byte_counts[q];
       decode_values(std::span<const std::byte>(wire_.recv.data() + offset - value_part, value_part),

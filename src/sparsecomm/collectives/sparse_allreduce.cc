@@ -108,7 +108,7 @@ void SparseAllreduce::exchange_list(Communicator& comm, std::span<const Index> s
   }
   wire_.values.resize(count);
   for (std::size_t j = 0; j < count; ++j) wire_.values[j] = accumulated[selected[j]];
-  wire_.send.resize(count * value_bytes(options().values));
+  wire_.send.resize(count * fixed_value_bytes(options().values));
   encode_values(wire_.values, options().values, wire_.send);
   for (std::size_t j = 0; j < count; ++j) accumulated[selected[j]] -= wire_.values[j];
   transmitted_.assign(selected.begin(), selected.end());
@@ -124,7 +124,7 @@ void SparseAllreduce::exchange_list(Communicator& comm, std::span<const Index> s
 
 void SparseAllreduce::densify_if_smaller(PartialSum& partial, std::size_t numel) {
   if (partial.dense) return;
-  const std::size_t width = value_bytes(partial.encoding);
+  const std::size_t width = fixed_value_bytes(partial.encoding);
   const std::size_t nnz = partial.indices.size();
   const std::size_t index_bytes =
       options().encode_indices ? encoded_index_bytes(partial.indices) : sizeof(Index) * nnz;
@@ -144,7 +144,7 @@ void SparseAllreduce::densify_if_smaller(PartialSum& partial, std::size_t numel)
 // wire_.send and wire_header_out_ = the wire form of `partial`.
 void SparseAllreduce::serialize_partial(PartialSum& partial, std::size_t numel,
                                         ExchangeResult& result) {
-  const std::size_t width = value_bytes(partial.encoding);
+  const std::size_t width = fixed_value_bytes(partial.encoding);
   wire_.send.clear();
   std::uint64_t nnz = 0;
   std::uint64_t index_bytes = 0;
@@ -182,7 +182,7 @@ void SparseAllreduce::deserialize_partial(Communicator& comm, int peer, std::siz
   PartialSum& in = incoming_;
   in.dense = (flags & kDenseFlag) != 0;
   in.encoding = static_cast<ValueEncoding>(encoding);
-  const std::size_t width = value_bytes(in.encoding);
+  const std::size_t width = fixed_value_bytes(in.encoding);
   const std::span<const std::byte> bytes(wire_.recv);
   if (in.dense) {
     const std::size_t bits = bitmap_bytes(numel);

@@ -32,7 +32,7 @@ void SparseAllreduce::split_send_to_owners(Communicator& comm, std::span<const I
   const int r = comm.rank();
   const auto nn = static_cast<std::size_t>(n);
   const auto rr = static_cast<std::size_t>(r);
-  const std::size_t width = value_bytes(options().values);
+  const std::size_t width = fixed_value_bytes(options().values);
   const bool encoded = options().encode_indices;
   // 1. One [indices][values] block per owner, from the slices of own I_r.
   wire_.send.clear();

@@ -100,6 +100,13 @@ SparseExchange::SparseExchange(ExchangePattern pattern, const ExchangeOptions& o
   if (options_.dense.segment_bytes == 0) {
     throw InvalidArgument("[exchange] dense.segment_bytes must be > 0");
   }
+  if (pattern_ == ExchangePattern::kSparseAllreduce && is_block_quantized(options_.values)) {
+    throw InvalidArgument(fmt::format(
+        "[exchange] the sparse all-reduce re-encodes slices of its values, and {} values (blocks "
+        "of {} with one scale each) do not survive that: use exchange=allgather or "
+        "exchange=union with them, or values=fp32, fp16 or bf16",
+        value_encoding_name(options_.values), kQuantizationBlock));
+  }
 }
 
 void SparseExchange::exchange(Communicator& comm, const SparseSelection& selection,

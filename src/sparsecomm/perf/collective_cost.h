@@ -85,7 +85,7 @@ struct SparseSend {
   double max_count = 0.0;    // max_r m_r
   double union_count = 0.0;  // K
   double index_bytes = 4.0;  // per index (raw 4, varints fewer)
-  double value_bytes = 4.0;  // 4 fp32, 2 fp16/bf16
+  double value_bytes = 4.0;  // bytes per value on the wire: wire_bits_per_value / 8
   double numel = 0.0;        // d
   // The ranks' lists lie in disjoint ranges (MiCRO's contiguous
   // partitions): their union is a concatenation, no merge.

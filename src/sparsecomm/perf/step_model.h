@@ -49,7 +49,7 @@ struct Scenario {
   // exchange per inner step (the arrival wait and the host work stay).
   bool overlap_rounds = false;
   bool encode_indices = true;  // varint indices (the schemes' default)
-  double value_bytes = 4.0;    // 4 fp32, 2 fp16/bf16
+  double value_bytes = 4.0;    // bytes per value on the wire: wire_bits_per_value / 8
   // Measured statistics (measured_scaling.h) that replace the built-in ones
   // for the schemes they hold; nullptr: the built-in ones. Borrowed.
   const ScalingTable* statistics = nullptr;

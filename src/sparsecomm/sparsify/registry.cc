@@ -98,7 +98,7 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
   parts.exchange = parse_exchange_pattern(
       options.choice(scheme, "exchange", default_exchange, exchange_choices(definition)));
   parts.exchange_options.values =
-      parse_value_encoding(options.choice(scheme, "values", "fp32", {"fp32", "fp16", "bf16"}));
+      parse_value_encoding(options.choice(scheme, "values", "fp32", value_encoding_names()));
   parts.exchange_options.encode_indices = options.flag(scheme, "encode_indices", true);
 
   const double inf = std::numeric_limits<double>::infinity();
@@ -168,8 +168,9 @@ const std::vector<OptionSpec>& common_option_specs() {
       {"exchange", "(the scheme's own)",
        "exchange pattern: union|allgather|sparse-allreduce|shared"},
       {"values", "fp32",
-       "value precision on the wire: fp32|fp16|bf16 (the residual keeps the "
-       "rounding error)"},
+       "value encoding on the wire: fp32|fp16|bf16, or intB (B = 8, 4, 2 bits, one scale per "
+       "128 values; -sr: stochastic rounding) with allgather, union or shared (the residual "
+       "keeps the rounding error)"},
       {"encode_indices", "true", "delta-varint indices on the wire"},
       {"memory", "ef", "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
       {"momentum", "0.9",

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
@@ -136,6 +137,7 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.bytes_received = result_.bytes_received;
   metrics.index_bytes_raw = result_.index_bytes_raw;
   metrics.index_bytes_encoded = result_.index_bytes_encoded;
+  metrics.value_bits = wire_bits_per_value(parts_.exchange_options.values);
   return metrics;
 }
 

@@ -31,6 +31,7 @@ struct StepMetrics {
   std::uint64_t bytes_received = 0;
   std::uint64_t index_bytes_raw = 0;
   std::uint64_t index_bytes_encoded = 0;
+  double value_bits = 32.0;        // bits per value on the wire (codec.h: wire_bits_per_value)
   std::size_t skip_subject = 0;    // Skip-Reduce: elements whose reduction may skip ranks
   std::size_t dense_numel = 0;     // of numel, averaged densely beside the method (--min-numel,
                                    // --exclude: sync/dense_layers.h); k counts only the rest

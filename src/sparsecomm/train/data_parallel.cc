@@ -52,6 +52,7 @@ void accumulate(StepMetrics& total, const StepMetrics& m) {
   total.bytes_received += m.bytes_received;
   total.index_bytes_raw += m.index_bytes_raw;
   total.index_bytes_encoded += m.index_bytes_encoded;
+  total.value_bits = m.value_bits;  // every bucket runs the same method
   total.skip_subject += m.skip_subject;
   total.dense_numel += m.dense_numel;
   total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;

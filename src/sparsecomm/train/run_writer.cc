@@ -55,6 +55,7 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"numel", m.numel},
                          {"index_bytes_raw", m.index_bytes_raw},
                          {"index_bytes_encoded", m.index_bytes_encoded},
+                         {"value_bits", number(m.value_bits)},
                          {"skip_subject", m.skip_subject},
                          {"dense_numel", m.dense_numel},
                          {"overlapped_s", number(m.overlapped_s)},
