@@ -420,6 +420,29 @@ TEST(BlockQuantized, ABlockWithANonFiniteValueDecodesToNanAndTheOthersAreUntouch
   for (std::size_t j = 128; j < 256; ++j) EXPECT_TRUE(std::isnan(decoded[j])) << j;
 }
 
+TEST(BlockQuantized, SignSendsTheSignsAndEachBlocksMeanMagnitude) {
+  const std::vector<float> inputs = gradient_like(300, 13);  // blocks of 128, 128, 44
+  std::vector<float> values = inputs;
+  std::vector<std::byte> bytes(encoded_value_bytes(ValueEncoding::kSign, values.size()));
+  EXPECT_EQ(bytes.size(), 2u * (4u + 16u) + 4u + 6u);
+  encode_values(values, ValueEncoding::kSign, bytes);
+  std::vector<float> decoded(values.size());
+  decode_values(bytes, ValueEncoding::kSign, decoded);
+  for (std::size_t first = 0; first < inputs.size(); first += kQuantizationBlock) {
+    const std::size_t count = std::min(kQuantizationBlock, inputs.size() - first);
+    double mean = 0.0;
+    for (std::size_t j = first; j < first + count; ++j) mean += std::fabs(inputs[j]);
+    mean /= static_cast<double>(count);
+    for (std::size_t j = first; j < first + count; ++j) {
+      EXPECT_EQ(bits_of(decoded[j]), bits_of(values[j]));
+      EXPECT_FLOAT_EQ(decoded[j], std::copysign(static_cast<float>(mean), inputs[j])) << j;
+    }
+  }
+  std::vector<std::byte> padding = bytes;
+  padding.back() |= std::byte{0x80};  // 44 values: bits 4-7 of the last byte are padding
+  EXPECT_THROW(decode_values(padding, ValueEncoding::kSign, decoded), CommError);
+}
+
 TEST(BlockQuantized, DecoderRejectsMalformedBlocks) {
   std::vector<float> values = gradient_like(3, 1);
   // int2, 3 values: [scale][one byte: codes at bits 0-1, 2-3, 4-5; 6-7 padding].

@@ -52,7 +52,7 @@ std::vector<BlockFormat> formats(std::size_t begin, std::size_t end) {
   std::vector<BlockFormat> out;
   for (const ValueEncoding values :
        {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16,
-        ValueEncoding::kInt4, ValueEncoding::kInt2Stochastic}) {
+        ValueEncoding::kInt4, ValueEncoding::kInt2Stochastic, ValueEncoding::kSign}) {
     for (const bool encoded : {true, false})
       out.push_back(BlockFormat{values, encoded, begin, end});
   }

@@ -203,40 +203,48 @@ TEST(Registry, ListsTheSchemesInOrder) {
     std::set<std::string> option_names;
     for (const auto& spec : info.options) option_names.insert(spec.name);
     for (const auto& common : common_option_specs()) {
-      EXPECT_TRUE(option_names.count(common.name)) << info.name << " lacks " << common.name;
+      // The dense quantizers send every coordinate: no density.
+      const bool applies = common.name != "density" || !info.traits.every_coordinate;
+      EXPECT_EQ(option_names.count(common.name), applies ? 1u : 0u)
+          << info.name << ", " << common.name;
     }
   }
   const std::vector<std::string> expected = {
-      "topk",  "threshold", "randomk",         "dgc", "gaussiank", "cltk",
-      "micro", "exdyna",    "exdyna-faithful", "deft"};
+      "topk",   "threshold",       "randomk", "dgc",  "gaussiank", "cltk",   "micro",
+      "exdyna", "exdyna-faithful", "deft",    "qsgd", "terngrad",  "signsgd"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ(scheme_names(),
-            "topk, threshold, randomk, dgc, gaussiank, cltk, micro, exdyna, exdyna-faithful, deft");
+            "topk, threshold, randomk, dgc, gaussiank, cltk, micro, exdyna, exdyna-faithful, deft, "
+            "qsgd, terngrad, signsgd");
 }
 
 TEST(Registry, UnknownSchemeListsTheValidNames) {
   EXPECT_EQ(message_of([] { make_scheme("topq", {}); }),
             "[registry] unknown scheme 'topq'; valid schemes: topk, threshold, randomk, dgc, "
-            "gaussiank, cltk, micro, exdyna, exdyna-faithful, deft");
+            "gaussiank, cltk, micro, exdyna, exdyna-faithful, deft, qsgd, terngrad, signsgd");
 }
 
 TEST(Registry, RejectsInvalidOptionsForEveryScheme) {
   for (const auto& info : scheme_registry()) {
     const std::string& name = info.name;
     SCOPED_TRACE(name);
+    const bool every_coordinate = info.traits.every_coordinate;
     for (const char* bad : {"density=0", "density=1.5", "density=-1"}) {
-      EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({bad})); }),
-                           "[" + name + "] option " + std::string(bad) + " is outside (0, 1]"));
+      EXPECT_TRUE(contains(
+          message_of([&] { make_scheme(name, options_of({bad})); }),
+          every_coordinate ? "unknown option 'density'"
+                           : "[" + name + "] option " + std::string(bad) + " is outside (0, 1]"));
     }
-    EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"density=junk"})); }),
-                         "density=junk is not a number"));
+    if (!every_coordinate) {
+      EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"density=junk"})); }),
+                           "density=junk is not a number"));
+    }
     const std::string unknown = message_of([&] { make_scheme(name, options_of({"speed=3"})); });
     EXPECT_TRUE(contains(unknown, "unknown option 'speed'"));
     EXPECT_TRUE(contains(unknown, "valid options:"));
-    EXPECT_TRUE(
-        contains(unknown,
-                 "density, exchange, values, encode_indices, memory, momentum, decay, clip_norm, "
-                 "clip_ratio, seed"));
+    EXPECT_TRUE(contains(unknown, std::string(every_coordinate ? "" : "density, ") +
+                                      "exchange, values, encode_indices, memory, momentum, decay, "
+                                      "clip_norm, clip_ratio, seed"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"values=fp8"})); }),
                          "values=fp8 is not one of: fp32, fp16, bf16"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"exchange=ring"})); }),
@@ -245,7 +253,9 @@ TEST(Registry, RejectsInvalidOptionsForEveryScheme) {
                          "seed=-2 is outside"));
     EXPECT_TRUE(contains(message_of([&] { make_scheme(name, options_of({"memory=lots"})); }),
                          "memory=lots is not one of: "));
-    EXPECT_NO_THROW(make_scheme(name, options_of({"density=1"})));
+    if (!every_coordinate) {
+      EXPECT_NO_THROW(make_scheme(name, options_of({"density=1"})));
+    }
   }
 }
 
@@ -295,6 +305,9 @@ TEST(Registry, TraitsAreDeclaredByTheBuiltParts) {
     EXPECT_EQ(info.traits.spans_the_model, partitioned);
     EXPECT_EQ(parts.memory->applies_momentum(), info.name == "dgc");
     EXPECT_EQ(scheme_applies_momentum(info.name, {}), info.name == "dgc");
+    // The dense quantizers send everything: a momentum correction masked
+    // where sent would reset every step, so they do not offer it.
+    if (info.traits.every_coordinate) continue;
     for (const char* clip : {"clip_ratio=0", "clip_ratio=2"}) {
       const SchemeOptions momentum = options_of({"memory=momentum", clip});
       EXPECT_TRUE(make_scheme(info.name, momentum).memory->applies_momentum()) << clip;

@@ -38,6 +38,12 @@ std::vector<SyncCase> all_cases() {
   cases.push_back({"randomk", "shared", "int8", {}});
   cases.push_back({"deft", "union", "int4", {}});
   cases.push_back({"dgc", "allgather", "int8-sr", {}});
+  // The dense quantizers (every coordinate as a known range), with error
+  // feedback so that the residual says what was sent.
+  cases.push_back({"qsgd", "shared", "int8-sr", {"memory=ef"}});
+  cases.push_back({"terngrad", "allgather", "int2-sr", {"memory=ef"}});
+  cases.push_back({"signsgd", "shared", "sign", {}});
+  cases.push_back({"signsgd", "union", "sign", {}});
   return cases;
 }
 

@@ -44,7 +44,9 @@
 // 0 in the one case float rounding can break it (a just below scale/2,
 // where 0 is as near). Stochastic rounding
 // draws u in [0, 1) from Philox(nonce) at counter (block, position / 4) and
-// rounds a/scale up with probability equal to its fraction.
+// rounds a/scale up with probability equal to its fraction. sign writes
+// [scale = mean |a| over the block][one bit per value, set for a >= 0 (and
+// +0)], decoded as +-scale.
 
 namespace sparsecomm {
 namespace {
@@ -182,6 +184,7 @@ constexpr EncodingName kEncodingNames[] = {
     {ValueEncoding::kInt8Stochastic, "int8-sr"},
     {ValueEncoding::kInt4Stochastic, "int4-sr"},
     {ValueEncoding::kInt2Stochastic, "int2-sr"},
+    {ValueEncoding::kSign, "sign"},
 };
 
 // Bits per code of an intB codec; 0 for the others.
@@ -196,6 +199,8 @@ unsigned code_bits(ValueEncoding encoding) {
     case ValueEncoding::kInt2:
     case ValueEncoding::kInt2Stochastic:
       return 2;
+    case ValueEncoding::kSign:
+      return 1;
     default:
       return 0;
   }
@@ -230,6 +235,10 @@ const std::vector<std::string>& value_encoding_names() {
 }
 
 bool is_block_quantized(ValueEncoding encoding) { return code_bits(encoding) != 0; }
+
+bool keeps_residual_exact(ValueEncoding encoding) {
+  return !is_stochastic(encoding) && encoding != ValueEncoding::kSign;
+}
 
 bool is_stochastic(ValueEncoding encoding) {
   return encoding == ValueEncoding::kInt8Stochastic || encoding == ValueEncoding::kInt4Stochastic ||
@@ -404,6 +413,45 @@ void dequantize_block(const std::byte* in, unsigned bits, std::span<float> out) 
   }
 }
 
+// One block of sign: [scale = mean |a|][one bit per value, set for a >= 0].
+void sign_block(std::span<float> block, std::byte* out) {
+  double magnitude = 0.0;
+  bool finite = true;
+  for (const float a : block) {
+    finite = finite && std::isfinite(a);
+    magnitude += std::fabs(static_cast<double>(a));
+  }
+  const float scale = !finite ? std::numeric_limits<float>::quiet_NaN()
+                              : static_cast<float>(magnitude / static_cast<double>(block.size()));
+  std::memcpy(out, &scale, sizeof scale);
+  std::byte* codes = out + sizeof scale;
+  std::memset(codes, 0, code_bytes(1, block.size()));
+  for (std::size_t j = 0; j < block.size(); ++j) {
+    const bool positive = !std::signbit(block[j]);
+    if (positive) codes[j / 8] |= static_cast<std::byte>(1u << (j % 8));
+    block[j] = positive ? scale : -scale;
+  }
+}
+
+void unsign_block(const std::byte* in, std::span<float> out) {
+  float scale = 0.0f;
+  std::memcpy(&scale, in, sizeof scale);
+  if (std::signbit(scale) || std::isinf(scale)) {
+    throw CommError(fmt::format(
+        "[codec] decode_values: a sign block's scale {} is not a finite non-negative number",
+        scale));
+  }
+  const std::byte* codes = in + sizeof scale;
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    const bool positive = (std::to_integer<unsigned>(codes[j / 8]) >> (j % 8) & 1u) != 0;
+    out[j] = positive ? scale : -scale;
+  }
+  if (out.size() % 8 != 0 &&
+      (std::to_integer<unsigned>(codes[out.size() / 8]) >> (out.size() % 8)) != 0) {
+    throw CommError("[codec] decode_values: a sign block's padding bits are not zero");
+  }
+}
+
 void check_value_bytes(std::size_t have, ValueEncoding encoding, std::size_t count, bool decoding) {
   const std::size_t need = encoded_value_bytes(encoding, count);
   if (have == need) return;
@@ -453,7 +501,11 @@ void encode_values(std::span<float> values, ValueEncoding encoding, std::span<st
   for (std::size_t first = 0, block = 0; first < values.size();
        first += kQuantizationBlock, ++block) {
     const std::size_t count = std::min(kQuantizationBlock, values.size() - first);
-    quantize_block(values.subspan(first, count), bits, is_stochastic(encoding), &rng, block, at);
+    if (encoding == ValueEncoding::kSign) {
+      sign_block(values.subspan(first, count), at);
+    } else {
+      quantize_block(values.subspan(first, count), bits, is_stochastic(encoding), &rng, block, at);
+    }
     at += sizeof(float) + code_bytes(bits, count);
   }
 }
@@ -479,7 +531,11 @@ void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::s
   const std::byte* at = in.data();
   for (std::size_t first = 0; first < out.size(); first += kQuantizationBlock) {
     const std::size_t count = std::min(kQuantizationBlock, out.size() - first);
-    dequantize_block(at, bits, out.subspan(first, count));
+    if (encoding == ValueEncoding::kSign) {
+      unsign_block(at, out.subspan(first, count));
+    } else {
+      dequantize_block(at, bits, out.subspan(first, count));
+    }
     at += sizeof(float) + code_bytes(bits, count);
   }
 }

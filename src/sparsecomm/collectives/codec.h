@@ -35,7 +35,9 @@ std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out);
 // value is q * scale with q an integer in [-(2^(B-1) - 1), 2^(B-1) - 1]:
 // 127 levels each side for int8, 7 for int4, and {-1, 0, 1} for int2.
 // The plain names round to nearest; "-sr" rounds stochastically (unbiased:
-// the expected decoded value is the input).
+// the expected decoded value is the input). "sign" is the scaled sign of
+// EF-signSGD: one bit per value, each block's scale its mean magnitude, a
+// value decoded as +-scale (biased: meant for error feedback).
 enum class ValueEncoding {
   kFloat32,
   kFloat16,
@@ -46,17 +48,21 @@ enum class ValueEncoding {
   kInt8Stochastic,
   kInt4Stochastic,
   kInt2Stochastic,
+  kSign,
 };
-inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kInt2Stochastic;
+inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kSign;
 inline constexpr std::size_t kQuantizationBlock = 128;
 // "fp32", "fp16", "bf16", "int8", "int4", "int2", "int8-sr", "int4-sr",
-// "int2-sr"; InvalidArgument listing them otherwise.
+// "int2-sr", "sign"; InvalidArgument listing them otherwise.
 ValueEncoding parse_value_encoding(std::string_view name);
 std::string_view value_encoding_name(ValueEncoding encoding);
 // Every name parse_value_encoding accepts, in the enum's order.
 const std::vector<std::string>& value_encoding_names();
-bool is_block_quantized(ValueEncoding encoding);  // the intB codecs
+bool is_block_quantized(ValueEncoding encoding);  // the intB codecs and sign
 bool is_stochastic(ValueEncoding encoding);       // the "-sr" codecs
+// a - decoded is exact in float for every finite a: fp32, fp16, bf16 and the
+// round-to-nearest intB codecs; the others keep it within one rounding.
+bool keeps_residual_exact(ValueEncoding encoding);
 // Bytes of `count` values on the wire (for the intB codecs, every block's
 // scale included).
 std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count);
@@ -64,8 +70,8 @@ std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count);
 // for fp16 and bf16. InvalidArgument for the block-quantized codecs, which
 // have no width per value (what `what` names cannot use them).
 std::size_t fixed_value_bytes(ValueEncoding encoding, std::string_view what = "this exchange");
-// Bits per value on the wire for a long run of values: 32, 16, or B plus the
-// scale's share (32 / kQuantizationBlock).
+// Bits per value on the wire for a long run of values: 32, 16, or B (1 for
+// sign) plus the scale's share (32 / kQuantizationBlock).
 double wire_bits_per_value(ValueEncoding encoding);
 
 // Round to nearest even; finite values saturate to the largest finite value
@@ -85,7 +91,7 @@ float bf16_to_float(std::uint16_t bits);
 // was not sent). fp16 needs care only beyond 65504: there d is the largest
 // fp16 magnitude with that property (65504 up to 2^29, coarser above, 0
 // from 2^39 on). The stochastic codecs keep it within one rounding of the
-// residual. A block of an intB codec holding a non-finite value decodes to
+// residual, and so does sign. A block holding a non-finite value decodes to
 // NaN throughout. `nonce` keys the stochastic codecs' random draws (with the
 // block and the position): equal inputs and nonces give equal bytes;
 // the other codecs ignore it.

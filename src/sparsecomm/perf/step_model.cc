@@ -32,6 +32,10 @@ struct MethodShape {
   std::string_view exchange;
   bool capped = false;  // same-step threshold with a per-rank cap (ExDyna's default)
   bool ranged = false;  // partitions are contiguous ranges (MiCRO's; ExDyna's are scattered blocks)
+  // The dense quantizers: k = d whatever the density, values in their own
+  // codec (bytes per value; 0 for the scenario's).
+  bool every_coordinate = false;
+  double value_bytes = 0.0;
 };
 
 // The methods that are not schemes of the registry; the schemes' shapes
@@ -67,6 +71,14 @@ MethodShape shape_of_scheme(const SchemeInfo& info) {
   if (scheme_applies_momentum(info.name, {})) shape.accumulate = 2.0;
   shape.capped = traits.capped_threshold;
   shape.ranged = traits.ranged_partitions;
+  if (traits.every_coordinate) {
+    shape.every_coordinate = true;
+    for (const OptionSpec& spec : info.options) {  // no memory: no pass over it
+      if (spec.name == "memory" && spec.default_value == "none") shape.accumulate = 0.0;
+    }
+    shape.value_bytes = wire_bits_per_value(traits.default_values) / 8.0;
+    shape.exchange = "shared, quantized values";
+  }
   return shape;
 }
 
@@ -125,9 +137,10 @@ struct CallCost {
 
 CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile& p, double numel) {
   const int n = s.ranks;
-  const double k = std::max(1.0, std::round(s.density * numel));
+  const double k = shape.every_coordinate ? numel : std::max(1.0, std::round(s.density * numel));
   CallCost call;
-  SparseSend send{.value_bytes = s.value_bytes, .numel = numel};
+  SparseSend send{.value_bytes = shape.value_bytes > 0 ? shape.value_bytes : s.value_bytes,
+                  .numel = numel};
   send.index_bytes = s.encode_indices ? varint_index_bytes(std::min(1.0, k / numel)) : 4.0;
   // Every sparse step starts with the non-finite agreement.
   const CommCost agreement = nonfinite_agreement(p, n);
@@ -148,7 +161,8 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       call.comm = agreement + shared_allreduce(p, n, send);
       call.agreement_s = agreement.seconds;
       if (shape.kind == Kind::kLeader) call.comm += broadcast(p, n, kFloatBytes * k);
-      call.selection_s = numel * p.select_cost(shape.name);
+      // The dense quantizers select nothing: their codec's pass is the exchange's.
+      call.selection_s = shape.every_coordinate ? 0.0 : numel * p.select_cost(shape.name);
       return call;
     }
     case Kind::kIndependent:

@@ -34,6 +34,9 @@ std::vector<SchemeDefinition> make_definitions() {
       schemes::exdyna_definition(),
       schemes::exdyna_faithful_definition(),
       schemes::deft_definition(),
+      schemes::qsgd_definition(),
+      schemes::terngrad_definition(),
+      schemes::signsgd_definition(),
   };
   // clang-format on
 }
@@ -57,7 +60,10 @@ std::vector<std::string> exchange_choices(const SchemeDefinition& definition) {
 std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
   std::vector<OptionSpec> specs = definition.options;
   for (OptionSpec spec : common_option_specs()) {
-    if (spec.name == "exchange") {
+    if (spec.name == "density" && definition.traits.every_coordinate) continue;
+    if (spec.name == "values") {
+      spec.default_value = std::string(value_encoding_name(definition.traits.default_values));
+    } else if (spec.name == "exchange") {
       spec.default_value = std::string(exchange_pattern_name(definition.traits.default_exchange()));
       spec.help = "exchange pattern: " + join(exchange_choices(definition), "|");
     } else if (spec.name == "memory") {
@@ -79,7 +85,9 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
 
   schemes::CommonOptions common;
   common.scheme = definition.name;
-  common.density = options.number(scheme, "density", 0.01, 0.0, 1.0, /*min_exclusive=*/true);
+  common.density = definition.traits.every_coordinate
+                       ? 1.0
+                       : options.number(scheme, "density", 0.01, 0.0, 1.0, /*min_exclusive=*/true);
   common.seed = static_cast<std::uint64_t>(
       options.integer(scheme, "seed", 0, 0, std::numeric_limits<std::int64_t>::max()));
   common.memory =
@@ -97,8 +105,9 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
   }
   parts.exchange = parse_exchange_pattern(
       options.choice(scheme, "exchange", default_exchange, exchange_choices(definition)));
-  parts.exchange_options.values =
-      parse_value_encoding(options.choice(scheme, "values", "fp32", value_encoding_names()));
+  parts.exchange_options.values = parse_value_encoding(
+      options.choice(scheme, "values", value_encoding_name(definition.traits.default_values),
+                     value_encoding_names()));
   parts.exchange_options.encode_indices = options.flag(scheme, "encode_indices", true);
 
   const double inf = std::numeric_limits<double>::infinity();
@@ -134,7 +143,11 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
   }
   // A memory that keeps nothing replays nothing: no clip unless asked for
   // with memory=none, or at density 1 (everything is sent every step).
-  const bool keeps_nothing = common.memory == "none" || common.density == 1.0;
+  // Nothing stays in the memory without one, or when every coordinate goes
+  // out at a precision that leaves only float rounding behind.
+  const bool keeps_nothing =
+      common.memory == "none" ||
+      (common.density == 1.0 && !is_block_quantized(parts.exchange_options.values));
   const double clip_ratio =
       options.number(scheme, "clip_ratio", keeps_nothing ? 0.0 : kDefaultSpikeClipRatio, 0.0, inf);
   if (clip_ratio != 0.0 && !(clip_ratio > 1.0 && std::isfinite(clip_ratio))) {
@@ -168,9 +181,9 @@ const std::vector<OptionSpec>& common_option_specs() {
       {"exchange", "(the scheme's own)",
        "exchange pattern: union|allgather|sparse-allreduce|shared"},
       {"values", "fp32",
-       "value encoding on the wire: fp32|fp16|bf16, or intB (B = 8, 4, 2 bits, one scale per "
-       "128 values; -sr: stochastic rounding) with allgather, union or shared (the residual "
-       "keeps the rounding error)"},
+       "value encoding on the wire: fp32|fp16|bf16, or with allgather, union or shared intB "
+       "(B = 8, 4, 2 bits and one scale per 128 values; -sr: stochastic rounding) or sign (1 "
+       "bit and a scale per 128 values); the residual keeps the rounding error"},
       {"encode_indices", "true", "delta-varint indices on the wire"},
       {"memory", "ef", "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
       {"momentum", "0.9",

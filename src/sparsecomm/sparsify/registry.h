@@ -38,6 +38,11 @@ struct SchemeTraits {
   bool ranged_partitions = false;
   // Why the performance model cannot price the scheme; empty when it can.
   std::string_view unpriced_because = {};
+  // Sends every coordinate every step (the dense quantizers): no density
+  // option, no index on the wire; the value codec is the compression.
+  bool every_coordinate = false;
+  // The values= default (the quantizers' own codec; fp32 for the rest).
+  ValueEncoding default_values = ValueEncoding::kFloat32;
 
   // Every rank selects the same indices: the "shared" exchange applies.
   bool identical_selections() const {
@@ -70,8 +75,9 @@ struct SchemeInfo {
   std::function<SchemeParts(const SchemeOptions&)> make;
 };
 
-// Options every scheme accepts: density (in (0, 1]), exchange (pattern name,
-// default: the scheme's own), values (fp32|fp16|bf16), encode_indices,
+// Options every scheme accepts: density (in (0, 1]; not for the schemes
+// that send every coordinate), exchange (pattern name, default: the
+// scheme's own), values (a codec.h value encoding), encode_indices,
 // memory (ef|none|momentum; DGC defaults to momentum), momentum and
 // clip_norm (memory=momentum only), seed.
 const std::vector<OptionSpec>& common_option_specs();
