@@ -82,6 +82,8 @@ def test_bad_methods_and_options_say_what_is_valid():
         sparsecomm.Sparsifier("topk", exchange="union")
     with pytest.raises(ValueError, match="density"):
         sparsecomm.Sparsifier("topk", density=2)
+    with pytest.raises(ValueError, match="compresses in its exchange's value codec"):
+        sparsecomm.Sparsifier("qsgd")
     sparsifier = sparsecomm.Sparsifier("topk")
     with pytest.raises(ValueError, match="sum to 5 but the gradient has 10"):
         sparsifier.select(torch.zeros(10), 0, layers=[2, 3])

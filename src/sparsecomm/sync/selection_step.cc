@@ -11,6 +11,13 @@ SelectionStep::SelectionStep(SchemeParts parts, NonFinitePolicy policy)
   if (!parts_.sparsifier || !parts_.memory) {
     throw InvalidArgument("[sync] SelectionStep needs a sparsifier and a memory");
   }
+  if (parts_.traits.every_coordinate) {
+    throw InvalidArgument(fmt::format(
+        "[sync] {} selects every coordinate and compresses in its exchange's value codec ({}); "
+        "a selection without the exchange would send the full gradient: use it through the DDP "
+        "hook or `sparsecomm train`, or choose a sparsifier",
+        parts_.sparsifier->name(), value_encoding_name(parts_.exchange_options.values)));
+  }
   if (parts_.memory->finishes_average()) {
     throw InvalidArgument(fmt::format(
         "[sync] memory={} applies a running estimate that only the exchange can finish; a "
