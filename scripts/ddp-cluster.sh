@@ -12,8 +12,8 @@
 #     --rate 1gbit              each host's link, each direction
 #     --model wide-mlp          or cnn
 #     --steps 40                training steps per hook (then one evaluation)
-#     --hooks "default fp16 powersgd exdyna topk skipreduce"
-#                               DDP's own hooks (default, fp16, powersgd) or
+#     --hooks "default torch-fp16 torch-powersgd exdyna topk skipreduce"
+#                               DDP's own hooks (default, torch-fp16, torch-powersgd) or
 #                               sparsecomm methods; runs go to OUT/<hook>
 #     --density 0.01            the sparsecomm methods' density
 #     --timeout 300             seconds a hook's run may take before it is
@@ -33,7 +33,7 @@ HOSTS=4
 RATE=1gbit
 MODEL=wide-mlp
 STEPS=40
-HOOKS="default fp16 powersgd exdyna topk skipreduce"
+HOOKS="default torch-fp16 torch-powersgd exdyna topk skipreduce"
 DENSITY=0.01
 TIMEOUT=300
 while (($# > 0)); do

@@ -139,8 +139,8 @@ def learning_rate(step, steps_per_epoch, total_steps, base, warmup_epochs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hook", default="exdyna",
-                        help="a sparsecomm method (sparsecomm.methods()), or default, fp16, "
-                             "powersgd (PyTorch's own hooks)")
+                        help="a sparsecomm method (sparsecomm.methods(), powersgd among them), "
+                             "or PyTorch's own hooks: default, torch-fp16, torch-powersgd")
     parser.add_argument("--model", choices=sorted(MODELS), default="cnn")
     parser.add_argument("--density", type=float, default=0.01)
     parser.add_argument("-o", "--option", action="append", default=[],
@@ -184,10 +184,10 @@ def train(spawned_rank, spawned_world, args):
     torch.manual_seed(args.seed)
     model = DDP(MODELS[args.model]())
     state = None
-    if args.hook == "fp16":
+    if args.hook == "torch-fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif args.hook == "powersgd":
+    elif args.hook == "torch-powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
         # Compression from the second step (the default, 1,000, is past
         # this example's 702 steps).

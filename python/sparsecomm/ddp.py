@@ -85,6 +85,9 @@ class _Group:
         self.names = [name for name, _ in parameters]
         self.ids = [id(parameter) for _, parameter in parameters]
         self.layers = [parameter.numel() for _, parameter in parameters]  # DEFT's tensors
+        # PowerSGD's matrices: each tensor as its first dimension x the rest.
+        self.rows = [parameter.shape[0] if parameter.dim() >= 2 else 0
+                     for _, parameter in parameters]
         self.synchronizer = synchronizer
         self.dense = dense
         self.moments = moments  # compress="update": this rank's AdamW moments
@@ -279,7 +282,7 @@ class HookState:
             g.moments.direction(flat)
         if g.synchronizer is not None:
             metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index,
-                                                            g.layers))
+                                                            g.layers, g.rows))
         else:
             metrics = json.loads(g.dense.synchronize(flat, self.step, self.epoch, index))
             # Counted as dense elements, not as the method's selections (K/k).

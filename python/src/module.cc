@@ -78,17 +78,30 @@ std::span<float> floats_of(const at::Tensor& tensor, const char* what) {
 }
 
 // The tensors a flat gradient is made of, from their sizes (in order, summing
-// to `numel`); none: one tensor. DEFT selects per tensor.
+// to `numel`) and, where given, their first dimensions (0 for vectors; one
+// per size); none: one tensor. DEFT selects per tensor, PowerSGD views each
+// as rows x size/rows.
 std::vector<LayerSpan> layer_spans(const std::optional<std::vector<std::int64_t>>& sizes,
-                                   std::size_t numel) {
+                                   std::size_t numel,
+                                   const std::optional<std::vector<std::int64_t>>& rows = {}) {
   std::vector<LayerSpan> spans;
   if (!sizes) return spans;
+  if (rows && rows->size() != sizes->size()) {
+    throw InvalidArgument("layers: " + std::to_string(rows->size()) + " first dimensions for " +
+                          std::to_string(sizes->size()) + " tensors; pass one per tensor");
+  }
   std::size_t offset = 0;
   for (const std::int64_t size : *sizes) {
     if (size < 0)
       throw InvalidArgument("layers: a tensor size is negative (" + std::to_string(size) + ")");
-    spans.push_back(
-        {"tensor" + std::to_string(spans.size()), offset, static_cast<std::size_t>(size)});
+    const std::int64_t first = rows ? (*rows)[spans.size()] : 0;
+    if (first < 0 || (first > 0 && size % first != 0)) {
+      throw InvalidArgument("layers: tensor " + std::to_string(spans.size()) + " of " +
+                            std::to_string(size) + " elements cannot have a first dimension of " +
+                            std::to_string(first));
+    }
+    spans.push_back({"tensor" + std::to_string(spans.size()), offset,
+                     static_cast<std::size_t>(size), static_cast<std::size_t>(first)});
     offset += static_cast<std::size_t>(size);
   }
   if (offset != numel) {
@@ -162,9 +175,10 @@ class Synchronizer {
   // in pieces (Skip-Reduce varies its schedule by it, as the CLI's buckets).
   std::string synchronize(const at::Tensor& gradient, std::int64_t step, double epoch,
                           std::int64_t bucket,
-                          const std::optional<std::vector<std::int64_t>>& layers) {
+                          const std::optional<std::vector<std::int64_t>>& layers,
+                          const std::optional<std::vector<std::int64_t>>& rows) {
     const std::span<float> values = floats_of(gradient, "the gradient");
-    const std::vector<LayerSpan> spans = layer_spans(layers, values.size());
+    const std::vector<LayerSpan> spans = layer_spans(layers, values.size(), rows);
     StepContext ctx = context_of(*comm_, step, epoch, bucket);
     ctx.layers = spans;
     const py::gil_scoped_release release;
@@ -410,7 +424,8 @@ PYBIND11_MODULE(_sparsecomm, m) {
                     const std::map<std::string, std::string>&, const std::string&>(),
            py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
       .def("synchronize", &Synchronizer::synchronize, py::arg("gradient"), py::arg("step"),
-           py::arg("epoch") = 0.0, py::arg("bucket") = 0, py::arg("layers") = Sizes{})
+           py::arg("epoch") = 0.0, py::arg("bucket") = 0, py::arg("layers") = Sizes{},
+           py::arg("rows") = Sizes{})
       .def("kept", &Synchronizer::kept)
       .def_property_readonly("applies_momentum", &Synchronizer::applies_momentum)
       .def_property_readonly("bucketable", &Synchronizer::bucketable)

@@ -150,7 +150,7 @@ def test_every_cli_method_is_listed():
 def _resume_is_exact(rank, world, method, bucket_mb):
     batches = _batches(rank, 8)
     options = ({"skip": 1, "min_elements": 0, "memory": "ef"} if method == "skipreduce"
-               else {"density": 0.05})
+               else {"rank": 1} if method == "powersgd" else {"density": 0.05})
     options["bucket_mb"] = bucket_mb
     # Uninterrupted: 8 steps.
     whole = DDP(_model(), bucket_cap_mb=0.001)
@@ -179,7 +179,8 @@ def _resume_is_exact(rank, world, method, bucket_mb):
 
 
 @pytest.mark.parametrize("method, bucket_mb", [("topk", None), ("exdyna", None),
-                                               ("skipreduce", None), ("topk", 0.0001)])
+                                               ("skipreduce", None), ("topk", 0.0001),
+                                               ("powersgd", None)])
 def test_a_state_dict_round_trip_resumes_bit_for_bit(run_world, method, bucket_mb):
     run_world(2, _resume_is_exact, method, bucket_mb)
 
@@ -366,3 +367,24 @@ def _ef21_at_density_one_matches_default(rank, world):
 
 def test_ef21_through_the_hook_at_density_one_gives_the_default(run_world):
     run_world(2, _ef21_at_density_one_matches_default)
+
+
+def _powersgd_factors_the_matrices(rank, world):
+    # 20x32 and 32x4 weights at rank 1: (32 + 20) + (4 + 32) floats of
+    # factors, the biases (32 + 4) whole.
+    model = DDP(_model())
+    state = sparsecomm.register(model, "powersgd", rank=1)  # (rank: the factors' rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _run(model, optimizer, _batches(rank, 3))
+    hooked = _parameters(model)
+    assert state.metrics["numel"] == 20 * 32 + 32 + 32 * 4 + 4
+    assert state.metrics["selected"] == (32 + 20) + (4 + 32) + 32 + 4
+    assert torch.isfinite(hooked).all()
+    # Every rank applied the same update.
+    gathered = [torch.empty_like(hooked) for _ in range(world)]
+    torch.distributed.all_gather(gathered, hooked)
+    assert all(torch.equal(g, hooked) for g in gathered)
+
+
+def test_powersgd_factors_the_matrices_over_gloo(run_world):
+    run_world(2, _powersgd_factors_the_matrices)

@@ -97,6 +97,9 @@ struct LayerSpan {
   std::string name;
   std::size_t offset = 0;
   std::size_t size = 0;
+  // The tensor's first dimension when it has two or more (a matrix of rows
+  // x size/rows for PowerSGD); 0 for vectors and where it is not known.
+  std::size_t rows = 0;
 };
 
 // Target global count k = max(1, floor(c * d)) for d >= 1, 0 for d = 0.

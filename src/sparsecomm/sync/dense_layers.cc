@@ -181,7 +181,7 @@ class DenseLayersSync final : public GradientSync {
       if (to_dense) {
         dense += layer.size;
       } else {
-        sparse_layers_.push_back({layer.name, packed, layer.size});
+        sparse_layers_.push_back({layer.name, packed, layer.size, layer.rows});
         packed += layer.size;
       }
     }

@@ -14,6 +14,7 @@
 #include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/powersgd.h"
 
 namespace sparsecomm {
 namespace {
@@ -199,6 +200,10 @@ const std::vector<SyncMethodInfo>& sync_methods() {
     out.push_back({"dense", "all-reduce of the whole gradient", dense_option_specs()});
     out.push_back({"skipreduce", "Skip-Reduce: index-free pruning inside the ring all-reduce",
                    skipreduce_option_specs()});
+    out.push_back({"powersgd",
+                   "PowerSGD: each matrix as a rank-r product P Q^T, two all-reduces, error "
+                   "feedback, warm start; vectors and small tensors averaged whole",
+                   powersgd_option_specs()});
     for (const SchemeInfo& scheme : scheme_registry()) {
       out.push_back({scheme.name, scheme.summary, scheme.options});
     }
@@ -235,6 +240,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
   sync_method(method);  // unknown names: InvalidArgument
   if (method == "dense") return std::make_unique<DenseSync>(options, nonfinite);
   if (method == "skipreduce") return std::make_unique<SkipReduceSync>(options, nonfinite);
+  if (method == "powersgd") return make_powersgd(options, nonfinite);
   return std::make_unique<SparsifyExchangeStep>(make_scheme(method, options), nonfinite);
 }
 

@@ -247,7 +247,8 @@ DataParallel::DataParallel(torch::nn::Module& module, Communicator& comm,
     std::vector<LayerSpan> relative;
     for (std::size_t j = tensors.begin; j < tensors.end; ++j) {
       bucket_of_param[j] = bucket;
-      relative.push_back({layers[j].name, layers[j].offset - range.begin, layers[j].size});
+      relative.push_back(
+          {layers[j].name, layers[j].offset - range.begin, layers[j].size, layers[j].rows});
     }
     bucket_layers_.push_back(std::move(relative));
   }
@@ -277,7 +278,8 @@ FlatModule::FlatModule(torch::nn::Module& module) {
           "[DataParallel] parameter '{}' is {} on {}: only float32 CPU parameters are supported",
           item.key(), std::string(c10::toString(p.scalar_type())), p.device().str()));
     }
-    layers_.push_back({item.key(), numel_, static_cast<std::size_t>(p.numel())});
+    layers_.push_back({item.key(), numel_, static_cast<std::size_t>(p.numel()),
+                       p.dim() >= 2 ? static_cast<std::size_t>(p.size(0)) : 0});
     numel_ += static_cast<std::size_t>(p.numel());
     params_.push_back(p);
   }

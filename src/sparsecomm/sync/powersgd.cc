@@ -1,0 +1,306 @@
+#include "sparsecomm/sync/powersgd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/rng.h"
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/timer.h"
+
+// Layout of the two messages (one ring all-reduce each):
+//   first:  [P of every factorized tensor, R x r row-major, in layer order]
+//           [the values of every tensor sent whole, in layer order]
+//   second: [Q of every factorized tensor, C x r row-major]
+// Sums of floats in the ring's fixed order are bit-identical on every rank,
+// so the orthonormalized P and the warm-started Q are too.
+
+namespace sparsecomm {
+namespace {
+
+constexpr std::string_view kPowerSgd = "powersgd";
+
+struct Factor {
+  std::size_t offset = 0;  // the tensor's place in the flat gradient
+  std::size_t rows = 0;    // R
+  std::size_t cols = 0;    // C
+  std::size_t rank = 0;    // min(r, R, C)
+  std::size_t p_at = 0;    // its P in the first message
+  std::size_t q_at = 0;    // its Q in the second message and in q_
+};
+
+// out (R x r) = m (R x C) * q (C x r), all row-major.
+void multiply(const float* m, const float* q, float* out, std::size_t rows, std::size_t cols,
+              std::size_t rank) {
+  std::fill(out, out + rows * rank, 0.0f);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * cols;
+    float* target = out + i * rank;
+    for (std::size_t j = 0; j < cols; ++j) {
+      const float a = row[j];
+      const float* qj = q + j * rank;
+      for (std::size_t k = 0; k < rank; ++k) target[k] += a * qj[k];
+    }
+  }
+}
+
+// out (C x r) = m^T (C x R) * p (R x r).
+void multiply_transposed(const float* m, const float* p, float* out, std::size_t rows,
+                         std::size_t cols, std::size_t rank) {
+  std::fill(out, out + cols * rank, 0.0f);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * cols;
+    const float* pi = p + i * rank;
+    for (std::size_t j = 0; j < cols; ++j) {
+      const float a = row[j];
+      float* target = out + j * rank;
+      for (std::size_t k = 0; k < rank; ++k) target[k] += a * pi[k];
+    }
+  }
+}
+
+// Modified Gram-Schmidt on the r columns of p (R x r, row-major); a column
+// with nothing left is set to 0 (it then carries nothing this step).
+void orthonormalize(float* p, std::size_t rows, std::size_t rank) {
+  for (std::size_t k = 0; k < rank; ++k) {
+    for (std::size_t j = 0; j < k; ++j) {
+      double dot = 0.0;
+      for (std::size_t i = 0; i < rows; ++i) dot += double{p[i * rank + k]} * p[i * rank + j];
+      for (std::size_t i = 0; i < rows; ++i) {
+        p[i * rank + k] -= static_cast<float>(dot) * p[i * rank + j];
+      }
+    }
+    double norm = 0.0;
+    for (std::size_t i = 0; i < rows; ++i) norm += double{p[i * rank + k]} * p[i * rank + k];
+    norm = std::sqrt(norm);
+    const float inverse = norm > 1e-30 ? static_cast<float>(1.0 / norm) : 0.0f;
+    for (std::size_t i = 0; i < rows; ++i) p[i * rank + k] *= inverse;
+  }
+}
+
+class PowerSgd final : public GradientSync {
+ public:
+  PowerSgd(const SchemeOptions& options, NonFinitePolicy policy) : policy_(policy) {
+    options.check_known(kPowerSgd, powersgd_option_specs());
+    rank_ = static_cast<std::size_t>(options.integer(kPowerSgd, "rank", 1, 1, 1024));
+    warm_start_ = options.flag(kPowerSgd, "warm_start", true);
+    seed_ = static_cast<std::uint64_t>(
+        options.integer(kPowerSgd, "seed", 0, 0, std::numeric_limits<std::int64_t>::max()));
+  }
+
+  std::string_view method() const override { return kPowerSgd; }
+  std::span<const float> kept() const override { return error_; }
+
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override {
+    StepMetrics m;
+    m.step = ctx.step;
+    m.numel = gradient.size();
+    Stopwatch watch;
+    if (!agree_all_finite(gradient, ctx, comm, policy_, finite_flags_)) {
+      std::fill(gradient.begin(), gradient.end(), 0.0f);
+      m.skipped_nonfinite = true;
+      m.exchange_s = watch.seconds();
+      return m;
+    }
+    plan(gradient.size(), ctx.layers);
+    const auto n = static_cast<float>(comm.size());
+
+    // M = g + e on the factorized tensors (in error_), P = M Q, and the
+    // whole tensors' values, into the first message.
+    for (const Factor& f : factors_) {
+      float* mf = error_.data() + f.offset;
+      const float* g = gradient.data() + f.offset;
+      for (std::size_t j = 0; j < f.rows * f.cols; ++j) mf[j] += g[j];
+      if (!warm_start_) initialize_q(f, ctx.step);
+      multiply(mf, q_.data() + f.q_at, first_.data() + f.p_at, f.rows, f.cols, f.rank);
+    }
+    std::size_t at = p_size_;
+    for (const Range& whole : whole_) {
+      std::copy(gradient.begin() + static_cast<std::ptrdiff_t>(whole.begin),
+                gradient.begin() + static_cast<std::ptrdiff_t>(whole.end), first_.begin() + at);
+      at += whole.size();
+    }
+    AllreduceReport report;
+    allreduce(comm, std::span<float>(first_), {}, &report);
+    m.bytes_sent += report.bytes_sent;
+    m.bytes_received += report.bytes_received;
+    at = p_size_;
+    for (const Range& whole : whole_) {
+      for (std::size_t i = whole.begin; i < whole.end; ++i) gradient[i] = first_[at++] / n;
+    }
+
+    // Orthonormal P, this rank's Q = M^T P (kept for its error), the sum
+    // of the Q's in the second message.
+    for (const Factor& f : factors_) {
+      orthonormalize(first_.data() + f.p_at, f.rows, f.rank);
+      multiply_transposed(error_.data() + f.offset, first_.data() + f.p_at,
+                          local_q_.data() + f.q_at, f.rows, f.cols, f.rank);
+    }
+    std::copy(local_q_.begin(), local_q_.end(), q_.begin());
+    allreduce(comm, std::span<float>(q_), {}, &report);
+    m.bytes_sent += report.bytes_sent;
+    m.bytes_received += report.bytes_received;
+
+    // The mean P Q_sum^T / n into the gradient; e = M - P Q_local^T (what
+    // this rank's share of the sum was); q_ (the sum) warm-starts the next step.
+    double residual = 0.0;
+    for (const Factor& f : factors_) {
+      const float* p = first_.data() + f.p_at;
+      const float* q_sum = q_.data() + f.q_at;
+      const float* q_mine = local_q_.data() + f.q_at;
+      float* mf = error_.data() + f.offset;
+      float* out = gradient.data() + f.offset;
+      for (std::size_t i = 0; i < f.rows; ++i) {
+        const float* pi = p + i * f.rank;
+        for (std::size_t j = 0; j < f.cols; ++j) {
+          float sum = 0.0f;
+          float mine = 0.0f;
+          for (std::size_t k = 0; k < f.rank; ++k) {
+            sum += pi[k] * q_sum[j * f.rank + k];
+            mine += pi[k] * q_mine[j * f.rank + k];
+          }
+          out[i * f.cols + j] = sum / n;
+          float& e = mf[i * f.cols + j];
+          e -= mine;
+          residual += double{e} * e;
+        }
+      }
+    }
+    m.exchange_s = watch.seconds();
+    m.selected = m.target = m.union_size = sent_;
+    m.density_ratio = sent_ == 0 ? 0.0 : 1.0;
+    m.residual_norm = std::sqrt(residual);
+    return m;
+  }
+
+  void save(StateWriter& writer) const override {
+    writer.tag(kPowerSgd);
+    writer.value<std::uint64_t>(rank_);
+    writer.array<float>(error_);
+    writer.array<float>(q_);
+  }
+
+  void load(StateReader& reader) override {
+    reader.expect_tag(kPowerSgd);
+    const auto rank = reader.value<std::uint64_t>();
+    if (rank != rank_) {
+      throw Error(fmt::format("[powersgd] the state was saved with rank={}, this run has rank={}",
+                              rank, rank_));
+    }
+    error_ = reader.array<float>();
+    q_ = reader.array<float>();
+    loaded_ = true;
+    numel_ = 0;  // plan() checks the sizes against the layers on the next step
+  }
+
+ private:
+  // The factorized tensors and the whole ones, from the layers (once, or
+  // again when the gradient's length changes).
+  void plan(std::size_t numel, std::span<const LayerSpan> layers) {
+    if (numel == numel_ && planned_) return;
+    factors_.clear();
+    whole_.clear();
+    std::size_t covered = 0;
+    std::size_t p_size = 0;
+    std::size_t q_size = 0;
+    auto whole = [&](std::size_t begin, std::size_t end) {
+      if (end > begin) whole_.push_back(Range{begin, end});
+    };
+    for (const LayerSpan& layer : layers) {
+      if (layer.offset < covered || layer.offset + layer.size > numel) {
+        throw InvalidArgument(fmt::format(
+            "[powersgd] layer '{}' ([{}, {})) is not inside the {}-element gradient after the "
+            "layers before it",
+            layer.name, layer.offset, layer.offset + layer.size, numel));
+      }
+      whole(covered, layer.offset);
+      covered = layer.offset + layer.size;
+      const std::size_t rows = layer.rows;
+      const std::size_t cols = rows >= 2 && layer.size % rows == 0 ? layer.size / rows : 0;
+      const std::size_t rank = std::min({rank_, rows, cols});
+      if (cols >= 2 && rank * (rows + cols) < rows * cols) {
+        factors_.push_back({layer.offset, rows, cols, rank, p_size, q_size});
+        p_size += rows * rank;
+        q_size += cols * rank;
+      } else {
+        whole(layer.offset, covered);
+      }
+    }
+    whole(covered, numel);
+    p_size_ = p_size;
+    std::size_t whole_size = 0;
+    for (const Range& r : whole_) whole_size += r.size();
+    first_.assign(p_size + whole_size, 0.0f);
+    local_q_.assign(q_size, 0.0f);
+    sent_ = p_size + q_size + whole_size;
+    if (loaded_) {
+      if (error_.size() != numel || q_.size() != q_size) {
+        throw Error(fmt::format(
+            "[powersgd] the saved state ({} error values, {} of Q) does not fit this model ({} "
+            "elements, {} of Q at rank {})",
+            error_.size(), q_.size(), numel, q_size, rank_));
+      }
+      loaded_ = false;
+    } else {
+      error_.assign(numel, 0.0f);
+      q_.assign(q_size, 0.0f);
+      for (const Factor& f : factors_) initialize_q(f, 0);
+    }
+    numel_ = numel;
+    planned_ = true;
+  }
+
+  // Q of factor f: uniform draws in [-1, 1) for the step, the same on
+  // every rank.
+  void initialize_q(const Factor& f, std::int64_t step) {
+    const Philox rng(seed_);
+    for (std::size_t j = 0; j < f.cols * f.rank; ++j) {
+      const std::uint32_t bits =
+          rng.block(f.offset, static_cast<std::uint64_t>(step) << 32 | j)[0] >> 8;
+      q_[f.q_at + j] = static_cast<float>(bits) * (2.0f / 16777216.0f) - 1.0f;
+    }
+  }
+
+  NonFinitePolicy policy_;
+  std::size_t rank_ = 1;
+  bool warm_start_ = true;
+  std::uint64_t seed_ = 0;
+
+  bool planned_ = false;
+  bool loaded_ = false;
+  std::size_t numel_ = 0;
+  std::vector<Factor> factors_;
+  std::vector<Range> whole_;  // positions averaged whole, ascending
+  std::size_t p_size_ = 0;
+  std::size_t sent_ = 0;        // floats all-reduced per step
+  std::vector<float> error_;    // e (M during a step) on the factorized tensors, 0 elsewhere
+  std::vector<float> q_;        // the warm-started Q's (the last step's sums)
+  std::vector<float> local_q_;  // this rank's Q's of the step
+  std::vector<float> first_;    // the first message
+  std::vector<std::uint8_t> finite_flags_;
+};
+
+}  // namespace
+
+std::vector<OptionSpec> powersgd_option_specs() {
+  return {
+      {"rank", "1", "r: the rank of each tensor's approximation P Q^T (1-1024)"},
+      {"warm_start", "true", "start each step's power iteration from the last step's Q"},
+      {"seed", "0", "seed of Q's first draws (identical on all ranks)"},
+  };
+}
+
+std::unique_ptr<GradientSync> make_powersgd(const SchemeOptions& options,
+                                            NonFinitePolicy nonfinite) {
+  return std::make_unique<PowerSgd>(options, nonfinite);
+}
+
+}  // namespace sparsecomm
