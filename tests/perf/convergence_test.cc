@@ -205,5 +205,33 @@ TEST(Convergence, AutoDensityIsNeverDenserOnASlowerNetwork) {
   EXPECT_EQ(any->outcome->label, "topk c=0.01");
 }
 
+// A configuration is predicted as it ran: its density and rounds, and the
+// values' wire width and PowerSGD's rank from its options (fp32 and rank 1
+// where they are absent, whatever the base scenario says).
+TEST(Convergence, AConfigurationIsPricedWithItsOwnValuesAndRank) {
+  Scenario base{.ranks = 8, .numel = 2.5e7, .compute_s = 0.1, .value_bytes = 2.0};
+  base.low_rank = 8;
+  ConfigurationOutcome exdyna{.label = "exdyna c=0.01 (values=int2)",
+                              .method = "exdyna",
+                              .density = 0.01,
+                              .local_steps = 4,
+                              .options = "memory=ef,values=int2"};
+  Scenario s = scenario_of(exdyna, base);
+  EXPECT_EQ(s.density, 0.01);
+  EXPECT_EQ(s.local_steps, 4);
+  EXPECT_DOUBLE_EQ(s.value_bytes, 2.25 / 8);
+  EXPECT_EQ(s.low_rank, 1);
+  exdyna.options = "";
+  EXPECT_DOUBLE_EQ(scenario_of(exdyna, base).value_bytes, 4.0);
+  ConfigurationOutcome powersgd{
+      .label = "powersgd (rank=4)", .method = "powersgd", .density = 1.0, .options = "rank=4"};
+  EXPECT_EQ(scenario_of(powersgd, base).low_rank, 4);
+  powersgd.options = "rank=four";
+  EXPECT_EQ(error_message<InvalidArgument>([&] { scenario_of(powersgd, base); }),
+            "configuration 'powersgd (rank=4)': rank=four is not a positive integer");
+  exdyna.options = "values=int3";
+  EXPECT_THROW(scenario_of(exdyna, base), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace sparsecomm::perf

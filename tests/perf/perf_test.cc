@@ -43,6 +43,13 @@ CostProfile unit_profile() {
   return p;
 }
 
+// Tensor shapes for the methods priced from them (PowerSGD): a 1000 x 4000
+// matrix; the rest of a scenario's d is taken as sent whole.
+const std::vector<LayerSpan>& a_matrix() {
+  static const std::vector<LayerSpan> tensors = {{"w", 0, 4'000'000, 1000}};
+  return tensors;
+}
+
 TEST(CollectiveCost, RingAllreduceMovesTwiceTheBufferTimesNMinusOneOverN) {
   const CostProfile p = unit_profile();
   const double bytes = 4e6;
@@ -371,7 +378,8 @@ TEST(StepModel, DenseIsComputePlusTheRingPlusTheUpdate) {
 
 TEST(StepModel, AMessagesFramingIsTheLargerOfItsPerMessageAndPerByteFigures) {
   CostProfile p = unit_profile();
-  const Scenario s{.ranks = 8, .numel = 1e7, .density = 0.01, .compute_s = 0.1};
+  Scenario s{.ranks = 8, .numel = 1e7, .density = 0.01, .compute_s = 0.1};
+  s.tensors = a_matrix();
   EXPECT_DOUBLE_EQ(predict_step("dense", s, p).wire_bytes_sent,
                    predict_step("dense", s, p).bytes_sent);
   p.wire_bytes_per_message = 100;
@@ -401,8 +409,9 @@ TEST(StepModel, AMessagesFramingIsTheLargerOfItsPerMessageAndPerByteFigures) {
 TEST(StepModel, EveryMethodsTermsAddUpToItsStep) {
   const CostProfile p = network_profile(10, 5);
   for (int n : {2, 16, 4096}) {
-    const Scenario s{
+    Scenario s{
         .ranks = n, .numel = 3.5e8, .density = 0.001, .compute_s = 0.3, .bucket_bytes = 25 << 20};
+    s.tensors = a_matrix();
     for (const std::string& method : modeled_methods()) {
       const StepPrediction x = predict_step(method, s, p);
       EXPECT_NEAR(
@@ -441,6 +450,7 @@ TEST(StepModel, TensorsSentDenselyAreARingAllReduceBesideTheMethodOnTheRest) {
                   .density = 0.01,
                   .compute_s = 0.1,
                   .bucket_bytes = bucket_bytes};
+    with.tensors = a_matrix();  // of the method's 8e6
     // The method alone on the other tensors, in the same number of buckets.
     Scenario rest = with;
     rest.numel = 8e6;
@@ -472,6 +482,57 @@ TEST(StepModel, TensorsSentDenselyAreARingAllReduceBesideTheMethodOnTheRest) {
             std::string::npos);
 }
 
+// PowerSGD: the matrices whose rank-r factors are smaller than them are
+// factorized (P's R r floats in the first ring all-reduce, Q's C r in the
+// second), everything else rides whole in the first; its arithmetic is
+// R C (a + b r) per factorized tensor, its accumulate one pass over them.
+TEST(StepModel, PowerSgdIsPricedFromTheTensorsShapes) {
+  CostProfile p = unit_profile();
+  p.low_rank_s_per_element = 4e-10;
+  p.low_rank_s_per_element_rank = 6e-10;
+  const std::vector<LayerSpan> tensors = {
+      {"fc1.weight", 0, 1000 * 500, 1000},     // factorized: 4 (1000 + 500) < 500,000
+      {"fc1.bias", 500000, 1000, 0},           // a vector: whole
+      {"conv.weight", 501000, 3 * 9, 3},       // 3 x 9: rank 3, 3 (3 + 9) > 27: whole
+      {"fc2.weight", 501027, 10 * 1000, 10}};  // rank 4: 4 (10 + 1000) < 10,000
+  const double numel = 600000;                 // 88,973 more, outside the tensors: whole
+  Scenario s{.ranks = 8, .numel = numel, .compute_s = 0.1};
+  s.tensors = tensors;
+  s.low_rank = 4;
+  const StepPrediction x = predict_step("powersgd", s, p);
+  const double first = 1000 * 4 + 1000 + 27 + 10 * 4 + (numel - 511027);
+  const double second = 500 * 4 + 1000 * 4;
+  const CommCost expected = nonfinite_agreement(p, 8) + ring_allreduce(p, 8, 4 * first) +
+                            ring_allreduce(p, 8, 4 * second);
+  EXPECT_DOUBLE_EQ(x.exchange_s, expected.seconds);
+  EXPECT_DOUBLE_EQ(x.bytes_sent, expected.bytes_sent);
+  const double factorized = 500000 + 10000;
+  EXPECT_DOUBLE_EQ(x.selection_s, factorized * (4e-10 + 4 * 6e-10));
+  EXPECT_DOUBLE_EQ(x.accumulate_s, factorized * p.accumulate_s_per_element);
+  // The factors shrink with r: rank 1 sends less than rank 4, and both far
+  // less than the dense ring.
+  s.low_rank = 1;
+  EXPECT_LT(predict_step("powersgd", s, p).bytes_sent, x.bytes_sent);
+  EXPECT_LT(x.bytes_sent, 0.25 * predict_step("dense", s, p).bytes_sent);
+  EXPECT_TRUE(needs_tensor_shapes("powersgd"));
+  EXPECT_FALSE(needs_tensor_shapes("topk"));
+
+  // No shapes, more tensors than parameters, a rank below 1: refused.
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              predict_step("powersgd", Scenario{.numel = 1e6}, p);
+            }).find("powersgd's cost depends on the tensors' shapes"),
+            std::string::npos);
+  s.numel = 500000;
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              predict_step("powersgd", s, p);
+            }).find("hold 511027 elements, more than the 500000 parameters"),
+            std::string::npos);
+  s.numel = numel;
+  s.low_rank = 0;
+  EXPECT_EQ(error_message<InvalidArgument>([&] { predict_step("powersgd", s, p); }),
+            "PowerSGD's rank must be >= 1, got 0");
+}
+
 TEST(StepModel, TheExpectedMaximumOfNormalsMatchesItsClosedForms) {
   EXPECT_EQ(expected_max_of_normals(1), 0.0);
   const double root_pi = std::sqrt(std::numbers::pi);
@@ -500,6 +561,7 @@ TEST(StepModel, EveryMethodWaitsForTheSlowestRanksCompute) {
   const CostProfile p = network_profile(10, 5);
   for (int n : {1, 4, 4096}) {
     Scenario s{.ranks = n, .numel = 2.5e7, .density = 0.01, .compute_s = 0.2, .servers = 4};
+    s.tensors = a_matrix();
     for (const std::string& method : modeled_methods()) {
       const StepPrediction still = predict_step(method, s, p);
       s.compute_spread_s = 0.01;
@@ -526,6 +588,7 @@ TEST(StepModel, LocalStepsAmortizeOneSynchronizationOverARound) {
     if (method == "ps") continue;
     Scenario s{
         .ranks = 8, .numel = 2.5e7, .density = 0.01, .compute_s = 0.2, .compute_spread_s = 0.01};
+    s.tensors = a_matrix();
     const StepPrediction every = predict_step(method, s, p);
     s.local_steps = 16;
     s.bucket_bytes = 1 << 20;  // ignored: a round synchronizes after its last step
@@ -735,10 +798,13 @@ TEST(CostProfile, SurvivesAJsonRoundTripAndRefusesBadFields) {
   EXPECT_DOUBLE_EQ(framed.pack_s_per_element, p.pack_s_per_element);
   EXPECT_DOUBLE_EQ(framed.merge_s_per_element, p.merge_s_per_element);
   EXPECT_DOUBLE_EQ(framed.index_decode_s_per_element, p.index_decode_s_per_element);
+  EXPECT_DOUBLE_EQ(framed.low_rank_s_per_element, p.low_rank_s_per_element);
+  EXPECT_DOUBLE_EQ(framed.low_rank_s_per_element_rank, p.low_rank_s_per_element_rank);
   nlohmann::json older = to_json(p);
-  for (const char* key : {"fill_s_per_element", "scatter_s_per_element", "cache_bytes",
-                          "pack_s_per_element", "index_decode_s_per_element", "merge_s_per_element",
-                          "wire_bytes_per_message", "wire_overhead_per_byte"})
+  for (const char* key :
+       {"fill_s_per_element", "scatter_s_per_element", "cache_bytes", "pack_s_per_element",
+        "index_decode_s_per_element", "merge_s_per_element", "wire_bytes_per_message",
+        "wire_overhead_per_byte", "low_rank_s_per_element", "low_rank_s_per_element_rank"})
     older.erase(key);
   const CostProfile old_profile = profile_from_json(older, "old.json");
   EXPECT_EQ(old_profile.fill_s_per_element, 0.0);
@@ -746,6 +812,7 @@ TEST(CostProfile, SurvivesAJsonRoundTripAndRefusesBadFields) {
   EXPECT_EQ(old_profile.merge_s_per_element, 0.0);
   EXPECT_EQ(old_profile.wire_bytes_per_message, 0.0);
   EXPECT_EQ(old_profile.wire_overhead_per_byte, 0.0);
+  EXPECT_EQ(old_profile.low_rank_s_per_element_rank, 0.0);
   EXPECT_DOUBLE_EQ(old_profile.scatter_cost(1e12), old_profile.gamma_s_per_element);
   nlohmann::json bad_scatter = to_json(p);
   bad_scatter["scatter_s_per_element"] = -1e-9;

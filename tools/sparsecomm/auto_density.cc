@@ -113,15 +113,16 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
   DenseLayerRule rule;
   rule.min_numel = static_cast<std::size_t>(std::max<std::int64_t>(0, config.min_numel));
   rule.patterns = config.exclude;
-  const auto values = config.method_options.find("values");
-  const perf::Scenario base{
-      .ranks = config.workers > 0 ? config.workers : profile.ranks,
-      .numel = static_cast<double>(probe.numel),
-      .dense_numel = static_cast<double>(dense_numel(rule, probe.tensors, config.model)),
-      .compute_s = flags.compute_ms ? *flags.compute_ms / 1e3 : profile.compute_s,
-      .value_bytes = values == config.method_options.end()
-                         ? 4.0
-                         : wire_bits_per_value(parse_value_encoding(values->second)) / 8.0};
+  // The method's tensors (PowerSGD's cost depends on their shapes); the
+  // values' width and PowerSGD's rank come from each configuration's options.
+  std::vector<LayerSpan> method_tensors = probe.tensors;
+  std::erase_if(method_tensors, [&](const LayerSpan& t) { return rule.matches(t); });
+  perf::Scenario base;
+  base.ranks = config.workers > 0 ? config.workers : profile.ranks;
+  base.numel = static_cast<double>(probe.numel);
+  base.dense_numel = static_cast<double>(dense_numel(rule, probe.tensors, config.model));
+  base.compute_s = flags.compute_ms ? *flags.compute_ms / 1e3 : profile.compute_s;
+  base.tensors = method_tensors;
   const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
       outcomes, any_method ? "" : config.method, static_cast<int>(config.local_steps), overlap,
       options, base, costs);

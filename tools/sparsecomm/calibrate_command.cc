@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -33,6 +34,7 @@
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/report/statistics.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/powersgd.h"
 #include "sparsecomm/sync/sparsify_exchange_step.h"
 #include "sparsecomm/traces/gradient_stream.h"
 #include "world_flags.h"
@@ -93,6 +95,8 @@ struct HostCosts {
   double pack = 0.0;                 // taking selected values out of it
   double index_decode = 0.0;         // one varint index
   double merge = 0.0;                // one entry through one level of a pairwise merge
+  double low_rank = 0.0;             // PowerSGD's arithmetic per matrix element,
+  double low_rank_per_rank = 0.0;    // and per element and unit of rank
   std::vector<double> select;        // per scheme, in the order asked
 };
 
@@ -100,6 +104,41 @@ struct HostCosts {
 // cache of the machines at hand (a model's gradient of that size misses on
 // every scattered entry).
 constexpr std::size_t kDecodeFloats = std::size_t{32} << 20;
+
+// PowerSGD's arithmetic per matrix element at rank r, from the method's own
+// metrics (selection_s) on a world of one rank: one factorized 1024 x d/1024
+// tensor at ranks 1 and 4, the line through the two (the products grow with
+// r, the passes over the matrix do not): {per element, per element and
+// unit of rank}.
+std::pair<double, double> measure_low_rank(const CalibrateOptions& o, std::size_t d,
+                                           Communicator& self) {
+  constexpr std::size_t kRows = 1024;
+  constexpr std::size_t kLow = 1;
+  constexpr std::size_t kHigh = 4;
+  const std::size_t numel = kRows * std::max<std::size_t>(2 * kHigh + 1, d / kRows);
+  const auto stream = make_synthetic_stream(SyntheticStreamOptions{.numel = numel});
+  const std::vector<LayerSpan> matrix = {{"matrix", 0, numel, kRows}};
+  UninitVector<float> gradient(numel);
+  auto per_element = [&](std::size_t rank) {
+    const auto powersgd =
+        make_powersgd(SchemeOptions({{"rank", std::to_string(rank)}}), NonFinitePolicy::kStop);
+    std::vector<double> seconds;
+    for (int t = 0; t < o.steps; ++t) {
+      stream->fill(0, t, gradient);
+      StepContext ctx;
+      ctx.step = t;
+      ctx.layers = matrix;
+      const StepMetrics m = powersgd->synchronize(gradient, ctx, self);
+      if (t < 2) continue;  // warm-up: first allocations
+      seconds.push_back(m.selection_s / static_cast<double>(numel));
+    }
+    return report::median(seconds);
+  };
+  const double low = per_element(kLow);
+  const double high = per_element(kHigh);
+  const double per_rank = std::max(0.0, (high - low) / static_cast<double>(kHigh - kLow));
+  return {std::max(0.0, low - per_rank * kLow), per_rank};
+}
 
 HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
                        const std::vector<std::string>& schemes) {
@@ -214,6 +253,7 @@ HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
       }
       costs.select.push_back(report::median(select));
     }
+    std::tie(costs.low_rank, costs.low_rank_per_rank) = measure_low_rank(o, d, self);
   });
   costs.accumulate = report::median(accumulate);
   return costs;
@@ -286,6 +326,8 @@ void take_host_costs(Communicator& comm, const HostCosts& mine,
   profile.pack_s_per_element = slowest(mine.pack);
   profile.index_decode_s_per_element = slowest(mine.index_decode);
   profile.merge_s_per_element = slowest(mine.merge);
+  profile.low_rank_s_per_element = slowest(mine.low_rank);
+  profile.low_rank_s_per_element_rank = slowest(mine.low_rank_per_rank);
   // Unknown: 0, which the model reads as "the gradient fits".
   profile.cache_bytes = static_cast<double>(last_level_cache_bytes().value_or(0));
   double select_default = 0.0;
@@ -406,13 +448,15 @@ void print_host_costs(const perf::CostProfile& profile, const std::vector<std::s
       "  scatter (decoding) {:.3f} ns per entry into {} (last-level cache {})\n"
       "  pack (sending)     {:.3f} ns per value taken out of it\n"
       "  index decode       {:.3f} ns per varint index\n"
-      "  merge              {:.3f} ns per entry per level of a union of runs\n",
+      "  merge              {:.3f} ns per entry per level of a union of runs\n"
+      "  low rank (PowerSGD) {:.3f} + {:.3f} r ns per matrix element at rank r\n",
       profile.gamma_s_per_element * 1e9, profile.accumulate_s_per_element * 1e9,
       profile.update_s_per_element * 1e9, profile.fill_s_per_element * 1e9,
       profile.scatter_s_per_element * 1e9, format_bytes(4.0 * kDecodeFloats),
       profile.cache_bytes > 0 ? format_bytes(profile.cache_bytes) : "unknown: taken as no limit",
       profile.pack_s_per_element * 1e9, profile.index_decode_s_per_element * 1e9,
-      profile.merge_s_per_element * 1e9);
+      profile.merge_s_per_element * 1e9, profile.low_rank_s_per_element * 1e9,
+      profile.low_rank_s_per_element_rank * 1e9);
   for (const std::string& scheme : schemes) {
     fmt::print("  select {:<11} {:.3f} ns\n", scheme,
                profile.select_s_per_element.at(scheme) * 1e9);

@@ -55,6 +55,7 @@ struct PlanOptions {
   int local_steps = 0;  // > 0: train's --local-steps H (per inner step; dense also every step)
   bool outer_overlap = false;  // train's --outer-overlap
   std::string values = "fp32";
+  int powersgd_rank = 1;  // PowerSGD's rank r (train's -m powersgd -o rank=R)
   std::string format = "table";
   std::string plot_dir;
   std::vector<std::string> stats;  // bench sparsifiers JSON (measured statistics)
@@ -139,6 +140,9 @@ struct Workload {
   std::string dense_rule;    // the options that chose them, for the header ("" for none)
   double compute_s = 0.0;
   std::string compute_source;
+  // With --model: the tensors the method runs on (those not averaged
+  // densely beside it), whose shapes price PowerSGD; empty with --params.
+  std::vector<LayerSpan> method_tensors;
 };
 
 // The parameters averaged densely beside the method, from --dense-params
@@ -173,6 +177,7 @@ void set_dense_part(const PlanOptions& o, const ModelProbe* probe, Workload& w) 
     rule.min_numel = static_cast<std::size_t>(o.min_numel);
     rule.patterns = o.exclude;
     w.dense_numel = static_cast<double>(dense_numel(rule, probe->tensors, o.model));
+    std::erase_if(w.method_tensors, [&](const LayerSpan& t) { return rule.matches(t); });
     std::vector<std::string> options;
     if (o.min_numel > 0) options.push_back(fmt::format("--min-numel {}", o.min_numel));
     for (const std::string& pattern : o.exclude) {
@@ -218,6 +223,7 @@ Workload workload_of(const PlanOptions& o) {
         fmt::format("measured here: batch {}, {} thread(s), median of 5", o.batch, o.threads);
   }
   w.what = fmt::format("{} ({} parameters)", o.model, static_cast<long long>(w.numel));
+  w.method_tensors = probe.tensors;
   set_dense_part(o, &probe, w);
   return w;
 }
@@ -252,15 +258,21 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
         "--local-steps and --bucket-mb: a round's pseudo-gradient exists only after its last "
         "step, so nothing overlaps backward; drop --bucket-mb");
   }
+  if (o.powersgd_rank < 1) {
+    throw InvalidArgument(fmt::format("--powersgd-rank must be >= 1, got {}", o.powersgd_rank));
+  }
   if (std::ranges::count(value_encoding_names(), o.values) == 0) {
     throw InvalidArgument(fmt::format("--values must be one of {}, got '{}'",
                                       fmt::join(value_encoding_names(), ", "), o.values));
   }
   std::vector<std::string> methods;
   if (o.methods.empty()) {
-    // ps runs on hosts of its own (the servers): planned only when asked for.
+    // ps runs on hosts of its own (the servers): planned only when asked
+    // for; PowerSGD's cost needs the tensors' shapes (--model).
     for (const std::string& m : perf::modeled_methods()) {
-      if (m != "ps" || o.servers > 0) methods.push_back(m);
+      if ((m != "ps" || o.servers > 0) && (!perf::needs_tensor_shapes(m) || !o.model.empty())) {
+        methods.push_back(m);
+      }
     }
   } else {
     methods = split_list(o.methods, "--methods");
@@ -291,6 +303,8 @@ perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work
           .local_steps = o.local_steps,
           .overlap_rounds = o.outer_overlap,
           .value_bytes = wire_bits_per_value(parse_value_encoding(o.values)) / 8.0,
+          .tensors = work.method_tensors,
+          .low_rank = o.powersgd_rank,
           .statistics = o.stats.empty() ? nullptr : &measured.table};
 }
 
@@ -358,6 +372,7 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
   j["local_steps"] = o.local_steps;
   j["outer_overlap"] = o.outer_overlap;
   j["values"] = o.values;
+  j["powersgd_rank"] = o.powersgd_rank;
   j["profile"] = perf::to_json(profile);
   j["statistics_files"] = o.stats;
   for (const Row& row : rows) {
@@ -376,12 +391,16 @@ void print_plan_text(const PlanOptions& o, const Workload& work, const perf::Cos
                      const perf::MeasuredScaling& measured, const std::vector<Row>& rows) {
   const std::vector<std::string> measured_schemes = measured.table.schemes();
   fmt::print(
-      "plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}, {}\n", work.what,
+      "plan: {}, compute {:.2f} ms per step ({}{}), c = {:g}{}, {}\n", work.what,
       work.compute_s * 1e3, work.compute_source,
       o.compute_spread_ms > 0 ? fmt::format("; spread {:g} ms: the step waits for the slowest rank",
                                             o.compute_spread_ms)
                               : "",
       o.density,
+      std::ranges::any_of(rows.front().methods,
+                          [](const perf::StepPrediction& p) { return p.method == "powersgd"; })
+          ? fmt::format(", powersgd rank {}", o.powersgd_rank)
+          : std::string(),
       o.local_steps > 0
           ? fmt::format("local steps: rounds of {}{} (per inner step; dense syncs every step)",
                         o.local_steps,
@@ -533,6 +552,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--values", options->values,
                   "value encoding on the wire: fp32, fp16, bf16, int8, int4, int2 (-sr: "
                   "stochastic rounding)")
+      ->capture_default_str();
+  cmd->add_option("--powersgd-rank", options->powersgd_rank,
+                  "PowerSGD's rank r (train's -m powersgd -o rank=R); powersgd is planned with "
+                  "--model, whose tensors' shapes set its cost")
       ->capture_default_str();
   cmd->add_option("--stats", options->stats,
                   "measured statistics instead of the built-in ones: `bench sparsifiers --trace "

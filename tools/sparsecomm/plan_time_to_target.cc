@@ -80,11 +80,8 @@ std::vector<TargetRow> predict_time_to_target(
     TargetRow row;
     row.ranks = n;
     for (const perf::ConfigurationOutcome& o : outcomes) {
-      perf::Scenario scenario = base;
+      perf::Scenario scenario = perf::scenario_of(o, base);
       scenario.ranks = n;
-      scenario.density = o.density;
-      scenario.local_steps = o.local_steps;
-      scenario.overlap_rounds = o.overlap;
       scenario.bucket_bytes = 0.0;
       TimeToTarget t{.outcome = o, .step = perf::predict_step(o.method, scenario, costs)};
       t.time_s = o.steps * t.step.step_s;  // NaN when not reached

@@ -1,12 +1,14 @@
 #include "sparsecomm/perf/convergence.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/json_integer.h"
@@ -218,6 +220,36 @@ std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile,
   return out;
 }
 
+Scenario scenario_of(const ConfigurationOutcome& outcome, Scenario base) {
+  base.density = outcome.density;
+  base.local_steps = outcome.local_steps;
+  base.overlap_rounds = outcome.overlap;
+  base.value_bytes = 4.0;  // fp32 and rank 1 unless the options say otherwise
+  base.low_rank = 1;
+  std::string_view rest = outcome.options;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos) continue;
+    const std::string_view key = item.substr(0, equals);
+    const std::string value(item.substr(equals + 1));
+    if (key == "values") {
+      base.value_bytes = wire_bits_per_value(parse_value_encoding(value)) / 8.0;
+    } else if (key == "rank" && outcome.method == "powersgd") {
+      int rank = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), rank);
+      if (error != std::errc() || end != value.data() + value.size() || rank < 1) {
+        throw InvalidArgument(fmt::format("configuration '{}': rank={} is not a positive integer",
+                                          outcome.label, value));
+      }
+      base.low_rank = rank;
+    }
+  }
+  return base;
+}
+
 std::optional<DensityChoice> choose_configuration(const std::vector<ConfigurationOutcome>& outcomes,
                                                   std::string_view method, int local_steps,
                                                   bool overlap, std::string_view options,
@@ -228,11 +260,7 @@ std::optional<DensityChoice> choose_configuration(const std::vector<Configuratio
         o.overlap != overlap || o.options != options || !std::isfinite(o.steps)) {
       continue;
     }
-    Scenario scenario = base;
-    scenario.density = o.density;
-    scenario.local_steps = local_steps;
-    scenario.overlap_rounds = overlap;
-    const double step_s = predict_step(o.method, scenario, costs).step_s;
+    const double step_s = predict_step(o.method, scenario_of(o, base), costs).step_s;
     const double time_s = o.steps * step_s;
     if (!best || time_s < best->time_s) best = DensityChoice{&o, step_s, time_s};
   }

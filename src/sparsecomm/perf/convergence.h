@@ -87,11 +87,17 @@ struct ConfigurationOutcome {
 // One outcome per configuration, in the order the profile first lists it.
 std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile, const Target& target);
 
+// `base` as the configuration ran: its density and rounds, and from its
+// options the wire width of `values=` and PowerSGD's `rank=` (fp32 and
+// rank 1, the defaults, where they are absent). InvalidArgument for a values= the codec
+// does not know or a rank that is not a positive integer.
+Scenario scenario_of(const ConfigurationOutcome& outcome, Scenario base);
+
 // train's --density auto (and --method auto): among the profile's
 // configurations of `method` ("": any method) with these rounds and options
 // that reached the target on every seed, the one whose predicted time to it
-// (its steps times predict_step of its method on `base` with its density
-// and rounds) is least; nullopt when there is none. On a slower network
+// (its steps times predict_step of its method on scenario_of(it, base)) is
+// least; nullopt when there is none. On a slower network
 // the choice is never denser (tested).
 struct DensityChoice {
   const ConfigurationOutcome* outcome = nullptr;  // into the outcomes given

@@ -50,6 +50,14 @@ struct CostProfile {
   double index_decode_s_per_element = 0.0;
   double merge_s_per_element = 0.0;
 
+  // PowerSGD's arithmetic on an R x C tensor at rank r (the two products
+  // P = M Q and Q = M^T P, the reconstruction and the error update): R C
+  // (low_rank_s_per_element + r low_rank_s_per_element_rank), passes over
+  // the matrix plus products that grow with r. Absent from older profiles:
+  // 0, not modeled.
+  double low_rank_s_per_element = 0.0;
+  double low_rank_s_per_element_rank = 0.0;
+
   // Framing on the rank's NIC beyond the payload, as its counters show:
   // bytes per short message (the transport's headers, the acknowledgement
   // the receiver returns) and per payload byte of a bulk transfer (a header

@@ -9,6 +9,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/scheme_scaling.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/powersgd.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -21,6 +22,7 @@ enum class Kind {
   kPartitioned,      // each rank selects in its partition; union all-reduce
   kShared,           // the same k indices everywhere; all-reduce of k values
   kLeader,           // CLT-k: the leader selects, broadcasts k indices, shared all-reduce
+  kLowRank,          // PowerSGD: two ring all-reduces of factors (and the tensors sent whole)
   kParameterServer,  // dense pushes and pulls under BSP
 };
 
@@ -43,6 +45,8 @@ struct MethodShape {
 constexpr MethodShape kDense = {"dense", Kind::kDense, true, 0, "ring all-reduce"};
 constexpr MethodShape kSkipReduce = {"skipreduce", Kind::kSkipReduce, true, 0,
                                      "Skip-Reduce (skip n/2)"};
+constexpr MethodShape kPowerSgd = {"powersgd", Kind::kLowRank, false, 1.0,
+                                   "PowerSGD, 2 ring all-reduces"};
 constexpr MethodShape kParameterServer = {"ps", Kind::kParameterServer, false, 0,
                                           "parameter server, BSP"};
 
@@ -86,7 +90,7 @@ MethodShape shape_of_scheme(const SchemeInfo& info) {
 // schemes but those whose traits say why not, and the parameter server.
 const std::vector<MethodShape>& method_shapes() {
   static const std::vector<MethodShape> shapes = [] {
-    std::vector<MethodShape> out = {kDense, kSkipReduce};
+    std::vector<MethodShape> out = {kDense, kSkipReduce, kPowerSgd};
     for (const SchemeInfo& info : scheme_registry()) {
       if (info.traits.unpriced_because.empty()) out.push_back(shape_of_scheme(info));
     }
@@ -125,8 +129,52 @@ const MethodShape& shape_of(std::string_view method) {
       fmt::format("the performance model knows no method '{}' (known: {})", method, known));
 }
 
+// PowerSGD on the scenario's tensors (numel the method's part of d): the
+// floats of its two all-reduces (P's with the tensors sent whole, then
+// Q's), the elements it factorizes (its memory's accumulate, its passes)
+// and the sum of R C r over them (its products), by the method's own rule.
+struct LowRankSizes {
+  double first = 0.0;
+  double second = 0.0;
+  double factorized = 0.0;
+  double products = 0.0;
+};
+
+LowRankSizes low_rank_sizes(const Scenario& s, double numel) {
+  if (s.tensors.empty()) {
+    throw InvalidArgument(
+        "powersgd's cost depends on the tensors' shapes, which a parameter count does not give: "
+        "plan it with --model NAME");
+  }
+  LowRankSizes z;
+  double covered = 0.0;
+  for (const LayerSpan& tensor : s.tensors) {
+    const auto size = static_cast<double>(tensor.size);
+    covered += size;
+    const std::size_t rank = powersgd_factor_rank(tensor, static_cast<std::size_t>(s.low_rank));
+    if (rank == 0) {
+      z.first += size;
+      continue;
+    }
+    const auto rows = static_cast<double>(tensor.rows);
+    z.first += rows * static_cast<double>(rank);
+    z.second += size / rows * static_cast<double>(rank);
+    z.factorized += size;
+    z.products += size * static_cast<double>(rank);
+  }
+  if (covered > numel) {
+    throw InvalidArgument(fmt::format(
+        "the tensors given for powersgd hold {:.0f} elements, more than the {:.0f} parameters it "
+        "runs on",
+        covered, numel));
+  }
+  z.first += numel - covered;
+  return z;
+}
+
 // Selection and exchange of one call on `numel` elements with target k.
 struct CallCost {
+  double accumulated = 0.0;  // elements the memory's pass reads
   double selection_s = 0.0;
   CommCost comm;
   double agreement_s = 0.0;  // in comm
@@ -139,6 +187,7 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
   const int n = s.ranks;
   const double k = shape.every_coordinate ? numel : std::max(1.0, std::round(s.density * numel));
   CallCost call;
+  call.accumulated = shape.accumulate * numel;
   SparseSend send{.value_bytes = shape.value_bytes > 0 ? shape.value_bytes : s.value_bytes,
                   .numel = numel};
   send.index_bytes = s.encode_indices ? varint_index_bytes(std::min(1.0, k / numel)) : 4.0;
@@ -155,6 +204,16 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
     case Kind::kParameterServer:
       call.comm = ps_bsp_step(p, n, s.servers, numel, kFloatBytes * numel);
       return call;
+    case Kind::kLowRank: {
+      const LowRankSizes z = low_rank_sizes(s, numel);
+      call.comm = agreement + ring_allreduce(p, n, kFloatBytes * z.first) +
+                  ring_allreduce(p, n, kFloatBytes * z.second);
+      call.agreement_s = agreement.seconds;
+      call.accumulated = z.factorized;
+      call.selection_s =
+          z.factorized * p.low_rank_s_per_element + z.products * p.low_rank_s_per_element_rank;
+      return call;
+    }
     case Kind::kShared:
     case Kind::kLeader: {
       send.mean_count = send.max_count = send.union_count = k;
@@ -261,6 +320,7 @@ void check_scenario(const Scenario& s) {
   if (s.overlap_rounds && s.local_steps == 0) {
     bad("overlapped rounds need local steps (the exchange of a round hides behind the next)");
   }
+  if (s.low_rank < 1) bad(fmt::format("PowerSGD's rank must be >= 1, got {}", s.low_rank));
   if (!(s.value_bytes > 0.0 && s.value_bytes <= 4.0)) {
     bad(fmt::format("a value travels as at most 4 bytes (fp32) and more than 0, got {}",
                     s.value_bytes));
@@ -295,6 +355,11 @@ bool has_scheme_statistics(std::string_view method) {
          (shape->kind == Kind::kIndependent || shape->kind == Kind::kPartitioned);
 }
 
+bool needs_tensor_shapes(std::string_view method) {
+  const MethodShape* shape = find_shape(method);
+  return shape != nullptr && shape->kind == Kind::kLowRank;
+}
+
 bool selects_independently(std::string_view method) {
   const MethodShape* shape = find_shape(method);
   return shape != nullptr && shape->kind == Kind::kIndependent;
@@ -321,7 +386,6 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   const bool all_dense = shape.kind == Kind::kDense || shape.kind == Kind::kParameterServer;
   const double dense_numel = all_dense ? 0.0 : s.dense_numel;
   const double method_numel = s.numel - dense_numel;
-  out.accumulate_s = shape.accumulate * method_numel * p.accumulate_s_per_element;
   out.update_s = shape.kind == Kind::kParameterServer ? 0.0 : s.numel * p.update_s_per_element;
 
   // Pipelined methods run once per bucket on its share of d (each bucket
@@ -331,6 +395,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
       pipelined ? std::max(1.0, std::ceil(kFloatBytes * s.numel / s.bucket_bytes)) : 1.0;
   CallCost call = one_call(shape, s, p, method_numel / buckets);
   if (dense_numel > 0) call.comm += ring_allreduce(p, s.ranks, kFloatBytes * dense_numel / buckets);
+  out.accumulate_s = buckets * call.accumulated * p.accumulate_s_per_element;
   out.selection_s = buckets * call.selection_s;
   out.exchange_s = buckets * call.comm.seconds;
   out.agreement_s = buckets * call.agreement_s;

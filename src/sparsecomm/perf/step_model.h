@@ -10,10 +10,12 @@
 // from scheme_scaling.h and the host costs from the profile. Pure
 // functions: no clock, no communicator.
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "sparsecomm/core/sparse.h"
 #include "sparsecomm/perf/collective_cost.h"
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/scheme_scaling.h"
@@ -50,6 +52,12 @@ struct Scenario {
   bool overlap_rounds = false;
   bool encode_indices = true;  // varint indices (the schemes' default)
   double value_bytes = 4.0;    // bytes per value on the wire: wire_bits_per_value / 8
+  // PowerSGD: the tensors the method runs on, by size and first dimension
+  // (LayerSpan::rows; offsets unused); the method's parameters outside them
+  // are averaged whole. Borrowed; empty: the shapes are unknown and
+  // PowerSGD, whose cost depends on them, is not priced.
+  std::span<const LayerSpan> tensors = {};
+  int low_rank = 1;  // PowerSGD's rank r
   // Measured statistics (measured_scaling.h) that replace the built-in ones
   // for the schemes they hold; nullptr: the built-in ones. Borrowed.
   const ScalingTable* statistics = nullptr;
@@ -57,8 +65,8 @@ struct Scenario {
 
 // Throws InvalidArgument naming the field when the scenario is not one the
 // model can predict (ranks < 1, d <= 0, dense_numel outside [0, d),
-// c outside (0, 1], negative times, servers < 1, value width not 2 or 4,
-// local_steps < 0).
+// c outside (0, 1], negative times, servers < 1, value width outside
+// (0, 4], local_steps < 0, low_rank < 1).
 void check_scenario(const Scenario& scenario);
 
 struct StepPrediction {
@@ -93,14 +101,17 @@ struct StepPrediction {
 double expected_max_of_normals(int n);
 
 // The methods the model predicts, in the order `plan` lists them: dense,
-// skipreduce, every sparse scheme with its default pattern, and ps (dense
-// pushes under BSP).
+// skipreduce, powersgd, every sparse scheme with its default pattern, and
+// ps (dense pushes under BSP).
 const std::vector<std::string>& modeled_methods();
 
 // Whether the model scales `method`'s statistics with n (the schemes whose
 // ranks select independently, and the partition schemes), and whether its
 // ranks select independently (their union builds up with n).
 bool has_scheme_statistics(std::string_view method);
+// Whether `method`'s cost depends on the tensors' shapes (Scenario::tensors):
+// PowerSGD's.
+bool needs_tensor_shapes(std::string_view method);
 bool selects_independently(std::string_view method);
 
 // The prediction for `method` (a name of modeled_methods()); throws

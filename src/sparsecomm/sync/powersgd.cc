@@ -16,9 +16,11 @@
 #include "sparsecomm/core/timer.h"
 
 // Layout of the two messages (one ring all-reduce each):
-//   first:  [P of every factorized tensor, R x r row-major, in layer order]
+//   first:  [P of every factorized tensor, its r columns one after another
+//            (R floats each), in layer order]
 //           [the values of every tensor sent whole, in layer order]
-//   second: [Q of every factorized tensor, C x r row-major]
+//   second: [Q of every factorized tensor, its r columns one after another
+//            (C floats each)]
 // Sums of floats in the ring's fixed order are bit-identical on every rank,
 // so the orthonormalized P and the warm-started Q are too.
 
@@ -36,54 +38,95 @@ struct Factor {
   std::size_t q_at = 0;    // its Q in the second message and in q_
 };
 
-// out (R x r) = m (R x C) * q (C x r), all row-major.
-void multiply(const float* m, const float* q, float* out, std::size_t rows, std::size_t cols,
-              std::size_t rank) {
-  std::fill(out, out + rows * rank, 0.0f);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const float* row = m + i * cols;
-    float* target = out + i * rank;
-    for (std::size_t j = 0; j < cols; ++j) {
-      const float a = row[j];
-      const float* qj = q + j * rank;
-      for (std::size_t k = 0; k < rank; ++k) target[k] += a * qj[k];
-    }
+// The factors are stored column by column (a column of P holds R floats,
+// of Q C floats), so that every loop below runs over contiguous floats:
+// dot products with several partial sums and a * x + y passes, which the
+// compiler vectorizes.
+
+// sum of a[j] b[j]: kLanes partial sums, then their total (a fixed order:
+// every rank computes the same bits from the same inputs).
+float dot(const float* a, const float* b, std::size_t n) {
+  constexpr std::size_t kLanes = 16;
+  float lanes[kLanes] = {};
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (std::size_t l = 0; l < kLanes; ++l) lanes[l] += a[j + l] * b[j + l];
   }
+  float sum = 0.0f;
+  for (const float lane : lanes) sum += lane;
+  for (; j < n; ++j) sum += a[j] * b[j];
+  return sum;
 }
 
-// out (C x r) = m^T (C x R) * p (R x r).
-void multiply_transposed(const float* m, const float* p, float* out, std::size_t rows,
-                         std::size_t cols, std::size_t rank) {
-  std::fill(out, out + cols * rank, 0.0f);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const float* row = m + i * cols;
-    const float* pi = p + i * rank;
-    for (std::size_t j = 0; j < cols; ++j) {
-      const float a = row[j];
-      float* target = out + j * rank;
-      for (std::size_t k = 0; k < rank; ++k) target[k] += a * pi[k];
-    }
-  }
+// y += a x over n floats.
+void axpy(float a, const float* x, float* y, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
 
-// Modified Gram-Schmidt on the r columns of p (R x r, row-major); a column
+// Modified Gram-Schmidt on the r columns of p (each R floats); a column
 // with nothing left is set to 0 (it then carries nothing this step).
 void orthonormalize(float* p, std::size_t rows, std::size_t rank) {
   for (std::size_t k = 0; k < rank; ++k) {
+    float* column = p + k * rows;
     for (std::size_t j = 0; j < k; ++j) {
-      double dot = 0.0;
-      for (std::size_t i = 0; i < rows; ++i) dot += double{p[i * rank + k]} * p[i * rank + j];
-      for (std::size_t i = 0; i < rows; ++i) {
-        p[i * rank + k] -= static_cast<float>(dot) * p[i * rank + j];
-      }
+      const float* done = p + j * rows;
+      axpy(-dot(column, done, rows), done, column, rows);
     }
-    double norm = 0.0;
-    for (std::size_t i = 0; i < rows; ++i) norm += double{p[i * rank + k]} * p[i * rank + k];
-    norm = std::sqrt(norm);
+    const double norm = std::sqrt(double{dot(column, column, rows)});
     const float inverse = norm > 1e-30 ? static_cast<float>(1.0 / norm) : 0.0f;
-    for (std::size_t i = 0; i < rows; ++i) p[i * rank + k] *= inverse;
+    for (std::size_t i = 0; i < rows; ++i) column[i] *= inverse;
   }
 }
+
+}  // namespace
+
+std::size_t powersgd_factor_rank(const LayerSpan& layer, std::size_t rank) {
+  const std::size_t rows = layer.rows;
+  const std::size_t cols = rows >= 2 && layer.size % rows == 0 ? layer.size / rows : 0;
+  const std::size_t r = std::min({rank, rows, cols});
+  return cols >= 2 && r * (rows + cols) < rows * cols ? r : 0;
+}
+
+void powersgd_project(std::span<const float> m, std::span<const float> q, std::span<float> p,
+                      std::size_t rows, std::size_t cols, std::size_t rank) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = m.data() + i * cols;
+    for (std::size_t k = 0; k < rank; ++k) p[k * rows + i] = dot(row, q.data() + k * cols, cols);
+  }
+}
+
+void powersgd_back_project(std::span<const float> m, std::span<float> p, std::span<float> q_local,
+                           std::size_t rows, std::size_t cols, std::size_t rank) {
+  orthonormalize(p.data(), rows, rank);
+  std::fill(q_local.begin(), q_local.end(), 0.0f);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = m.data() + i * cols;
+    for (std::size_t k = 0; k < rank; ++k) {
+      axpy(p[k * rows + i], row, q_local.data() + k * cols, cols);
+    }
+  }
+}
+
+double powersgd_reconstruct(std::span<float> m, std::span<const float> p,
+                            std::span<const float> q_sum, std::span<const float> q_local,
+                            float ranks, std::span<float> out, std::size_t rows, std::size_t cols,
+                            std::size_t rank) {
+  double residual = 0.0;
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* target = out.data() + i * cols;
+    float* error = m.data() + i * cols;
+    std::fill(target, target + cols, 0.0f);
+    for (std::size_t k = 0; k < rank; ++k) {
+      const float pk = p[k * rows + i];
+      axpy(pk / ranks, q_sum.data() + k * cols, target, cols);
+      axpy(-pk, q_local.data() + k * cols, error, cols);
+    }
+    residual += double{dot(error, error, cols)};
+  }
+  return residual;
+}
+
+namespace {
 
 class PowerSgd final : public GradientSync {
  public:
@@ -110,18 +153,36 @@ class PowerSgd final : public GradientSync {
       m.exchange_s = watch.seconds();
       return m;
     }
+    m.agreement_s = watch.seconds();
     plan(gradient.size(), ctx.layers);
     const auto n = static_cast<float>(comm.size());
+    // The step's three phases are timed apart, as the performance model
+    // prices them: M = g + e (accumulate_s), the products and the error
+    // (selection_s: the compression's arithmetic), the all-reduces and the
+    // copies around them (exchange_s, with the agreement).
+    auto factor_of = [](std::vector<float>& v, std::size_t at, std::size_t count) {
+      return std::span<float>(v).subspan(at, count);
+    };
 
-    // M = g + e on the factorized tensors (in error_), P = M Q, and the
-    // whole tensors' values, into the first message.
+    // M = g + e on the factorized tensors (in error_).
+    watch.restart();
     for (const Factor& f : factors_) {
       float* mf = error_.data() + f.offset;
       const float* g = gradient.data() + f.offset;
       for (std::size_t j = 0; j < f.rows * f.cols; ++j) mf[j] += g[j];
-      if (!warm_start_) initialize_q(f, ctx.step);
-      multiply(mf, q_.data() + f.q_at, first_.data() + f.p_at, f.rows, f.cols, f.rank);
     }
+    m.accumulate_s = watch.seconds();
+
+    // P = M Q into the first message, the whole tensors' values after them.
+    watch.restart();
+    for (const Factor& f : factors_) {
+      if (!warm_start_) initialize_q(f, ctx.step);
+      powersgd_project(factor_of(error_, f.offset, f.rows * f.cols),
+                       factor_of(q_, f.q_at, f.cols * f.rank),
+                       factor_of(first_, f.p_at, f.rows * f.rank), f.rows, f.cols, f.rank);
+    }
+    m.selection_s += watch.seconds();
+    watch.restart();
     std::size_t at = p_size_;
     for (const Range& whole : whole_) {
       std::copy(gradient.begin() + static_cast<std::ptrdiff_t>(whole.begin),
@@ -136,45 +197,36 @@ class PowerSgd final : public GradientSync {
     for (const Range& whole : whole_) {
       for (std::size_t i = whole.begin; i < whole.end; ++i) gradient[i] = first_[at++] / n;
     }
+    m.exchange_s += watch.seconds();
 
     // Orthonormal P, this rank's Q = M^T P (kept for its error), the sum
     // of the Q's in the second message.
+    watch.restart();
     for (const Factor& f : factors_) {
-      orthonormalize(first_.data() + f.p_at, f.rows, f.rank);
-      multiply_transposed(error_.data() + f.offset, first_.data() + f.p_at,
-                          local_q_.data() + f.q_at, f.rows, f.cols, f.rank);
+      powersgd_back_project(factor_of(error_, f.offset, f.rows * f.cols),
+                            factor_of(first_, f.p_at, f.rows * f.rank),
+                            factor_of(local_q_, f.q_at, f.cols * f.rank), f.rows, f.cols, f.rank);
     }
+    m.selection_s += watch.seconds();
+    watch.restart();
     std::copy(local_q_.begin(), local_q_.end(), q_.begin());
     allreduce(comm, std::span<float>(q_), {}, &report);
     m.bytes_sent += report.bytes_sent;
     m.bytes_received += report.bytes_received;
+    m.exchange_s += watch.seconds();
 
     // The mean P Q_sum^T / n into the gradient; e = M - P Q_local^T (what
     // this rank's share of the sum was); q_ (the sum) warm-starts the next step.
+    watch.restart();
     double residual = 0.0;
     for (const Factor& f : factors_) {
-      const float* p = first_.data() + f.p_at;
-      const float* q_sum = q_.data() + f.q_at;
-      const float* q_mine = local_q_.data() + f.q_at;
-      float* mf = error_.data() + f.offset;
-      float* out = gradient.data() + f.offset;
-      for (std::size_t i = 0; i < f.rows; ++i) {
-        const float* pi = p + i * f.rank;
-        for (std::size_t j = 0; j < f.cols; ++j) {
-          float sum = 0.0f;
-          float mine = 0.0f;
-          for (std::size_t k = 0; k < f.rank; ++k) {
-            sum += pi[k] * q_sum[j * f.rank + k];
-            mine += pi[k] * q_mine[j * f.rank + k];
-          }
-          out[i * f.cols + j] = sum / n;
-          float& e = mf[i * f.cols + j];
-          e -= mine;
-          residual += double{e} * e;
-        }
-      }
+      residual += powersgd_reconstruct(
+          factor_of(error_, f.offset, f.rows * f.cols), factor_of(first_, f.p_at, f.rows * f.rank),
+          factor_of(q_, f.q_at, f.cols * f.rank), factor_of(local_q_, f.q_at, f.cols * f.rank), n,
+          gradient.subspan(f.offset, f.rows * f.cols), f.rows, f.cols, f.rank);
     }
-    m.exchange_s = watch.seconds();
+    m.selection_s += watch.seconds();
+    m.exchange_s += m.agreement_s;
     m.selected = m.target = m.union_size = sent_;
     m.density_ratio = sent_ == 0 ? 0.0 : 1.0;
     m.residual_norm = std::sqrt(residual);
@@ -223,10 +275,9 @@ class PowerSgd final : public GradientSync {
       }
       whole(covered, layer.offset);
       covered = layer.offset + layer.size;
-      const std::size_t rows = layer.rows;
-      const std::size_t cols = rows >= 2 && layer.size % rows == 0 ? layer.size / rows : 0;
-      const std::size_t rank = std::min({rank_, rows, cols});
-      if (cols >= 2 && rank * (rows + cols) < rows * cols) {
+      if (const std::size_t rank = powersgd_factor_rank(layer, rank_); rank > 0) {
+        const std::size_t rows = layer.rows;
+        const std::size_t cols = layer.size / rows;
         factors_.push_back({layer.offset, rows, cols, rank, p_size, q_size});
         p_size += rows * rank;
         q_size += cols * rank;

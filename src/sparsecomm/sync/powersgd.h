@@ -19,11 +19,36 @@
 #include <span>
 #include <vector>
 
+#include "sparsecomm/core/sparse.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync_interface.h"
 #include "sparsecomm/sync/sparsify_exchange_step.h"
 
 namespace sparsecomm {
+
+// The rank at which PowerSGD factorizes `layer` for a target rank r:
+// min(r, R, C) for a matrix (R = layer.rows >= 2, C = size / R >= 2) whose
+// factors are smaller than it (min(r, R, C) (R + C) < R C); 0 when the
+// tensor is averaged whole. The method and the performance model both use it.
+std::size_t powersgd_factor_rank(const LayerSpan& layer, std::size_t rank);
+
+// The arithmetic of one factorized tensor, in the order a step runs it (the
+// all-reduces between them are the caller's); m is R x C row-major, the
+// factors are stored column after column: p's r columns of R floats, q's
+// and q_local's of C floats.
+//   project:      p = m q
+//   back_project: orthonormalize p's columns (modified Gram-Schmidt; a
+//                 column with nothing left becomes 0), then q_local = m^T p
+//   reconstruct:  out = p q_sum^T / ranks and m -= p q_local^T (the error
+//                 kept); returns the sum of the new error's squares
+void powersgd_project(std::span<const float> m, std::span<const float> q, std::span<float> p,
+                      std::size_t rows, std::size_t cols, std::size_t rank);
+void powersgd_back_project(std::span<const float> m, std::span<float> p, std::span<float> q_local,
+                           std::size_t rows, std::size_t cols, std::size_t rank);
+double powersgd_reconstruct(std::span<float> m, std::span<const float> p,
+                            std::span<const float> q_sum, std::span<const float> q_local,
+                            float ranks, std::span<float> out, std::size_t rows, std::size_t cols,
+                            std::size_t rank);
 
 // The options `sparsecomm methods` lists for powersgd: rank, warm_start, seed.
 std::vector<OptionSpec> powersgd_option_specs();

@@ -9,6 +9,7 @@
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/data/text_corpus.h"
 #include "sparsecomm/report/statistics.h"
+#include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/models.h"
 #include "sparsecomm/train/train_config.h"
 
@@ -44,11 +45,11 @@ ModelProbe probe_model(const std::string& model, std::int64_t batch, int threads
   probe.model = model;
   probe.batch = batch;
   probe.threads = threads;
-  for (const auto& item : net->named_parameters(/*recurse=*/true)) {
-    const auto size = static_cast<std::size_t>(item.value().numel());
-    probe.tensors.push_back({item.key(), static_cast<std::size_t>(probe.numel), size});
-    probe.numel += item.value().numel();
-  }
+  // The tensors as the trainer lays them out (names, offsets, rows), and
+  // its flat gradient for the timed passes.
+  const FlatModule flat(*net);
+  probe.tensors.assign(flat.layers().begin(), flat.layers().end());
+  probe.numel = static_cast<std::int64_t>(flat.numel());
   constexpr std::int64_t kTextWindow = 32;  // TextCorpusOptions' default window
   const torch::Tensor inputs = text ? torch::randint(static_cast<std::int64_t>(kTextVocabularySize),
                                                      {batch, kTextWindow}, torch::kInt64)
