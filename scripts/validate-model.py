@@ -3,7 +3,7 @@
 
     scripts/validate-model.py OUT [--measured-stats] [--no-spread | --rms-spread] [--clusters GLOB]
 
-For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>/result.json
+For every cell OUT/<rate>-h<hosts>[-delay<us>]/<model>-<method>[-<options>]/result.json
 it asks `sparsecomm plan` (with the cluster's calibrated profile, the
 model's parameter count and the cell's measured compute time) for the
 method's exchange time, step time and bytes per rank, and prints them beside
@@ -109,12 +109,23 @@ def mean_over_workers(result):
 def predict(profile, result, measured_stats, spread_s):
     method = result["method"]
     ranks = result["workers"]
-    args = [BIN, "plan", "--profile", profile, "--params", str(result["numel"]),
+    # PowerSGD's cost depends on the tensors' shapes: the model names them.
+    size = (["--model", result["model"]] if method == "powersgd"
+            else ["--params", str(result["numel"])])
+    args = [BIN, "plan", "--profile", profile, *size,
             "--compute-ms", repr(result["compute_s"] * 1e3),
             "--compute-spread-ms", repr(spread_s * 1e3), "-n", str(ranks), "-c", "0.01",
             "--methods", method, "--format", "json"]
     if method == "ps":
         args += ["--servers", str(result["servers"])]
+    for option in filter(None, result.get("options", "").split(",")):  # METHOD:KEY=VALUE cells
+        key, _, value = option.partition("=")
+        if key == "rank":
+            args += ["--powersgd-rank", value]
+        elif key == "values":
+            args += ["--values", value]
+        else:
+            sys.exit(f"validate-model.py: plan has no flag for the option {option!r}")
     if result.get("dense_numel", 0) > 0:  # validate-model.sh --min-numel
         args += ["--dense-params", str(result["dense_numel"])]
     if measured_stats and method in STATISTICS_SCHEMES:
@@ -184,7 +195,8 @@ def main():
                         r["exchange_s"] - r["agreement_s"] + p["agreement_s"])
         errors["exchange less the wait"].append(abs(e_w))
         # Cells of validate-model.sh --min-numel name their dense part.
-        label = r["method"] + (f" ({r['dense_numel']} dense)" if r.get("dense_numel") else "")
+        label = (r["method"] + (f":{r['options']}" if r.get("options") else "")
+                 + (f" ({r['dense_numel']} dense)" if r.get("dense_numel") else ""))
         by_method.setdefault(label, []).append((abs(e_x), abs(e_s), abs(e_b), abs(e_w)))
         print(f"| {cluster} | {r['model']} | {label} "
               f"| {r['exchange_s'] * 1e3:.1f} / {p['exchange_s'] * 1e3:.1f} | {e_x:+.0%} "

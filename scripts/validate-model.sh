@@ -10,6 +10,10 @@
 #     --hosts "2 4 8"           cluster sizes
 #     --models "wide-mlp cnn"
 #     --methods "dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
+#                               a method may carry its options after a colon,
+#                               METHOD:KEY=VALUE[,KEY=VALUE] (powersgd:rank=4,
+#                               exdyna:values=int2): train's -o, cell
+#                               <model>-<method>-<key><value>...
 #     --steps 6                 measured steps per cell (after 3 untimed ones)
 #     --queue-ms 5              each emulated link's queue, in ms of traffic
 #     --delay-us 0              also delay every message this long
@@ -29,7 +33,7 @@
 # 1 and 1 on 2 hosts). The table: scripts/validate-model.py OUT.
 set -euo pipefail
 
-usage() { sed -n '2,29p' "$0" >&2; exit 2; }
+usage() { sed -n '2,33p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -92,9 +96,19 @@ on_ranks() {
   fi
 }
 
-# train on the cluster: HOSTS MODEL METHOD STEPS RUN_DIR
+# A method spec's cell name: powersgd:rank=4 -> powersgd-rank4.
+cell_name() {
+  local spec=$1
+  [[ $spec == *:* ]] || { echo "$spec"; return; }
+  local options=${spec#*:}
+  options=${options//=/}
+  echo "${spec%%:*}-${options//,/-}"
+}
+
+# train on the cluster: HOSTS MODEL METHOD[:OPTIONS] STEPS RUN_DIR
 train() {
-  local hosts=$1 model=$2 method=$3 steps=$4 dir=$5
+  local hosts=$1 model=$2 spec=$3 steps=$4 dir=$5
+  local method=${spec%%:*}
   local -a args=(--model "$model" --max-steps "$steps" --batch 64 -d 0.01
                  --eval-every 1000000 --eval-deferred --out "$dir")
   ((MIN_NUMEL == 0)) || args+=(--min-numel "$MIN_NUMEL")
@@ -103,6 +117,11 @@ train() {
     args+=(-m dense --servers "$servers" -n $((hosts - servers)))
   else
     args+=(-m "$method" -n "$hosts")
+    if [[ $spec == *:* ]]; then
+      local option
+      IFS=, read -ra options <<< "${spec#*:}"
+      for option in "${options[@]}"; do args+=(-o "$option"); done
+    fi
   fi
   on_ranks "$hosts" train "${args[@]}" > "$dir.log" 2>&1
 }
@@ -117,7 +136,7 @@ for rate in $RATES; do
     [[ -f $cell_dir/profile.json ]] || todo=1  # a removed profile is calibrated again
     for model in $MODELS; do
       for method in $METHODS; do
-        [[ -f $cell_dir/$model-$method$CELL_SUFFIX/result.json ]] || todo=1
+        [[ -f $cell_dir/$model-$(cell_name "$method")$CELL_SUFFIX/result.json ]] || todo=1
       done
     done
     ((todo)) || continue
@@ -132,7 +151,7 @@ for rate in $RATES; do
     fi
     for model in $MODELS; do
       for method in $METHODS; do
-        cell=$cell_dir/$model-$method$CELL_SUFFIX
+        cell=$cell_dir/$model-$(cell_name "$method")$CELL_SUFFIX
         [[ -f $cell/result.json ]] && continue
         rm -rf "$cell" && mkdir -p "$cell"
         echo "validate-model: $rate, $hosts hosts, $model, $method"
@@ -144,7 +163,8 @@ for rate in $RATES; do
         # The measurement; validate-model.py adds the prediction.
         /usr/bin/python3 - "$cell" "$hosts" "$method" "$STEPS" "$before" "$middle" "$after" <<'EOF'
 import json, statistics, sys
-cell, hosts, method, steps, before, middle, after = sys.argv[1:]
+cell, hosts, spec, steps, before, middle, after = sys.argv[1:]
+method, _, options = spec.partition(":")
 hosts, steps = int(hosts), int(steps)
 wire = ((int(after) - int(middle)) - (int(middle) - int(before))) / steps / hosts
 wire = wire if wire > 0 else None  # threads: no wire
@@ -169,7 +189,8 @@ def selected_mean(r):
 def over_workers(phase):
     means = summary.get("per_worker_mean_s", {}).get(phase)
     return statistics.mean(means) if means else None
-json.dump({"hosts": hosts, "method": method, "model": summary["model"], "numel": summary["numel"],
+json.dump({"hosts": hosts, "method": method, "options": options,
+           "model": summary["model"], "numel": summary["numel"],
            # Of numel, averaged densely beside the method (--min-numel).
            "dense_numel": timed[0].get("dense_numel", 0),
            "workers": summary["workers"], "servers": summary.get("servers", 0),

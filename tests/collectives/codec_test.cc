@@ -222,11 +222,13 @@ TEST(ValueCodec, ResidualOfEveryEncodedValueIsExact) {
     inputs.push_back(f);
     inputs.push_back(-f);
   }
-  // The round-to-nearest codecs; the stochastic ones are within one rounding
+  // The round-to-nearest codecs and nat (a power of two next to a); the
+  // other stochastic ones are within one rounding
   // (BlockQuantized.StochasticResidualIsWithinOneRounding).
   for (const ValueEncoding encoding :
        {ValueEncoding::kFloat32, ValueEncoding::kFloat16, ValueEncoding::kBFloat16,
-        ValueEncoding::kInt8, ValueEncoding::kInt4, ValueEncoding::kInt2}) {
+        ValueEncoding::kInt8, ValueEncoding::kInt4, ValueEncoding::kInt2,
+        ValueEncoding::kNatural}) {
     std::vector<float> values = inputs;
     std::vector<std::byte> bytes(encoded_value_bytes(encoding, values.size()));
     encode_values(values, encoding, bytes);
@@ -295,6 +297,8 @@ TEST(ValueCodec, ParsesAndNames) {
   EXPECT_EQ(encoded_value_bytes(ValueEncoding::kInt2, 300), 36u + 36u + 4u + 11u);
   EXPECT_DOUBLE_EQ(wire_bits_per_value(ValueEncoding::kInt2), 2.25);
   EXPECT_DOUBLE_EQ(wire_bits_per_value(ValueEncoding::kBFloat16), 16.0);
+  EXPECT_DOUBLE_EQ(wire_bits_per_value(ValueEncoding::kNatural), 8.25);
+  EXPECT_EQ(encoded_value_bytes(ValueEncoding::kNatural, 130), 4u + 128u + 4u + 2u);
   try {
     parse_value_encoding("fp8");
     ADD_FAILURE() << "fp8 accepted";
@@ -478,6 +482,88 @@ TEST(BlockQuantized, DecoderRejectsMalformedBlocks) {
   int8[5] = std::byte{0xFF};  // code 255: beyond the 255 levels 0..254
   rejects(int8, ValueEncoding::kInt8, "int8 code 255");
   rejects(std::vector<std::byte>(6), ValueEncoding::kInt2, "a wrong size");
+}
+
+// nat: every decoded value is 0 or +-a power of two next to its input (the
+// one below or above), the mean over many draws is the input (unbiased),
+// and the block's scale is the largest power sent.
+TEST(BlockQuantized, NaturalCompressionRoundsToAPowerOfTwoNextToEachValueUnbiased) {
+  std::vector<float> inputs = gradient_like(kQuantizationBlock, 17);
+  inputs[5] = 0.0f;
+  inputs[6] = 0x1p-3f;     // a power of two is sent as itself
+  inputs[7] = -0x1p-140f;  // more than 2^126 below the block's largest: sent as 0
+  inputs[8] = 1000.0f;
+  constexpr int kDraws = 4000;
+  std::vector<double> mean(inputs.size(), 0.0);
+  std::vector<std::byte> bytes(encoded_value_bytes(ValueEncoding::kNatural, inputs.size()));
+  std::vector<float> decoded(inputs.size());
+  for (int draw = 0; draw < kDraws; ++draw) {
+    std::vector<float> values = inputs;
+    encode_values(values, ValueEncoding::kNatural, bytes, static_cast<std::uint64_t>(draw));
+    decode_values(bytes, ValueEncoding::kNatural, decoded);
+    float scale = 0.0f;
+    std::memcpy(&scale, bytes.data(), sizeof scale);
+    float largest = 0.0f;
+    for (std::size_t j = 0; j < values.size(); ++j) {
+      ASSERT_EQ(bits_of(decoded[j]), bits_of(values[j])) << j;
+      largest = std::max(largest, std::fabs(values[j]));
+      mean[j] += values[j] / double{kDraws};
+      const float a = inputs[j];
+      if (a == 0.0f || j == 7) {
+        ASSERT_EQ(values[j], 0.0f) << j;
+        continue;
+      }
+      int exponent = 0;
+      std::frexp(a, &exponent);
+      const float below = std::copysign(std::ldexp(1.0f, exponent - 1), a);
+      ASSERT_TRUE(values[j] == below || values[j] == 2.0f * below) << a << " -> " << values[j];
+    }
+    ASSERT_EQ(scale, largest);
+    ASSERT_EQ(decoded[6], 0x1p-3f);
+  }
+  // A draw is off by less than |a| (the distance between the two powers), so
+  // the mean of 4000 has a standard deviation below |a| / (2 sqrt(4000)):
+  // allow 5 of them.
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    if (j == 7) continue;
+    EXPECT_NEAR(mean[j], inputs[j], 5.0 * std::fabs(inputs[j]) / 126.0) << j;
+  }
+}
+
+TEST(BlockQuantized, NaturalCompressionDecoderRejectsMalformedBlocks) {
+  std::vector<float> values = {0.75f, -3.0f, 0.0f};
+  std::vector<std::byte> good(encoded_value_bytes(ValueEncoding::kNatural, 3));
+  ASSERT_EQ(good.size(), 7u);
+  encode_values(values, ValueEncoding::kNatural, good, 1);
+  std::vector<float> out(3);
+  decode_values(good, ValueEncoding::kNatural, out);  // accepted
+  EXPECT_EQ(out[2], 0.0f);
+  auto rejected = [&](std::vector<std::byte> bytes) {
+    try {
+      decode_values(bytes, ValueEncoding::kNatural, out);
+    } catch (const CommError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto with_scale = [&](float scale) {
+    std::vector<std::byte> bytes = good;
+    std::memcpy(bytes.data(), &scale, sizeof scale);
+    return bytes;
+  };
+  EXPECT_NE(rejected(with_scale(3.0f)).find("not 0, a power of two or NaN"), std::string::npos);
+  EXPECT_NE(rejected(with_scale(-4.0f)).find("not 0, a power of two"), std::string::npos);
+  EXPECT_NE(rejected(with_scale(INFINITY)).find("not 0, a power of two"), std::string::npos);
+  std::vector<std::byte> negative_zero = good;
+  negative_zero[6] = std::byte{0xFF};  // the zero code with the sign bit
+  EXPECT_NE(rejected(negative_zero).find("nat code 0xff"), std::string::npos);
+  std::vector<std::byte> zero_block = with_scale(0.0f);  // codes of values in an empty block
+  EXPECT_NE(rejected(zero_block).find("is not a value of a block with scale 0"), std::string::npos);
+  // NaN scale: the block held a non-finite value and decodes to NaN.
+  values = {1.0f, NAN, 2.0f};
+  encode_values(values, ValueEncoding::kNatural, good, 1);
+  decode_values(good, ValueEncoding::kNatural, out);
+  for (const float v : out) EXPECT_TRUE(std::isnan(v));
 }
 
 // --- indices ---

@@ -209,7 +209,7 @@ TEST(Convergence, AutoDensityIsNeverDenserOnASlowerNetwork) {
 // values' wire width and PowerSGD's rank from its options (fp32 and rank 1
 // where they are absent, whatever the base scenario says).
 TEST(Convergence, AConfigurationIsPricedWithItsOwnValuesAndRank) {
-  Scenario base{.ranks = 8, .numel = 2.5e7, .compute_s = 0.1, .value_bytes = 2.0};
+  Scenario base{.ranks = 8, .numel = 2.5e7, .compute_s = 0.1, .values = ValueEncoding::kFloat16};
   base.low_rank = 8;
   ConfigurationOutcome exdyna{.label = "exdyna c=0.01 (values=int2)",
                               .method = "exdyna",
@@ -219,10 +219,10 @@ TEST(Convergence, AConfigurationIsPricedWithItsOwnValuesAndRank) {
   Scenario s = scenario_of(exdyna, base);
   EXPECT_EQ(s.density, 0.01);
   EXPECT_EQ(s.local_steps, 4);
-  EXPECT_DOUBLE_EQ(s.value_bytes, 2.25 / 8);
+  EXPECT_EQ(s.values, ValueEncoding::kInt2);
   EXPECT_EQ(s.low_rank, 1);
   exdyna.options = "";
-  EXPECT_DOUBLE_EQ(scenario_of(exdyna, base).value_bytes, 4.0);
+  EXPECT_EQ(scenario_of(exdyna, base).values, ValueEncoding::kFloat32);
   ConfigurationOutcome powersgd{
       .label = "powersgd (rank=4)", .method = "powersgd", .density = 1.0, .options = "rank=4"};
   EXPECT_EQ(scenario_of(powersgd, base).low_rank, 4);

@@ -210,18 +210,19 @@ TEST(Registry, ListsTheSchemesInOrder) {
     }
   }
   const std::vector<std::string> expected = {
-      "topk",   "threshold",       "randomk", "dgc",  "gaussiank", "cltk",   "micro",
-      "exdyna", "exdyna-faithful", "deft",    "qsgd", "terngrad",  "signsgd"};
+      "topk",   "threshold",       "randomk", "dgc",  "gaussiank", "cltk",    "micro",
+      "exdyna", "exdyna-faithful", "deft",    "qsgd", "terngrad",  "signsgd", "natural"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ(scheme_names(),
             "topk, threshold, randomk, dgc, gaussiank, cltk, micro, exdyna, exdyna-faithful, deft, "
-            "qsgd, terngrad, signsgd");
+            "qsgd, terngrad, signsgd, natural");
 }
 
 TEST(Registry, UnknownSchemeListsTheValidNames) {
   EXPECT_EQ(message_of([] { make_scheme("topq", {}); }),
             "[registry] unknown scheme 'topq'; valid schemes: topk, threshold, randomk, dgc, "
-            "gaussiank, cltk, micro, exdyna, exdyna-faithful, deft, qsgd, terngrad, signsgd");
+            "gaussiank, cltk, micro, exdyna, exdyna-faithful, deft, qsgd, terngrad, signsgd, "
+            "natural");
 }
 
 TEST(Registry, RejectsInvalidOptionsForEveryScheme) {

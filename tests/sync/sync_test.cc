@@ -44,6 +44,8 @@ std::vector<SyncCase> all_cases() {
   cases.push_back({"terngrad", "allgather", "int2-sr", {"memory=ef"}});
   cases.push_back({"signsgd", "shared", "sign", {}});
   cases.push_back({"signsgd", "union", "sign", {}});
+  cases.push_back({"natural", "shared", "nat", {"memory=ef"}});
+  cases.push_back({"exdyna", "union", "nat", {}});
   return cases;
 }
 

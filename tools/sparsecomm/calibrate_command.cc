@@ -27,6 +27,7 @@
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/hash.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/sgd.h"
@@ -91,19 +92,55 @@ volatile float sink_ = 0.0f;
 // measures the same (so ranks sharing a machine share it as in training).
 struct HostCosts {
   double gamma = 0.0, accumulate = 0.0, update = 0.0;
-  double fill = 0.0, scatter = 0.0;  // decoding into a gradient beyond the cache
-  double pack = 0.0;                 // taking selected values out of it
-  double index_decode = 0.0;         // one varint index
-  double merge = 0.0;                // one entry through one level of a pairwise merge
-  double low_rank = 0.0;             // PowerSGD's arithmetic per matrix element,
-  double low_rank_per_rank = 0.0;    // and per element and unit of rank
-  std::vector<double> select;        // per scheme, in the order asked
+  double fill = 0.0, scatter = 0.0;    // decoding into a gradient beyond the cache
+  double pack = 0.0;                   // taking selected values out of it
+  double index_decode = 0.0;           // one varint index
+  double merge = 0.0;                  // one entry through one level of a pairwise merge
+  double low_rank = 0.0;               // PowerSGD's arithmetic per matrix element,
+  double low_rank_per_rank = 0.0;      // and per element and unit of rank
+  std::vector<double> encode, decode;  // per value, per codec (value_encoding_names())
+  std::vector<double> select;          // per scheme, in the order asked
 };
 
 // The decoding measurement's gradient: 128 MiB, beyond the last-level
 // cache of the machines at hand (a model's gradient of that size misses on
 // every scattered entry).
 constexpr std::size_t kDecodeFloats = std::size_t{32} << 20;
+
+// The value codecs per value: encoding c d values (with the rounding's
+// nonce, as the exchanges do) and decoding them, each codec but fp32.
+void measure_codecs(const CalibrateOptions& o, HostCosts& costs) {
+  const std::size_t count = std::max<std::size_t>(
+      kQuantizationBlock, static_cast<std::size_t>(o.density * static_cast<double>(kDecodeFloats)));
+  std::vector<float> source(count);
+  std::mt19937_64 random(99);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  for (float& v : source) v = normal(random);
+  std::vector<float> values(count), decoded(count);
+  for (const std::string& name : value_encoding_names()) {
+    const ValueEncoding encoding = parse_value_encoding(name);
+    std::vector<std::byte> bytes(encoded_value_bytes(encoding, count));
+    std::vector<double> encode, decode;
+    for (int it = 0; it <= o.iters; ++it) {
+      std::copy(source.begin(), source.end(), values.begin());
+      Stopwatch clock;
+      const std::uint64_t nonce =
+          is_stochastic(encoding) ? hash_bytes(std::as_bytes(std::span<const float>(values))) : 0;
+      encode_values(values, encoding, bytes, nonce);
+      const double encode_s = clock.seconds();
+      clock.restart();
+      decode_values(bytes, encoding, decoded);
+      const double decode_s = clock.seconds();
+      sink_ = decoded[count / 2];
+      if (it == 0) continue;
+      encode.push_back(encode_s / static_cast<double>(count));
+      decode.push_back(decode_s / static_cast<double>(count));
+    }
+    const bool copy = encoding == ValueEncoding::kFloat32;  // a copy: the model's 0
+    costs.encode.push_back(copy ? 0.0 : report::median(encode));
+    costs.decode.push_back(copy ? 0.0 : report::median(decode));
+  }
+}
 
 // PowerSGD's arithmetic per matrix element at rank r, from the method's own
 // metrics (selection_s) on a world of one rank: one factorized 1024 x d/1024
@@ -231,6 +268,7 @@ HostCosts measure_host(const CalibrateOptions& o, std::size_t d,
     costs.index_decode = report::median(index_decode);
     costs.merge = report::median(merge);
   }
+  measure_codecs(o, costs);
   // Selection and the memory's accumulate, per scheme, from the step's own
   // metrics on a world of one rank (every scheme then reads all of d).
   const auto stream = make_synthetic_stream(SyntheticStreamOptions{.numel = d});
@@ -328,6 +366,10 @@ void take_host_costs(Communicator& comm, const HostCosts& mine,
   profile.merge_s_per_element = slowest(mine.merge);
   profile.low_rank_s_per_element = slowest(mine.low_rank);
   profile.low_rank_s_per_element_rank = slowest(mine.low_rank_per_rank);
+  for (std::size_t i = 0; i < value_encoding_names().size(); ++i) {
+    profile.encode_s_per_value[value_encoding_names()[i]] = slowest(mine.encode[i]);
+    profile.decode_s_per_value[value_encoding_names()[i]] = slowest(mine.decode[i]);
+  }
   // Unknown: 0, which the model reads as "the gradient fits".
   profile.cache_bytes = static_cast<double>(last_level_cache_bytes().value_or(0));
   double select_default = 0.0;
@@ -457,6 +499,10 @@ void print_host_costs(const perf::CostProfile& profile, const std::vector<std::s
       profile.pack_s_per_element * 1e9, profile.index_decode_s_per_element * 1e9,
       profile.merge_s_per_element * 1e9, profile.low_rank_s_per_element * 1e9,
       profile.low_rank_s_per_element_rank * 1e9);
+  for (const std::string& codec : value_encoding_names()) {
+    fmt::print("  codec {:<12} {:.3f} ns to encode a value, {:.3f} ns to decode one\n", codec,
+               profile.encode_cost(codec) * 1e9, profile.decode_cost(codec) * 1e9);
+  }
   for (const std::string& scheme : schemes) {
     fmt::print("  select {:<11} {:.3f} ns\n", scheme,
                profile.select_s_per_element.at(scheme) * 1e9);

@@ -302,7 +302,7 @@ perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work
           .servers = std::max(1, o.servers),
           .local_steps = o.local_steps,
           .overlap_rounds = o.outer_overlap,
-          .value_bytes = wire_bits_per_value(parse_value_encoding(o.values)) / 8.0,
+          .values = parse_value_encoding(o.values),
           .tensors = work.method_tensors,
           .low_rank = o.powersgd_rank,
           .statistics = o.stats.empty() ? nullptr : &measured.table};

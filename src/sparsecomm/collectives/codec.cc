@@ -185,6 +185,7 @@ constexpr EncodingName kEncodingNames[] = {
     {ValueEncoding::kInt4Stochastic, "int4-sr"},
     {ValueEncoding::kInt2Stochastic, "int2-sr"},
     {ValueEncoding::kSign, "sign"},
+    {ValueEncoding::kNatural, "nat"},
 };
 
 // Bits per code of an intB codec; 0 for the others.
@@ -192,6 +193,7 @@ unsigned code_bits(ValueEncoding encoding) {
   switch (encoding) {
     case ValueEncoding::kInt8:
     case ValueEncoding::kInt8Stochastic:
+    case ValueEncoding::kNatural:
       return 8;
     case ValueEncoding::kInt4:
     case ValueEncoding::kInt4Stochastic:
@@ -237,12 +239,13 @@ const std::vector<std::string>& value_encoding_names() {
 bool is_block_quantized(ValueEncoding encoding) { return code_bits(encoding) != 0; }
 
 bool keeps_residual_exact(ValueEncoding encoding) {
-  return !is_stochastic(encoding) && encoding != ValueEncoding::kSign;
+  return encoding == ValueEncoding::kNatural ||
+         (!is_stochastic(encoding) && encoding != ValueEncoding::kSign);
 }
 
 bool is_stochastic(ValueEncoding encoding) {
   return encoding == ValueEncoding::kInt8Stochastic || encoding == ValueEncoding::kInt4Stochastic ||
-         encoding == ValueEncoding::kInt2Stochastic;
+         encoding == ValueEncoding::kInt2Stochastic || encoding == ValueEncoding::kNatural;
 }
 
 std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count) {
@@ -425,11 +428,16 @@ void sign_block(std::span<float> block, std::byte* out) {
                               : static_cast<float>(magnitude / static_cast<double>(block.size()));
   std::memcpy(out, &scale, sizeof scale);
   std::byte* codes = out + sizeof scale;
-  std::memset(codes, 0, code_bytes(1, block.size()));
-  for (std::size_t j = 0; j < block.size(); ++j) {
-    const bool positive = !std::signbit(block[j]);
-    if (positive) codes[j / 8] |= static_cast<std::byte>(1u << (j % 8));
-    block[j] = positive ? scale : -scale;
+  // A byte of eight signs at a time, built in a register.
+  for (std::size_t first = 0; first < block.size(); first += 8) {
+    const std::size_t count = std::min<std::size_t>(8, block.size() - first);
+    unsigned byte = 0;
+    for (std::size_t j = 0; j < count; ++j) {
+      const bool positive = !std::signbit(block[first + j]);
+      byte |= static_cast<unsigned>(positive) << j;
+      block[first + j] = positive ? scale : -scale;
+    }
+    codes[first / 8] = static_cast<std::byte>(byte);
   }
 }
 
@@ -442,13 +450,89 @@ void unsign_block(const std::byte* in, std::span<float> out) {
         scale));
   }
   const std::byte* codes = in + sizeof scale;
-  for (std::size_t j = 0; j < out.size(); ++j) {
-    const bool positive = (std::to_integer<unsigned>(codes[j / 8]) >> (j % 8) & 1u) != 0;
-    out[j] = positive ? scale : -scale;
+  const float both[2] = {-scale, scale};
+  for (std::size_t first = 0; first < out.size(); first += 8) {
+    const std::size_t count = std::min<std::size_t>(8, out.size() - first);
+    const auto byte = std::to_integer<unsigned>(codes[first / 8]);
+    for (std::size_t j = 0; j < count; ++j) out[first + j] = both[(byte >> j) & 1u];
   }
   if (out.size() % 8 != 0 &&
       (std::to_integer<unsigned>(codes[out.size() / 8]) >> (out.size() % 8)) != 0) {
     throw CommError("[codec] decode_values: a sign block's padding bits are not zero");
+  }
+}
+
+// One block of nat: [scale: the largest power of two sent, 0 when none, NaN
+// for a block holding a non-finite value][one byte per value: bit 7 its
+// sign, bits 0-6 k, the value +-scale 2^-k; k = 127 is zero].
+constexpr unsigned kNaturalZero = 127;
+
+void natural_block(std::span<float> block, const Philox& rng, std::uint64_t block_number,
+                   std::byte* out) {
+  bool finite = true;
+  for (const float a : block) finite = finite && std::isfinite(a);
+  // Each |a| in [2^e, 2^(e+1)) goes up with probability (|a| - 2^e) / 2^e:
+  // unbiased; a - (the power) is exact in float (Sterbenz).
+  float scale = 0.0f;
+  Philox::Block draws{};
+  for (std::size_t j = 0; j < block.size() && finite; ++j) {
+    if (j % 4 == 0) draws = rng.block(block_number, j / 4);
+    const float magnitude = std::fabs(block[j]);
+    if (magnitude == 0.0f) continue;
+    int exponent = 0;
+    std::frexp(magnitude, &exponent);
+    const float below = std::ldexp(1.0f, exponent - 1);
+    const float u = static_cast<float>(draws[j % 4] >> 8) * 0x1p-24f;  // [0, 1)
+    const float above = 2.0f * below;
+    const float power = u < (magnitude - below) / below && std::isfinite(above) ? above : below;
+    block[j] = std::copysign(power, block[j]);
+    scale = std::max(scale, power);
+  }
+  if (!finite) scale = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(out, &scale, sizeof scale);
+  std::byte* codes = out + sizeof scale;
+  int scale_exponent = 0;
+  if (finite && scale > 0.0f) std::frexp(scale, &scale_exponent);
+  for (std::size_t j = 0; j < block.size(); ++j) {
+    unsigned code = kNaturalZero;
+    if (finite && block[j] != 0.0f) {
+      int exponent = 0;
+      std::frexp(block[j], &exponent);
+      const auto k = static_cast<unsigned>(scale_exponent - exponent);
+      if (k < kNaturalZero) code = k | (std::signbit(block[j]) ? 0x80u : 0u);
+    }
+    codes[j] = static_cast<std::byte>(code);
+    // What unnatural_block computes from the bytes.
+    block[j] = !finite ? scale
+               : code == kNaturalZero
+                   ? 0.0f
+                   : std::copysign(std::ldexp(scale, -static_cast<int>(code & 0x7Fu)),
+                                   (code & 0x80u) != 0 ? -1.0f : 1.0f);
+  }
+}
+
+void unnatural_block(const std::byte* in, std::span<float> out) {
+  float scale = 0.0f;
+  std::memcpy(&scale, in, sizeof scale);
+  int exponent = 0;
+  if (std::signbit(scale) || std::isinf(scale) ||
+      (std::isfinite(scale) && scale != 0.0f && std::frexp(scale, &exponent) != 0.5f)) {
+    throw CommError(fmt::format(
+        "[codec] decode_values: a nat block's scale {} is not 0, a power of two or NaN", scale));
+  }
+  const std::byte* codes = in + sizeof scale;
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    const auto code = std::to_integer<unsigned>(codes[j]);
+    const unsigned k = code & 0x7Fu;
+    if (code == (0x80u | kNaturalZero) || (scale == 0.0f && code != kNaturalZero)) {
+      throw CommError(fmt::format(
+          "[codec] decode_values: nat code {:#04x} is not a value of a block with scale {}", code,
+          scale));
+    }
+    out[j] = std::isnan(scale)   ? scale
+             : k == kNaturalZero ? 0.0f
+                                 : std::copysign(std::ldexp(scale, -static_cast<int>(k)),
+                                                 (code & 0x80u) != 0 ? -1.0f : 1.0f);
   }
 }
 
@@ -503,6 +587,8 @@ void encode_values(std::span<float> values, ValueEncoding encoding, std::span<st
     const std::size_t count = std::min(kQuantizationBlock, values.size() - first);
     if (encoding == ValueEncoding::kSign) {
       sign_block(values.subspan(first, count), at);
+    } else if (encoding == ValueEncoding::kNatural) {
+      natural_block(values.subspan(first, count), rng, block, at);
     } else {
       quantize_block(values.subspan(first, count), bits, is_stochastic(encoding), &rng, block, at);
     }
@@ -533,6 +619,8 @@ void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::s
     const std::size_t count = std::min(kQuantizationBlock, out.size() - first);
     if (encoding == ValueEncoding::kSign) {
       unsign_block(at, out.subspan(first, count));
+    } else if (encoding == ValueEncoding::kNatural) {
+      unnatural_block(at, out.subspan(first, count));
     } else {
       dequantize_block(at, bits, out.subspan(first, count));
     }

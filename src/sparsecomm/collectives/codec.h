@@ -37,7 +37,12 @@ std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out);
 // The plain names round to nearest; "-sr" rounds stochastically (unbiased:
 // the expected decoded value is the input). "sign" is the scaled sign of
 // EF-signSGD: one bit per value, each block's scale its mean magnitude, a
-// value decoded as +-scale (biased: meant for error feedback).
+// value decoded as +-scale (biased: meant for error feedback). "nat" is
+// natural compression (Horvath et al., 2019): each value rounded
+// stochastically to one of the two powers of two around it (unbiased), sent
+// as 8 bits (its sign and its power's distance below the block's scale,
+// the largest power sent); values more than 2^126 below the scale, and
+// zeros, are sent as 0.
 enum class ValueEncoding {
   kFloat32,
   kFloat16,
@@ -49,19 +54,21 @@ enum class ValueEncoding {
   kInt4Stochastic,
   kInt2Stochastic,
   kSign,
+  kNatural,
 };
-inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kSign;
+inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kNatural;
 inline constexpr std::size_t kQuantizationBlock = 128;
 // "fp32", "fp16", "bf16", "int8", "int4", "int2", "int8-sr", "int4-sr",
-// "int2-sr", "sign"; InvalidArgument listing them otherwise.
+// "int2-sr", "sign", "nat"; InvalidArgument listing them otherwise.
 ValueEncoding parse_value_encoding(std::string_view name);
 std::string_view value_encoding_name(ValueEncoding encoding);
 // Every name parse_value_encoding accepts, in the enum's order.
 const std::vector<std::string>& value_encoding_names();
-bool is_block_quantized(ValueEncoding encoding);  // the intB codecs and sign
-bool is_stochastic(ValueEncoding encoding);       // the "-sr" codecs
-// a - decoded is exact in float for every finite a: fp32, fp16, bf16 and the
-// round-to-nearest intB codecs; the others keep it within one rounding.
+bool is_block_quantized(ValueEncoding encoding);  // the intB codecs, sign and nat
+bool is_stochastic(ValueEncoding encoding);       // the "-sr" codecs and nat
+// a - decoded is exact in float for every finite a: fp32, fp16, bf16, the
+// round-to-nearest intB codecs and nat (a power of two next to a); the
+// others keep it within one rounding.
 bool keeps_residual_exact(ValueEncoding encoding);
 // Bytes of `count` values on the wire (for the intB codecs, every block's
 // scale included).
@@ -71,7 +78,7 @@ std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count);
 // have no width per value (what `what` names cannot use them).
 std::size_t fixed_value_bytes(ValueEncoding encoding, std::string_view what = "this exchange");
 // Bits per value on the wire for a long run of values: 32, 16, or B (1 for
-// sign) plus the scale's share (32 / kQuantizationBlock).
+// sign, 8 for nat) plus the scale's share (32 / kQuantizationBlock).
 double wire_bits_per_value(ValueEncoding encoding);
 
 // Round to nearest even; finite values saturate to the largest finite value
@@ -86,7 +93,7 @@ float bf16_to_float(std::uint16_t bits);
 // Encodes values[i] into out (encoded_value_bytes(encoding, values.size())
 // bytes) and replaces values[i] by the decoded value, so the caller knows
 // exactly what the receivers will see. For kFloat32 a plain copy. For every
-// finite a the decoded d of fp16, bf16 and the round-to-nearest intB codecs
+// finite a the decoded d of fp16, bf16, nat and the round-to-nearest intB codecs
 // satisfies: a - d is exact in float (so a residual a - d keeps exactly what
 // was not sent). fp16 needs care only beyond 65504: there d is the largest
 // fp16 magnitude with that property (65504 up to 2^29, coarser above, 0
@@ -99,8 +106,9 @@ void encode_values(std::span<float> values, ValueEncoding encoding, std::span<st
                    std::uint64_t nonce = 0);
 // Decodes `out.size()` values from `in`. CommError when `in` is not exactly
 // encoded_value_bytes(encoding, out.size()) bytes, or an intB block is
-// malformed: a scale that is negative or infinite, a code beyond the
-// levels, or nonzero padding bits.
+// malformed: a scale that is negative or infinite (for nat also not a power
+// of two or 0), a code beyond the levels (nat: a negative zero, or a value
+// in a block whose scale is 0), or nonzero padding bits.
 void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::span<float> out);
 
 }  // namespace sparsecomm

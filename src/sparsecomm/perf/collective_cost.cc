@@ -48,6 +48,12 @@ CommCost pack_values(const CostProfile& p, double numel, double count) {
   return {.seconds = count * p.pack_cost(numel)};
 }
 
+// The value codec: encoding `encoded` values at the source, decoding
+// `decoded` received ones (SparseSend's per-value costs).
+CommCost value_codec(const SparseSend& s, double encoded, double decoded) {
+  return {.seconds = encoded * s.encode_s + decoded * s.decode_s};
+}
+
 // Forming the union of n received index lists of `entries` in all:
 // decoding them (when varint-encoded), then ceil(log2 n) levels of pairwise
 // merges, or one copy when the lists lie in disjoint ranges.
@@ -70,15 +76,17 @@ CommCost header_allgather(const CostProfile& p, int n) {
   return ring_allgatherv(p, n, kExchangeHeaderBytes, kExchangeHeaderBytes);
 }
 
-// The value sum of union and shared (exchange_internal.cc): an allgather of
-// the encoded values where it moves fewer bytes than the float32 ring
-// (n E < 8 per value), then every rank adds the n lists; else the ring.
+// The value sum of union and shared (exchange_internal.cc): the values
+// encoded once, then an allgather of the encoded values where it moves
+// fewer bytes than the float32 ring (n E < 8 per value), every rank
+// decoding the n lists and adding them; else the ring of decoded values.
 CommCost value_sum(const CostProfile& p, int n, const SparseSend& s, double count) {
   if (s.value_bytes < kFloatBytes && n * s.value_bytes < 8) {
     const double block = s.value_bytes * count;
-    return ring_allgatherv(p, n, block, block) + reduction(p, (n - 1) * count);
+    return value_codec(s, count, n * count) + ring_allgatherv(p, n, block, block) +
+           reduction(p, (n - 1) * count);
   }
-  return ring_allreduce(p, n, kFloatBytes * count);
+  return value_codec(s, count, 0) + ring_allreduce(p, n, kFloatBytes * count);
 }
 
 }  // namespace
@@ -211,8 +219,8 @@ CommCost sparse_allgather(const CostProfile& p, int n, const SparseSend& s) {
   const double entry = s.index_bytes + s.value_bytes;
   // Every rank adds all n blocks (its own too) and then divides the K
   // entries of the union by n.
-  return pack_values(p, s.numel, s.mean_count) + header_allgather(p, n) +
-         ring_allgatherv(p, n, entry * s.mean_count, entry * s.max_count) +
+  return pack_values(p, s.numel, s.mean_count) + value_codec(s, s.mean_count, n * s.mean_count) +
+         header_allgather(p, n) + ring_allgatherv(p, n, entry * s.mean_count, entry * s.max_count) +
          unite_runs(p, n, s, n * s.mean_count) +
          dense_decode(p, s.numel, n * s.mean_count + s.union_count);
 }

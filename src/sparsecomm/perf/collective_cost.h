@@ -86,7 +86,11 @@ struct SparseSend {
   double union_count = 0.0;  // K
   double index_bytes = 4.0;  // per index (raw 4, varints fewer)
   double value_bytes = 4.0;  // bytes per value on the wire: wire_bits_per_value / 8
-  double numel = 0.0;        // d
+  // The value codec's host work per value: encoding at the sender,
+  // decoding a received value (CostProfile::encode_cost, decode_cost).
+  double encode_s = 0.0;
+  double decode_s = 0.0;
+  double numel = 0.0;  // d
   // The ranks' lists lie in disjoint ranges (MiCRO's contiguous
   // partitions): their union is a concatenation, no merge.
   bool disjoint_ranges = false;
@@ -102,17 +106,19 @@ struct SparseSend {
 // concatenated instead (one streaming copy, gamma_s_per_element per entry).
 //
 // union: header allgather, allgatherv of the index lists, their union
-// (n m entries), K values packed, value sum of K floats (ring all-reduce;
-// an allgatherv of the 16-bit values for n <= 3), K entries decoded.
+// (n m entries), K values packed and encoded, value sum of K floats (ring
+// all-reduce of the decoded values; or, where n E < 8 bytes a value, an
+// allgatherv of the encoded values, n K of them decoded), K entries
+// written into the gradient.
 CommCost union_allreduce(const CostProfile& p, int n, const SparseSend& s);
 
-// shared: the same m indices on every rank; m values packed, a ring
-// all-reduce of m floats, m entries decoded.
+// shared: the same m indices on every rank; m values packed and encoded,
+// their value sum as union's, m entries written into the gradient.
 CommCost shared_allreduce(const CostProfile& p, int n, const SparseSend& s);
 
-// allgather: m values packed, header allgather, allgatherv of [indices]
-// [values] blocks, their union (n m entries), then every rank adds the n
-// blocks and divides the K entries of their union.
+// allgather: m values packed and encoded, header allgather, allgatherv of
+// [indices][values] blocks, their union (n m entries), then every rank
+// decodes and adds the n blocks and divides the K entries of their union.
 CommCost sparse_allgather(const CostProfile& p, int n, const SparseSend& s);
 
 // SparCML recursive doubling: log2 P rounds whose message is the partial

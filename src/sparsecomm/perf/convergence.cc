@@ -224,7 +224,7 @@ Scenario scenario_of(const ConfigurationOutcome& outcome, Scenario base) {
   base.density = outcome.density;
   base.local_steps = outcome.local_steps;
   base.overlap_rounds = outcome.overlap;
-  base.value_bytes = 4.0;  // fp32 and rank 1 unless the options say otherwise
+  base.values = ValueEncoding::kFloat32;  // and rank 1, unless the options say otherwise
   base.low_rank = 1;
   std::string_view rest = outcome.options;
   while (!rest.empty()) {
@@ -236,7 +236,7 @@ Scenario scenario_of(const ConfigurationOutcome& outcome, Scenario base) {
     const std::string_view key = item.substr(0, equals);
     const std::string value(item.substr(equals + 1));
     if (key == "values") {
-      base.value_bytes = wire_bits_per_value(parse_value_encoding(value)) / 8.0;
+      base.values = parse_value_encoding(value);
     } else if (key == "rank" && outcome.method == "powersgd") {
       int rank = 0;
       const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), rank);

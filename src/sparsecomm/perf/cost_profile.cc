@@ -46,6 +46,23 @@ constexpr double kDefaultMerge = 3.5e-9;
 // 2026-11-29, three runs while a training run used the other core: 0.80 +
 // 0.56 r, 0.46 + 0.60 r and 0.38 + 0.63 r ns.
 constexpr double kDefaultLowRank = 0.5e-9;
+// The value codecs, ns per value to encode (with the nonce's hash) and to
+// decode: `calibrate --host-only --workers 1`, the same machine and day,
+// one run (a training run on the other core).
+const std::map<std::string, double, std::less<>>& default_encode_costs() {
+  static const std::map<std::string, double, std::less<>> costs = {
+      {"fp16", 12.3e-9}, {"bf16", 4.2e-9},     {"int8", 8.3e-9},     {"int4", 8.4e-9},
+      {"int2", 8.7e-9},  {"int8-sr", 15.2e-9}, {"int4-sr", 14.8e-9}, {"int2-sr", 15.3e-9},
+      {"sign", 7.7e-9},  {"nat", 34.6e-9}};
+  return costs;
+}
+const std::map<std::string, double, std::less<>>& default_decode_costs() {
+  static const std::map<std::string, double, std::less<>> costs = {
+      {"fp16", 3.0e-9}, {"bf16", 1.7e-9},    {"int8", 1.7e-9},    {"int4", 1.7e-9},
+      {"int2", 1.8e-9}, {"int8-sr", 1.9e-9}, {"int4-sr", 1.9e-9}, {"int2-sr", 2.0e-9},
+      {"sign", 0.8e-9}, {"nat", 11.0e-9}};
+  return costs;
+}
 constexpr double kDefaultLowRankPerRank = 0.6e-9;
 
 double checked_field(const nlohmann::json& json, std::string_view key, std::string_view origin,
@@ -88,6 +105,23 @@ double CostProfile::select_cost(std::string_view scheme) const {
   return fallback == select_s_per_element.end() ? 0.0 : fallback->second;
 }
 
+namespace {
+
+double cost_in(const std::map<std::string, double, std::less<>>& costs, std::string_view codec) {
+  const auto it = costs.find(codec);
+  return it == costs.end() ? 0.0 : it->second;
+}
+
+}  // namespace
+
+double CostProfile::encode_cost(std::string_view encoding) const {
+  return cost_in(encode_s_per_value, encoding);
+}
+
+double CostProfile::decode_cost(std::string_view encoding) const {
+  return cost_in(decode_s_per_value, encoding);
+}
+
 CostProfile network_profile(double link_gbit_per_s, double latency_us) {
   if (!std::isfinite(link_gbit_per_s) || link_gbit_per_s <= 0) {
     throw InvalidArgument(fmt::format("the link rate must be a finite number of Gbit/s > 0, got {}",
@@ -113,6 +147,8 @@ CostProfile network_profile(double link_gbit_per_s, double latency_us) {
   profile.index_decode_s_per_element = kDefaultIndexDecode;
   profile.merge_s_per_element = kDefaultMerge;
   profile.low_rank_s_per_element = kDefaultLowRank;
+  profile.encode_s_per_value = default_encode_costs();
+  profile.decode_s_per_value = default_decode_costs();
   profile.low_rank_s_per_element_rank = kDefaultLowRankPerRank;
   return profile;
 }
@@ -132,6 +168,10 @@ CostProfile without_host_costs(const CostProfile& profile) {
 nlohmann::json to_json(const CostProfile& profile) {
   nlohmann::json select = nlohmann::json::object();
   for (const auto& [scheme, cost] : profile.select_s_per_element) select[scheme] = cost;
+  nlohmann::json encode = nlohmann::json::object();
+  for (const auto& [codec, cost] : profile.encode_s_per_value) encode[codec] = cost;
+  nlohmann::json decode = nlohmann::json::object();
+  for (const auto& [codec, cost] : profile.decode_s_per_value) decode[codec] = cost;
   return {{"name", profile.name},
           {"source", profile.source},
           {"alpha_s", profile.alpha_s},
@@ -149,6 +189,8 @@ nlohmann::json to_json(const CostProfile& profile) {
           {"merge_s_per_element", profile.merge_s_per_element},
           {"low_rank_s_per_element", profile.low_rank_s_per_element},
           {"low_rank_s_per_element_rank", profile.low_rank_s_per_element_rank},
+          {"encode_s_per_value", encode},
+          {"decode_s_per_value", decode},
           {"wire_bytes_per_message", profile.wire_bytes_per_message},
           {"wire_overhead_per_byte", profile.wire_overhead_per_byte}};
 }
@@ -178,6 +220,19 @@ CostProfile profile_from_json(const nlohmann::json& json, std::string_view origi
   profile.low_rank_s_per_element_rank = optional_field(json, "low_rank_s_per_element_rank", origin);
   profile.wire_bytes_per_message = optional_field(json, "wire_bytes_per_message", origin);
   profile.wire_overhead_per_byte = optional_field(json, "wire_overhead_per_byte", origin);
+  // The codecs' costs: absent from older profiles (every codec 0).
+  for (auto [key, costs] : {std::pair{"encode_s_per_value", &profile.encode_s_per_value},
+                            std::pair{"decode_s_per_value", &profile.decode_s_per_value}}) {
+    const auto it = json.find(key);
+    if (it == json.end()) continue;
+    if (!it->is_object()) {
+      throw InvalidArgument(
+          fmt::format("{}: '{}' is not an object of codec: seconds per value", origin, key));
+    }
+    for (const auto& [codec, value] : it->items()) {
+      (*costs)[codec] = checked_field(*it, codec, fmt::format("{}: {}", origin, key), false);
+    }
+  }
   const auto select = json.find("select_s_per_element");
   if (select == json.end() || !select->is_object()) {
     throw InvalidArgument(fmt::format(

@@ -50,6 +50,13 @@ struct CostProfile {
   double index_decode_s_per_element = 0.0;
   double merge_s_per_element = 0.0;
 
+  // The value codecs (collectives/codec.h), per value, by encoding name:
+  // encoding at the sender (with the rounding's nonce, a hash of the
+  // values) and decoding one received list. fp32 (a copy) is 0; a codec
+  // not listed, as in profiles written before these fields, is 0.
+  std::map<std::string, double, std::less<>> encode_s_per_value;
+  std::map<std::string, double, std::less<>> decode_s_per_value;
+
   // PowerSGD's arithmetic on an R x C tensor at rank r (the two products
   // P = M Q and Q = M^T P, the reconstruction and the error update): R C
   // (low_rank_s_per_element + r low_rank_s_per_element_rank), passes over
@@ -70,6 +77,9 @@ struct CostProfile {
 
   // The selection cost of `scheme` per element read.
   double select_cost(std::string_view scheme) const;
+  // A codec's costs per value (0 where the profile has none).
+  double encode_cost(std::string_view encoding) const;
+  double decode_cost(std::string_view encoding) const;
   // The cost of adding one entry at a random index of a d-element gradient.
   double scatter_cost(double numel) const;
   // The cost of packing one value of a d-element memory (0 when the

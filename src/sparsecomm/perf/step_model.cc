@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -35,9 +36,9 @@ struct MethodShape {
   bool capped = false;  // same-step threshold with a per-rank cap (ExDyna's default)
   bool ranged = false;  // partitions are contiguous ranges (MiCRO's; ExDyna's are scattered blocks)
   // The dense quantizers: k = d whatever the density, values in their own
-  // codec (bytes per value; 0 for the scenario's).
+  // codec (else the scenario's).
   bool every_coordinate = false;
-  double value_bytes = 0.0;
+  std::optional<ValueEncoding> values = std::nullopt;
 };
 
 // The methods that are not schemes of the registry; the schemes' shapes
@@ -80,7 +81,7 @@ MethodShape shape_of_scheme(const SchemeInfo& info) {
     for (const OptionSpec& spec : info.options) {  // no memory: no pass over it
       if (spec.name == "memory" && spec.default_value == "none") shape.accumulate = 0.0;
     }
-    shape.value_bytes = wire_bits_per_value(traits.default_values) / 8.0;
+    shape.values = traits.default_values;
     shape.exchange = "shared, quantized values";
   }
   return shape;
@@ -188,7 +189,11 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
   const double k = shape.every_coordinate ? numel : std::max(1.0, std::round(s.density * numel));
   CallCost call;
   call.accumulated = shape.accumulate * numel;
-  SparseSend send{.value_bytes = shape.value_bytes > 0 ? shape.value_bytes : s.value_bytes,
+  const ValueEncoding values = shape.values.value_or(s.values);
+  const std::string_view codec = value_encoding_name(values);
+  SparseSend send{.value_bytes = wire_bits_per_value(values) / 8.0,
+                  .encode_s = p.encode_cost(codec),
+                  .decode_s = p.decode_cost(codec),
                   .numel = numel};
   send.index_bytes = s.encode_indices ? varint_index_bytes(std::min(1.0, k / numel)) : 4.0;
   // Every sparse step starts with the non-finite agreement.
@@ -321,10 +326,6 @@ void check_scenario(const Scenario& s) {
     bad("overlapped rounds need local steps (the exchange of a round hides behind the next)");
   }
   if (s.low_rank < 1) bad(fmt::format("PowerSGD's rank must be >= 1, got {}", s.low_rank));
-  if (!(s.value_bytes > 0.0 && s.value_bytes <= 4.0)) {
-    bad(fmt::format("a value travels as at most 4 bytes (fp32) and more than 0, got {}",
-                    s.value_bytes));
-  }
 }
 
 double expected_max_of_normals(int n) {

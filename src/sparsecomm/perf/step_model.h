@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/perf/collective_cost.h"
 #include "sparsecomm/perf/cost_profile.h"
@@ -51,7 +52,9 @@ struct Scenario {
   // exchange per inner step (the arrival wait and the host work stay).
   bool overlap_rounds = false;
   bool encode_indices = true;  // varint indices (the schemes' default)
-  double value_bytes = 4.0;    // bytes per value on the wire: wire_bits_per_value / 8
+  // The sparse methods' values on the wire (train's values=; the dense
+  // quantizers use their own codec): their width and codec costs.
+  ValueEncoding values = ValueEncoding::kFloat32;
   // PowerSGD: the tensors the method runs on, by size and first dimension
   // (LayerSpan::rows; offsets unused); the method's parameters outside them
   // are averaged whole. Borrowed; empty: the shapes are unknown and
@@ -65,8 +68,8 @@ struct Scenario {
 
 // Throws InvalidArgument naming the field when the scenario is not one the
 // model can predict (ranks < 1, d <= 0, dense_numel outside [0, d),
-// c outside (0, 1], negative times, servers < 1, value width outside
-// (0, 4], local_steps < 0, low_rank < 1).
+// c outside (0, 1], negative times, servers < 1, local_steps < 0,
+// low_rank < 1).
 void check_scenario(const Scenario& scenario);
 
 struct StepPrediction {

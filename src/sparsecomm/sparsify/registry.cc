@@ -37,6 +37,7 @@ std::vector<SchemeDefinition> make_definitions() {
       schemes::qsgd_definition(),
       schemes::terngrad_definition(),
       schemes::signsgd_definition(),
+      schemes::natural_definition(),
   };
   // clang-format on
 }

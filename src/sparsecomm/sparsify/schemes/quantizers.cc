@@ -15,6 +15,9 @@
 //    al., ICML 2019; 1-bit SGD, Seide et al. 2014): the signs and each
 //    block's mean magnitude (sign, 1.25 bits a value); the memory keeps
 //    what the sign did not carry.
+//  - natural: natural compression (Horvath et al., 2019): every value
+//    rounded stochastically to a power of two next to it, unbiased (nat,
+//    8.25 bits a value). No memory by default.
 
 #include <memory>
 #include <string>
@@ -50,6 +53,7 @@ void build_every_coordinate(const SchemeOptions&, const CommonOptions&, SchemePa
 constexpr char kQsgd[] = "qsgd";
 constexpr char kTernGrad[] = "terngrad";
 constexpr char kSignSgd[] = "signsgd";
+constexpr char kNatural[] = "natural";
 
 SchemeTraits quantizer_traits(ValueEncoding values) {
   return {.selection = SchemeTraits::Selection::kShared,
@@ -87,6 +91,16 @@ SchemeDefinition signsgd_definition() {
           .traits = quantizer_traits(ValueEncoding::kSign),
           .memories = {"ef", "none", "ef21"},
           .build = build_every_coordinate<kSignSgd>};
+}
+
+SchemeDefinition natural_definition() {
+  return {.name = kNatural,
+          .summary =
+              "natural compression: every coordinate rounded to a power of two next to it, "
+              "unbiased, 8 bits each (values=nat)",
+          .traits = quantizer_traits(ValueEncoding::kNatural),
+          .memories = {"none", "ef", "ef21"},
+          .build = build_every_coordinate<kNatural>};
 }
 
 }  // namespace sparsecomm::schemes

@@ -69,6 +69,7 @@ SchemeDefinition deft_definition();             // deft.cc
 SchemeDefinition qsgd_definition();             // quantizers.cc
 SchemeDefinition terngrad_definition();         // quantizers.cc
 SchemeDefinition signsgd_definition();          // quantizers.cc
+SchemeDefinition natural_definition();          // quantizers.cc
 
 // What the last select() of a threshold-searching scheme (DGC, Gaussian-k)
 // did: the passes over the vector, the final threshold, and how many
