@@ -187,6 +187,7 @@ TEST(PsOptions, RefusesWhatPsModeCannotDo) {
   EXPECT_NE(ps_push_methods().find("cltk, micro, exdyna, exdyna-faithful, deft (--sync bsp only)"),
             std::string::npos)
       << ps_push_methods();
+  EXPECT_EQ(ps_push_methods().find("qsgd"), std::string::npos) << ps_push_methods();
   options.model = SyncModel::bsp();
   options.push = "nope";
   EXPECT_NE(error_message<InvalidArgument>([&] {

@@ -247,7 +247,17 @@ TEST(PsTrain, BadOptionsFailClearly) {
   c.sync = "ssp";
   EXPECT_NE(message(c).find("use --sync bsp"), std::string::npos) << message(c);
   c = ps_run("skipreduce", scratch.path() / "e2", 2, 1);
-  EXPECT_NE(message(c).find("unknown push method 'skipreduce'"), std::string::npos) << message(c);
+  EXPECT_NE(message(c).find("skipreduce is not a push method: it compresses inside an all-reduce"),
+            std::string::npos)
+      << message(c);
+  c = ps_run("qsgd", scratch.path() / "e4", 2, 1);
+  EXPECT_NE(message(c).find("qsgd sends every coordinate and compresses through its value codec"),
+            std::string::npos)
+      << message(c);
+  c = ps_run("powersgd", scratch.path() / "e3", 2, 1);
+  EXPECT_NE(message(c).find("the summed P is orthonormalized before each worker's Q"),
+            std::string::npos)
+      << message(c);
   c = ps_run("dense", scratch.path() / "f", 2, 1);
   c.sync = "gossip";
   EXPECT_NE(message(c).find("bsp, asp, ssp, dssp"), std::string::npos) << message(c);

@@ -13,12 +13,14 @@
 namespace sparsecomm {
 namespace {
 
-// The schemes whose workers select together (SchemeTraits::selects_together)
-// or not, as "a, b, c".
+// The schemes a push can carry whose workers select together
+// (SchemeTraits::selects_together) or not, as "a, b, c". The dense
+// quantizers are not among them: they compress through their value codec
+// only, and pushes send fp32 values with raw indices.
 std::string push_schemes(bool together) {
   std::string out;
   for (const SchemeInfo& info : scheme_registry()) {
-    if (info.traits.selects_together() != together) continue;
+    if (info.traits.selects_together() != together || info.traits.every_coordinate) continue;
     if (!out.empty()) out += ", ";
     out += info.name;
   }
@@ -48,9 +50,31 @@ void validate_ps_options(const PsOptions& options) {
     }
     return;
   }
-  if (find_scheme(options.push) == nullptr) {
+  if (options.push == "powersgd" || options.push == "skipreduce") {
+    // Both work on the sum inside an all-reduce among the workers: PowerSGD
+    // orthonormalizes the summed P before any worker computes its Q, and
+    // Skip-Reduce drops steps of the ring; a push carries one worker's
+    // gradient to servers that only add.
+    throw InvalidArgument(fmt::format(
+        "[ps] {} is not a push method: it compresses inside an all-reduce among the workers "
+        "({}), which a push to the servers does not have; run it without --servers, or push "
+        "with one of: {}",
+        options.push,
+        options.push == "powersgd" ? "the summed P is orthonormalized before each worker's Q"
+                                   : "it skips steps of the ring",
+        ps_push_methods()));
+  }
+  const SchemeInfo* scheme = find_scheme(options.push);
+  if (scheme == nullptr) {
     throw InvalidArgument(fmt::format("[ps] unknown push method '{}'; PS push methods: {}",
                                       options.push, ps_push_methods()));
+  }
+  if (scheme->traits.every_coordinate) {
+    throw InvalidArgument(fmt::format(
+        "[ps] {} sends every coordinate and compresses through its value codec, which pushes do "
+        "not carry (they send fp32 values with raw indices: twice dense's bytes); push dense, or "
+        "one of: {}",
+        options.push, ps_push_methods()));
   }
   if (ps_push_is_partition_based(options.push) && options.model.kind != SyncModelKind::kBsp) {
     throw InvalidArgument(fmt::format(
