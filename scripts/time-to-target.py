@@ -16,8 +16,12 @@ exchange's busy waiting slows their compute). A
 run stopped short (time-to-target.sh --short) is composed: the steps to
 the target of the same cell's full run on the same hosts at another rate
 (a --deterministic trajectory does not depend on the network) times its own
-mean step; the table marks it. SPARSECOMM_BIN names another binary than
-build/sparsecomm.
+mean step; the table marks it. Where no such run exists (dense on the wide
+MLP would take hours on these links), --pilots DIR composes it from the
+pilot run of the same cell and seed on thread ranks, DIR/<cell>/seed<S>
+(scripts/accuracy-table.py's layout), when its model, method, density,
+batch, ranks, schedule and --deterministic match. SPARSECOMM_BIN names
+another binary than build/sparsecomm.
 """
 
 import argparse
@@ -84,6 +88,29 @@ def is_short(run):
     return bool(run["config"].get("stop_at_step", 0))
 
 
+# What must match for a pilot's trajectory to be the short run's.
+TRAJECTORY_KEYS = ("model", "method", "density", "batch", "epochs", "max_steps", "seed",
+                   "deterministic", "lr", "optimizer", "method_options", "local_steps")
+
+
+def pilot_steps(pilots, name, run, target):
+    """(steps to the target, None) from the pilot of cell `name`, or
+    (None, why not)."""
+    config = run["config"]
+    pilot_dir = os.path.join(pilots, name, f"seed{config.get('seed')}")
+    if not os.path.exists(os.path.join(pilot_dir, "summary.json")):
+        return None, f"no pilot {pilot_dir}"
+    pilot = load_run(pilot_dir)
+    ranks = lambda r: r["summary"].get("workers")
+    differs = [k for k in TRAJECTORY_KEYS if pilot["config"].get(k) != config.get(k)]
+    if ranks(pilot) != ranks(run):
+        differs.append("workers")
+    if differs:
+        return None, f"pilot differs in {', '.join(differs)}"
+    found = to_target(pilot, target)
+    return (found[0], None) if found else (None, "not reached")
+
+
 def plan_prediction(binary, cluster_dir, model, hosts, reference, args):
     """plan's time to the target of each configuration of the profile, on
     this cluster with the compute per step of the run `reference`."""
@@ -119,6 +146,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
     parser.add_argument("--convergence", required=True)
+    parser.add_argument("--pilots", help="compose short runs without a full run on the hosts "
+                        "from the pilot runs here (DIR/<cell>/seed<S>)")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--target-accuracy", type=float)
     group.add_argument("--target-loss", type=float)
@@ -170,6 +199,11 @@ def main():
                             reached = (found[0], found[0] * step_s)
                         missing = "not reached"
                         break
+                if missing == "no full run to compose from" and args.pilots:
+                    steps_found, missing = pilot_steps(args.pilots, name, run, target)
+                    if steps_found is not None:
+                        reached = (steps_found, steps_found * step_s)
+                        composed = "pilot"
             chose = run["summary"]["method"] + (
                 f" c={run['summary']['density']:g}" if run["summary"]["method"] != "dense" else "")
             configurations = plan_prediction(binary, cluster_dir, model, int(hosts), run, args)
@@ -179,7 +213,9 @@ def main():
                 measured[name] = reached[1]
                 error = (f"{100.0 * (predicted - reached[1]) / reached[1]:+.0f}%"
                          if predicted else "-")
-                seconds = f"{reached[1]:.1f}" + (" (composed)" if composed else "")
+                seconds = f"{reached[1]:.1f}" + (
+                    " (composed from the pilot)" if composed == "pilot" else
+                    " (composed)" if composed else "")
                 steps = f"{reached[0]:.0f}"
             else:
                 error, seconds, steps = "-", missing if composed else "not reached", "-"

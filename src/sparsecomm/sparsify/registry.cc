@@ -183,8 +183,9 @@ const std::vector<OptionSpec>& common_option_specs() {
        "exchange pattern: union|allgather|sparse-allreduce|shared"},
       {"values", "fp32",
        "value encoding on the wire: fp32|fp16|bf16, or with allgather, union or shared intB "
-       "(B = 8, 4, 2 bits and one scale per 128 values; -sr: stochastic rounding) or sign (1 "
-       "bit and a scale per 128 values); the residual keeps the rounding error"},
+       "(B = 8, 4, 2 bits and one scale per 128 values; -sr: stochastic rounding), sign (1 "
+       "bit and a scale per 128 values) or nat (a power of two in 8 bits, unbiased); the "
+       "residual keeps the rounding error"},
       {"encode_indices", "true", "delta-varint indices on the wire"},
       {"memory", "ef", "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
       {"momentum", "0.9",
