@@ -206,6 +206,78 @@ inline std::uint64_t checksum(std::span<const float> values) {
   return h;
 }
 
+// The ring with fp16 or bf16 on the wire: half the fp32 ring's bytes, the
+// same bits on every rank, each result a 16-bit value (the owner's rounding
+// of its chunk), and within the roundings of its n-1 partial sums and that
+// one of the exact sum; a world of one sends nothing and rounds nothing. Integer data, another
+// algorithm and another codec are refused.
+inline void check_half_wire_ring(Communicator& comm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (const ValueEncoding wire : {ValueEncoding::kFloat16, ValueEncoding::kBFloat16}) {
+    // 2^-11 and 2^-8: the relative rounding of fp16 and bf16.
+    const double unit = wire == ValueEncoding::kFloat16 ? 0x1p-11 : 0x1p-8;
+    for (const std::size_t numel :
+         {std::size_t{0}, std::size_t{3}, std::size_t{1000}, std::size_t{70001}}) {
+      for (const std::size_t segment : {std::size_t{64}, std::size_t{1} << 20}) {
+        const std::string what = fmt::format("{} n={} rank={} numel={} segment={}",
+                                             value_encoding_name(wire), n, r, numel, segment);
+        std::vector<float> data(numel);
+        double exact_bound = 0.0;
+        for (std::size_t i = 0; i < numel; ++i) {
+          data[i] = std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(r)) *
+                    (1.0f + static_cast<float>(i % 7));
+        }
+        AllreduceOptions options;
+        options.segment_bytes = segment;
+        options.wire = wire;
+        AllreduceReport report;
+        std::vector<float> result = data;
+        allreduce(comm, std::span<float>(result), options, &report);
+        if (n == 1) {  // nothing travels, nothing is rounded
+          EXPECT_EQ(result, data) << what;
+          continue;
+        }
+        for (std::size_t i = 0; i < numel; ++i) {
+          // The exact sum and the sum of magnitudes, from every rank's input.
+          double sum = 0.0;
+          double magnitude = 0.0;
+          for (int q = 0; q < n; ++q) {
+            const double v =
+                std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(q)) *
+                (1.0f + static_cast<float>(i % 7));
+            sum += v;
+            magnitude += std::fabs(v);
+          }
+          exact_bound = std::max(exact_bound, std::fabs(result[i] - sum) / (magnitude * n * unit));
+          const float rounded = wire == ValueEncoding::kFloat16
+                                    ? fp16_to_float(float_to_fp16(result[i]))
+                                    : bf16_to_float(float_to_bf16(result[i]));
+          ASSERT_EQ(rounded, result[i]) << what << " element " << i << " is not 16-bit";
+        }
+        // Every rounding costs at most half a unit of a partial sum's
+        // magnitude: n of them, well within one unit each.
+        EXPECT_LE(exact_bound, 1.0) << what;
+        const std::vector<std::uint64_t> sums =
+            allgather_value(comm, checksum(std::span<const float>(result)));
+        for (const std::uint64_t s : sums) EXPECT_EQ(s, sums.front()) << what;
+        const std::uint64_t fp32_sent = n > 1 ? ring_bytes_sent(n, r, numel, 4, 0, 0) : 0;
+        EXPECT_EQ(report.bytes_sent, fp32_sent / 2) << what;
+      }
+    }
+  }
+  std::vector<std::int64_t> integers(10, 1);
+  AllreduceOptions half;
+  half.wire = ValueEncoding::kFloat16;
+  EXPECT_THROW(allreduce(comm, std::span<std::int64_t>(integers), half), InvalidArgument);
+  std::vector<float> values(10, 1.0f);
+  half.algorithm = AllreduceAlgorithm::kRecursiveDoubling;
+  EXPECT_THROW(allreduce(comm, std::span<float>(values), half), InvalidArgument);
+  AllreduceOptions int8;
+  int8.wire = ValueEncoding::kInt8;
+  EXPECT_THROW(allreduce(comm, std::span<float>(values), int8), InvalidArgument);
+}
+
 inline float skip_weight(std::size_t i) { return static_cast<float>(i % 3 + 1); }
 
 struct SkipCase {

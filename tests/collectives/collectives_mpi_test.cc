@@ -15,6 +15,7 @@ TEST(CollectivesMpi, RunsOnFourRanks) { EXPECT_EQ(mpi_world().size(), 4); }
 
 TEST(CollectivesMpi, RingSumsExactlyForEverySizeAndSegmentSize) {
   run_on_mpi_world([](Communicator& comm) { check_ring_sweep(comm); });
+  run_on_mpi_world([](Communicator& comm) { check_half_wire_ring(comm); });
 }
 
 TEST(CollectivesMpi, RecursiveDoublingSumsExactly) {

@@ -64,6 +64,11 @@ TEST_P(RingAllreduceTest, SumsExactlyForEverySizeAndSegmentSize) {
       GetParam(), [](Communicator& comm) { check_ring_sweep(comm); }, kWorldTimeout);
 }
 
+TEST_P(RingAllreduceTest, AHalfWireSendsHalfTheBytesAndAgreesOnEveryRank) {
+  run_thread_world(
+      GetParam(), [](Communicator& comm) { check_half_wire_ring(comm); }, kWorldTimeout);
+}
+
 TEST_P(RingAllreduceTest, RejectsInvalidArguments) {
   run_thread_world(
       GetParam(), [](Communicator& comm) { check_invalid_arguments(comm); }, kWorldTimeout);

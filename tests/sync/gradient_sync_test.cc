@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "error_message.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/rng.h"
@@ -15,6 +16,8 @@
 
 namespace sparsecomm {
 namespace {
+
+using testing::error_message;
 
 std::vector<float> gradient_of(int rank, std::int64_t step, std::size_t numel) {
   const Philox rng(99);
@@ -50,6 +53,38 @@ TEST(GradientSync, DenseIsTheExactAverageOnEveryRank) {
     EXPECT_DOUBLE_EQ(m.density_ratio, 1.0);
     EXPECT_GT(m.bytes_sent, 0u);
   });
+}
+
+// values=fp16 / bf16: the ring's wire in 16 bits, half dense's bytes, the
+// average within the 16-bit roundings; refused with the native all-reduce.
+TEST(GradientSync, DenseWithHalfValuesSendsHalfTheBytes) {
+  constexpr std::size_t kNumel = 1001;
+  run_thread_world(3, [&](Communicator& comm) {
+    auto fp32 = make_gradient_sync("dense", SchemeOptions{});
+    std::vector<float> exact = gradient_of(comm.rank(), 0, kNumel);
+    const StepMetrics full = fp32->synchronize(exact, context(comm, 0), comm);
+    for (const char* values : {"values=fp16", "values=bf16"}) {
+      SchemeOptions options;
+      options.set(values);
+      auto half = make_gradient_sync("dense", options);
+      std::vector<float> g = gradient_of(comm.rank(), 0, kNumel);
+      const StepMetrics m = half->synchronize(g, context(comm, 0), comm);
+      EXPECT_EQ(2 * m.bytes_sent, full.bytes_sent) << values;
+      const double unit = std::string(values) == "values=fp16" ? 0x1p-11 : 0x1p-8;
+      for (std::size_t i = 0; i < kNumel; ++i) {
+        double magnitude = 0.0;
+        for (int r = 0; r < 3; ++r) magnitude += std::fabs(gradient_of(r, 0, kNumel)[i]);
+        EXPECT_NEAR(g[i], exact[i], 3 * unit * magnitude / 3.0) << values << " " << i;
+      }
+    }
+  });
+  SchemeOptions native;
+  native.set("values=bf16");
+  native.set("allreduce=native");
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              make_gradient_sync("dense", native);
+            }).find("values=bf16 travels on our ring"),
+            std::string::npos);
 }
 
 // The residual a Skip-Reduce sync saved (its state: tag, then the array).

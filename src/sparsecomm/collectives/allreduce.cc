@@ -103,6 +103,16 @@ std::vector<Request>& send_queue_storage() {
   thread_local std::vector<Request> storage;
   return storage;
 }
+// A 16-bit wire: the 16-bit form of the whole buffer, and the scratch
+// segments the reduce-scatter receives into.
+std::vector<std::uint16_t>& wire_storage() {
+  thread_local std::vector<std::uint16_t> storage;
+  return storage;
+}
+std::vector<std::uint16_t>& half_slot_storage() {
+  thread_local std::vector<std::uint16_t> storage;
+  return storage;
+}
 
 // Sends in flight, retired in order: polled while the loop runs, waited for
 // only at the end of a phase.
@@ -153,7 +163,14 @@ class Ring {
         next_((rank_ + 1) % n_),
         prev_((rank_ - 1 + n_) % n_),
         segment_(std::max<std::size_t>(1, options.segment_bytes / sizeof(T))),
-        sends_(send_queue_storage()) {}
+        half_(options.wire != ValueEncoding::kFloat32),
+        sends_(send_queue_storage()) {
+    if (half_) {
+      std::vector<std::uint16_t>& storage = wire_storage();
+      if (storage.size() < data.size()) storage.resize(data.size());
+      wire_ = std::span<std::uint16_t>(storage).first(data.size());
+    }
+  }
 
   void run(AllreduceReport& report) {
     const int last = n_ - 2;
@@ -163,8 +180,12 @@ class Ring {
       Stopwatch watch;
       phase_ = "reduce-scatter";
       reduce_scatter();
-      if (options_.owner_scale != 1.0f) {
-        scale_in_place(chunk(owned_chunk(rank_, options_.rotation, n_)), options_.owner_scale);
+      const std::span<T> owned = chunk(owned_chunk(rank_, options_.rotation, n_));
+      if (options_.owner_scale != 1.0f) scale_in_place(owned, options_.owner_scale);
+      // A 16-bit wire: the owner rounds its sum once, as every rank will see it.
+      if (half_) {
+        encode(owned);
+        decode(owned);
       }
       report.reduce_scatter_s = watch.seconds();
       watch.restart();
@@ -200,12 +221,47 @@ class Ring {
     return c.subspan(begin, std::min(segment_, c.size() - begin));
   }
 
-  void send(std::span<T> values, int tag) {
-    sends_.push(comm_.isend(bytes_of(std::span<const T>(values)), next_, tag));
-    bytes_sent_ += values.size_bytes();
+  // 16-bit wire: the positions of `values` in wire_.
+  std::span<std::uint16_t> wire_of(std::span<T> values) const {
+    return wire_.subspan(static_cast<std::size_t>(values.data() - data_.data()), values.size());
   }
-  void send_chunk(std::span<T> c, int tag) {
-    for (std::size_t k = 0, count = segments(c); k < count; ++k) send(segment(c, k), tag);
+  void encode(std::span<T> values) {
+    if constexpr (std::is_same_v<T, float>) {
+      const std::span<std::uint16_t> out = wire_of(values);
+      const bool fp16 = options_.wire == ValueEncoding::kFloat16;
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        out[i] = fp16 ? float_to_fp16(values[i]) : float_to_bf16(values[i]);
+      }
+    }
+  }
+  void decode(std::span<T> values) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const std::span<const std::uint16_t> in = wire_of(values);
+      const bool fp16 = options_.wire == ValueEncoding::kFloat16;
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        values[i] = fp16 ? fp16_to_float(in[i]) : bf16_to_float(in[i]);
+      }
+    }
+  }
+  float decode_one(std::uint16_t bits) const {
+    return options_.wire == ValueEncoding::kFloat16 ? fp16_to_float(bits) : bf16_to_float(bits);
+  }
+
+  // Sends `values`: as they are, or on a 16-bit wire their 16-bit form,
+  // encoded now unless `encoded` (it is already in wire_).
+  void send(std::span<T> values, int tag, bool encoded = false) {
+    if (!half_) {
+      sends_.push(comm_.isend(bytes_of(std::span<const T>(values)), next_, tag));
+      bytes_sent_ += values.size_bytes();
+      return;
+    }
+    if (!encoded) encode(values);
+    const std::span<std::uint16_t> wire = wire_of(values);
+    sends_.push(comm_.isend(bytes_of(std::span<const std::uint16_t>(wire)), next_, tag));
+    bytes_sent_ += wire.size_bytes();
+  }
+  void send_chunk(std::span<T> c, int tag, bool encoded = false) {
+    for (std::size_t k = 0, count = segments(c); k < count; ++k) send(segment(c, k), tag, encoded);
   }
 
   // Moves `cursor` to the next segment of the stream whose step-j chunk is
@@ -236,6 +292,14 @@ class Ring {
     for (std::size_t i = 0; i < kInFlight; ++i) {
       slot_buffers[i] = std::span<T>(storage).subspan(i * slot_size, slot_size);
     }
+    // A 16-bit wire receives into 16-bit slots.
+    std::vector<std::uint16_t>& half_storage = half_slot_storage();
+    if (half_ && half_storage.size() < kInFlight * slot_size) {
+      half_storage.resize(kInFlight * slot_size);
+    }
+    auto half_slot = [&](std::size_t slot, std::size_t len) {
+      return std::span<std::uint16_t>(half_storage).subspan(slot * slot_size, len);
+    };
     std::array<Request, kInFlight> slots;
 
     Cursor posted{first, 0, 0};
@@ -243,7 +307,9 @@ class Ring {
       if (posted.step > last) return;
       const std::size_t len = segment(chunk(recv_chunk(posted.step)), posted.segment).size();
       const std::size_t slot = posted.index % kInFlight;
-      slots[slot] = comm_.irecv(writable_bytes_of(slot_buffers[slot].first(len)), prev_, tag);
+      slots[slot] = half_
+                        ? comm_.irecv(writable_bytes_of(half_slot(slot, len)), prev_, tag)
+                        : comm_.irecv(writable_bytes_of(slot_buffers[slot].first(len)), prev_, tag);
       advance(posted, recv_chunk);
     };
 
@@ -255,8 +321,14 @@ class Ring {
       const std::size_t slot = taken.index % kInFlight;
       slots[slot].wait();
       const std::span<T> dst = segment(chunk(recv_chunk(taken.step)), taken.segment);
-      add_into(dst.data(), slot_buffers[slot].data(), dst.size());
-      bytes_received_ += dst.size_bytes();
+      if (half_) {
+        const std::span<const std::uint16_t> got = half_slot(slot, dst.size());
+        for (std::size_t i = 0; i < dst.size(); ++i) dst[i] += static_cast<T>(decode_one(got[i]));
+        bytes_received_ += got.size_bytes();
+      } else {
+        add_into(dst.data(), slot_buffers[slot].data(), dst.size());
+        bytes_received_ += dst.size_bytes();
+      }
       // This segment belongs to the chunk the next step sends: forward it now.
       if (taken.step < last) send(dst, tag);
       post_next();
@@ -277,19 +349,24 @@ class Ring {
     auto post_next = [&] {
       if (posted.step > last) return;
       const std::span<T> dst = segment(chunk(recv_chunk(posted.step)), posted.segment);
-      slots[posted.index % kInFlight] = comm_.irecv(writable_bytes_of(dst), prev_, tag);
+      slots[posted.index % kInFlight] =
+          half_ ? comm_.irecv(writable_bytes_of(wire_of(dst)), prev_, tag)
+                : comm_.irecv(writable_bytes_of(dst), prev_, tag);
       advance(posted, recv_chunk);
     };
 
+    // On a 16-bit wire every chunk of this phase is already in wire_: the
+    // owned one since the owner rounded it, the others as they arrive.
     step_ = 0;
-    send_chunk(chunk(allgather_send_chunk(rank_, 0, q, n_)), tag);
+    send_chunk(chunk(allgather_send_chunk(rank_, 0, q, n_)), tag, /*encoded=*/true);
     for (std::size_t i = 0; i < kInFlight; ++i) post_next();
     for (Cursor taken{0, 0, 0}; taken.step <= last; advance(taken, recv_chunk)) {
       step_ = taken.step;
       slots[taken.index % kInFlight].wait();
       const std::span<T> got = segment(chunk(recv_chunk(taken.step)), taken.segment);
-      bytes_received_ += got.size_bytes();
-      if (taken.step < last) send(got, tag);
+      if (half_) decode(got);
+      bytes_received_ += half_ ? wire_of(got).size_bytes() : got.size_bytes();
+      if (taken.step < last) send(got, tag, /*encoded=*/true);
       post_next();
       sends_.poll();
     }
@@ -304,6 +381,8 @@ class Ring {
   const int next_;
   const int prev_;
   const std::size_t segment_;  // elements per segment
+  const bool half_;            // fp16 or bf16 on the wire
+  std::span<std::uint16_t> wire_;
   SendQueue sends_;
   const char* phase_ = "setup";
   int step_ = 0;
@@ -384,6 +463,16 @@ void allreduce_impl(Communicator& comm, std::span<T> data, const AllreduceOption
   if (options.segment_bytes == 0) {
     throw InvalidArgument(fmt::format("[ring] rank {}: segment_bytes must be > 0", comm.rank()));
   }
+  if (options.wire != ValueEncoding::kFloat32) {
+    const bool half =
+        options.wire == ValueEncoding::kFloat16 || options.wire == ValueEncoding::kBFloat16;
+    if (!half || !std::is_same_v<T, float> || options.algorithm != AllreduceAlgorithm::kRing) {
+      throw InvalidArgument(fmt::format(
+          "[allreduce] values on the wire as {} need float data and the ring; the all-reduce "
+          "sends fp32, fp16 or bf16",
+          value_encoding_name(options.wire)));
+    }
+  }
   Stopwatch total;
   AllreduceReport local;
   if (comm.size() > 1) {
@@ -397,6 +486,7 @@ void allreduce_impl(Communicator& comm, std::span<T> data, const AllreduceOption
       case AllreduceAlgorithm::kRing: {
         detail::RingOptions ring;
         ring.segment_bytes = options.segment_bytes;
+        ring.wire = options.wire;
         detail::ring_allreduce(comm, data, ring, local);
         break;
       }

@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/sparse.h"  // chunk_begin
 
@@ -35,6 +36,15 @@ struct AllreduceOptions {
   // with two segments in flight, so the reduction of one overlaps the
   // transfer of the next. Must be > 0.
   std::size_t segment_bytes = std::size_t{1} << 20;
+  // Ring on floats only: the values on the wire, fp32, or fp16 / bf16 for
+  // half the bytes (PyTorch's fp16 compression hook; Horovod's fp16): each
+  // hop sends its partial sum rounded to 16 bits (round to nearest even;
+  // fp16 saturates at 65504), the receiver adds it in float32, and the
+  // owner rounds its chunk's sum once before the allgather, so every rank
+  // ends with the same bits. The partial sums' roundings are in no rank's
+  // residual. InvalidArgument for another encoding, another algorithm, or
+  // integer data.
+  ValueEncoding wire = ValueEncoding::kFloat32;
 };
 
 // What one all-reduce did on this rank. Times are wall seconds on this rank.

@@ -54,6 +54,8 @@ struct RingOptions {
   float owner_scale = 1.0f;
   // Component named in error messages: "ring" or "skip-reduce".
   std::string_view component = "ring";
+  // Float data only: fp32, or fp16 / bf16 on the wire (AllreduceOptions::wire).
+  ValueEncoding wire = ValueEncoding::kFloat32;
 };
 
 // The ring all-reduce on comm; options are trusted (validated by callers).

@@ -24,6 +24,9 @@ std::vector<OptionSpec> dense_option_specs() {
       {"allreduce", "ring",
        "all-reduce algorithm: ring (ours, fixed reduction order) | native (MPI's)"},
       {"segment_kb", "1024", "ring segment size in KiB (two segments in flight)"},
+      {"values", "fp32",
+       "values on the ring's wire: fp32 | fp16 | bf16 (half the bytes; each hop's partial sum "
+       "rounded to 16 bits, as PyTorch's fp16 hook; fp16 saturates at 65504)"},
   };
 }
 
@@ -68,6 +71,14 @@ class DenseSync final : public GradientSync {
         parse_allreduce_algorithm(options.choice("dense", "allreduce", "ring", {"ring", "native"}));
     allreduce_.segment_bytes =
         static_cast<std::size_t>(options.integer("dense", "segment_kb", 1024, 1, 1 << 20)) * 1024;
+    allreduce_.wire =
+        parse_value_encoding(options.choice("dense", "values", "fp32", {"fp32", "fp16", "bf16"}));
+    if (allreduce_.wire != ValueEncoding::kFloat32 &&
+        allreduce_.algorithm != AllreduceAlgorithm::kRing) {
+      throw InvalidArgument(fmt::format(
+          "[dense] values={} travels on our ring; allreduce=native sends fp32: drop one of them",
+          value_encoding_name(allreduce_.wire)));
+    }
   }
   std::string_view method() const override { return "dense"; }
 
