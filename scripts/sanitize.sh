@@ -69,7 +69,7 @@ case "$kind" in
     # have no race to find. sync_test's conservation cases run once per
     # value format; the formats differ in the codec, not in how threads
     # meet, so TSan runs the fp32 cases (ASan and Release run all).
-    exclude=(-E "$SLOW_STREAMS|/n[78]( |$)|^sync_test[.]AllSchemes/Conservation[.].*_(fp16|bf16|int[248]|sign)"
+    exclude=(-E "$SLOW_STREAMS|/n[78]( |$)|^sync_test[.]AllSchemes/Conservation[.].*_(fp16|bf16|int[248]|sign|nat)"
              -LE one_thread)
     ;;
   *)
