@@ -1,14 +1,17 @@
 // Every synchronization method by name: dense averages exactly, Skip-Reduce
 // with error feedback conserves gradient mass, options are validated.
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "error_message.h"
+#include "sparsecomm/collectives/skip_reduce.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/rng.h"
@@ -94,6 +97,53 @@ std::vector<float> residual_of(const GradientSync& sync) {
   StateReader reader(writer.bytes());
   reader.expect_tag("skipreduce");
   return reader.array<float>();
+}
+
+// A NaN in a chunk its rank drops would enter that rank's residual unseen
+// by the average: with error feedback the ranks agree on finiteness first.
+// Policy skip: every rank skips the step and keeps its residual as it was;
+// policy stop: every rank stops, naming the rank.
+TEST(GradientSync, SkipReduceWithErrorFeedbackCatchesANaNInADroppedChunk) {
+  constexpr int kWorld = 4;
+  constexpr std::size_t kNumel = 4000;
+  SkipReduceOptions schedule_options;
+  schedule_options.skip = 2;
+  schedule_options.min_elements = 0;
+  schedule_options.step = 1;
+  const SkipSchedule schedule = skip_reduce_schedule(kWorld, kNumel, schedule_options);
+  std::size_t poisoned = kNumel;  // an element of a chunk rank 1 drops at step 1
+  for (const SkipChunk& chunk : schedule.chunks) {
+    if (chunk.dropped(1, kWorld) && chunk.end > chunk.begin) poisoned = chunk.begin;
+  }
+  ASSERT_LT(poisoned, kNumel);
+  for (const NonFinitePolicy policy : {NonFinitePolicy::kSkip, NonFinitePolicy::kStop}) {
+    run_thread_world(kWorld, [&](Communicator& comm) {
+      SchemeOptions options;
+      options.set("memory=ef");
+      options.set("min_elements=0");
+      options.set("skip=2");
+      auto sync = make_gradient_sync("skipreduce", options, policy);
+      std::vector<float> g = gradient_of(comm.rank(), 0, kNumel);
+      sync->synchronize(g, context(comm, 0), comm);
+      const std::vector<float> residual = residual_of(*sync);
+      g = gradient_of(comm.rank(), 1, kNumel);
+      if (comm.rank() == 1) g[poisoned] = std::nanf("");
+      if (policy == NonFinitePolicy::kStop) {
+        const std::string message =
+            error_message<NonFiniteGradient>([&] { sync->synchronize(g, context(comm, 1), comm); });
+        EXPECT_NE(message.find("rank(s) 1"), std::string::npos) << message;
+        return;
+      }
+      const StepMetrics m = sync->synchronize(g, context(comm, 1), comm);
+      EXPECT_TRUE(m.skipped_nonfinite);
+      EXPECT_EQ(residual_of(*sync), residual) << "rank " << comm.rank();
+      EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0f; }));
+      // The next step goes on with finite values.
+      g = gradient_of(comm.rank(), 2, kNumel);
+      EXPECT_FALSE(sync->synchronize(g, context(comm, 2), comm).skipped_nonfinite);
+      EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }));
+    });
+  }
 }
 
 TEST(GradientSync, SkipReduceWithErrorFeedbackConservesGradientMass) {

@@ -240,6 +240,31 @@ TEST(ClickTrain, LearnsAndReportsItsFigures) {
   EXPECT_GT(summary.at("peak_resident_bytes").get<double>(), 0.0);
 }
 
+// A stop requested during step 10 checkpoints after it (the MLPs, their
+// sparsifier's state, the tables and their optimizer's state, the rows'
+// update counts, the exchange choice's figures); resumed, the run ends
+// with the same tables and MLPs, bit for bit, and the same figures, for
+// replicated tables (auto) and sharded ones.
+TEST(ClickTrain, AStoppedRunResumesBitForBit) {
+  const testing::ScratchDir scratch("click_resume");
+  for (const std::string exchange : {"auto", "sharded"}) {
+    TrainConfig whole = click_run(scratch.path() / (exchange + "-whole"), exchange, 4);
+    whole.method = "exdyna";
+    whole.epochs = 2;
+    whole.embedding_optimizer = "adagrad";
+    TrainConfig stopped = whole;
+    stopped.out = (scratch.path() / (exchange + "-stopped")).string();
+    const auto [a, b] = testing::expect_stop_resumes_bit_for_bit(whole, stopped, 10, 11);
+    ASSERT_TRUE(a.contains("embedding") && b.contains("embedding")) << exchange;
+    for (const char* key : {"table_hash", "table_abs_sum", "mean_union_rows", "mean_bytes_sent",
+                            "steps_by_exchange"}) {
+      EXPECT_EQ(a["embedding"][key], b["embedding"][key]) << exchange << " " << key;
+    }
+    EXPECT_EQ(a["final_test_auc"], b["final_test_auc"]) << exchange;
+    EXPECT_EQ(b["resumed_from_step"], 11) << exchange;
+  }
+}
+
 TEST(ClickTrain, BadSettingsSayWhatToDo) {
   const testing::ScratchDir scratch("click_bad");
   TrainConfig c = click_run(scratch.path() / "run", "allgather", 2);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +158,87 @@ TEST(PsTrain, SspAndDsspWithAStragglerTrainWithinTheirBounds) {
   }
 }
 
+// A BSP run stopped after step 20 (a checkpoint's cut) and resumed ends
+// with every rank's parameters, the workers' last pull and the servers'
+// shards, bit for bit those of the uninterrupted run (the servers sum a
+// step's pushes in worker order), and the same evaluations; for dense
+// pushes and a partition-based scheme (its sparsifier's state resumes).
+TEST(PsTrain, ABspRunResumesBitForBit) {
+  const testing::ScratchDir scratch("ps_resume_bsp");
+  for (const std::string method : {"dense", "exdyna"}) {
+    TrainConfig whole = ps_run(method, scratch.path() / (method + "-whole"), 2, 2);
+    whole.sync = "bsp";
+    whole.checkpoint_every = 1000;  // only the final checkpoint
+    run_training(whole);
+    TrainConfig half = whole;
+    half.out = (scratch.path() / (method + "-half")).string();
+    half.stop_at_step = 20;
+    run_training(half);
+    ASSERT_EQ((*latest_checkpoint(half.out))["step"], 20) << method;
+    TrainConfig rest = half;
+    rest.stop_at_step = 0;
+    rest.out.clear();
+    const nlohmann::json summary = run_training(rest, nullptr, half.out);
+    EXPECT_EQ(summary.at("resumed_from_step"), 20) << method;
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(testing::checkpoint_parameters(whole.out, rank),
+                testing::checkpoint_parameters(half.out, rank))
+          << method << " rank " << rank;
+    }
+    const report::RunData a = report::load_run(whole.out);
+    const report::RunData b = report::load_run(half.out);
+    ASSERT_EQ(a.steps.size(), b.steps.size()) << method;
+    ASSERT_EQ(a.evals.size(), b.evals.size()) << method;
+    for (std::size_t i = 0; i < a.evals.size(); ++i) {
+      EXPECT_EQ(a.evals[i].test_loss, b.evals[i].test_loss) << method << " eval " << i;
+    }
+  }
+}
+
+// An SSP run with a 3x straggler (the workers drift apart between the
+// cuts), checkpointed every 10 steps, stopped after 25 and resumed: every
+// push of every worker is applied on every server exactly once, by the
+// servers' logs, and the summary counts them all.
+TEST(PsTrain, AnSspRunResumedAppliesEveryPushExactlyOnce) {
+  const testing::ScratchDir scratch("ps_resume_ssp");
+  TrainConfig c = ps_run("topk", scratch.path() / "run", 3, 2);
+  c.sync = "ssp";
+  c.staleness = 2;
+  c.slowdown = {"1:3"};
+  c.checkpoint_every = 10;
+  c.stop_at_step = 25;
+  run_training(c);
+  ASSERT_EQ((*latest_checkpoint(c.out))["step"], 25);
+  TrainConfig rest = c;
+  rest.stop_at_step = 0;
+  rest.out.clear();
+  const nlohmann::json summary = run_training(rest, nullptr, c.out);
+  constexpr std::int64_t kSteps = 42;  // 2048 samples / 3 workers / 32, two epochs
+  EXPECT_EQ(summary.at("applied_pushes"), 3 * kSteps * 2);
+  for (const char* log : {"server0.jsonl", "server1.jsonl"}) {
+    std::map<std::pair<int, std::int64_t>, int> applied;
+    std::int64_t pushes = -1;
+    for (const nlohmann::json& line : read_lines(fs::path(c.out) / log)) {
+      if (line.at("kind") == "push") {
+        ++applied[{line.at("worker").get<int>(), line.at("clock").get<std::int64_t>()}];
+      } else if (line.at("kind") == "server") {
+        pushes = line.at("pushes").get<std::int64_t>();
+      }
+    }
+    EXPECT_EQ(pushes, 3 * kSteps) << log;
+    EXPECT_EQ(applied.size(), static_cast<std::size_t>(3 * kSteps)) << log;
+    for (int worker = 0; worker < 3; ++worker) {
+      for (std::int64_t clock = 0; clock < kSteps; ++clock) {
+        const auto it = applied.find({worker, clock});
+        EXPECT_TRUE(it != applied.end() && it->second == 1)
+            << log << ": worker " << worker << " clock " << clock << " applied "
+            << (it == applied.end() ? 0 : it->second) << " times";
+      }
+    }
+  }
+  EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.5);
+}
+
 TEST(PsTrain, SparsePushesCutBytesPerPush) {
   const testing::ScratchDir scratch("ps_topk");
   TrainConfig dense = ps_run("dense", scratch.path() / "dense", 2, 1);
@@ -263,10 +345,6 @@ TEST(PsTrain, BadOptionsFailClearly) {
   EXPECT_NE(message(c).find("bsp, asp, ssp, dssp"), std::string::npos) << message(c);
   c = ps_run("dense", scratch.path() / "g", 2, 10'000'000);
   EXPECT_NE(message(c).find("more servers than"), std::string::npos) << message(c);
-  c = ps_run("dense", scratch.path() / "h", 2, 1);
-  c.checkpoint_every = 10;
-  EXPECT_NE(message(c).find("not supported in parameter-server mode"), std::string::npos)
-      << message(c);
   c = ps_run("dense", scratch.path() / "i", 2, 1);
   c.slowdown = {"0:0.5"};
   EXPECT_NE(message(c).find("must be >= 1"), std::string::npos) << message(c);
@@ -276,14 +354,13 @@ TEST(PsTrain, BadOptionsFailClearly) {
   EXPECT_NE(message(c).find("random:FACTOR is given twice"), std::string::npos) << message(c);
   c.slowdown = {"slowest:2"};
   EXPECT_NE(message(c).find("or random:FACTOR"), std::string::npos) << message(c);
-  // An --out that holds a run: PS mode cannot resume, so it does not offer to.
+  // An --out that holds a run: say how to resume it.
   c = ps_run("dense", scratch.path() / "taken", 2, 1);
   fs::create_directories(c.out);
   std::ofstream(fs::path(c.out) / "metrics.jsonl") << "{}\n";
   const std::string taken = message(c);
   EXPECT_NE(taken.find("already holds a run"), std::string::npos) << taken;
-  EXPECT_NE(taken.find("cannot be resumed yet"), std::string::npos) << taken;
-  EXPECT_EQ(taken.find("--resume"), std::string::npos) << taken;
+  EXPECT_NE(taken.find("--resume"), std::string::npos) << taken;
 
   // The new fields round-trip through config.json.
   TrainConfig full = ps_run("topk", scratch.path() / "j", 3, 2);

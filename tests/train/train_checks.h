@@ -1,11 +1,15 @@
 #pragma once
 // Helpers of the trainer tests (scratch directories: scratch_dir.h), a short run's
-// configuration and reading the parameters out of a checkpoint payload.
+// configuration, reading the parameters out of a checkpoint payload, and
+// runs stopped and resumed.
 
+#include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -15,6 +19,8 @@
 #include "scratch_dir.h"
 
 #include "sparsecomm/core/state_io.h"
+#include "sparsecomm/core/stop_request.h"
+#include "sparsecomm/report/run_files.h"
 #include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
@@ -109,6 +115,63 @@ inline nlohmann::json record_trace(TrainConfig config, const std::filesystem::pa
   run_training(config);
   std::ifstream meta(trace / "meta.json");
   return nlohmann::json::parse(meta);
+}
+
+// Requests a stop (as a signal handler does: it only records it) while
+// rank 0 trains step `at`; the request ends with the observer, so that no
+// later run in the process stops.
+class StopDuringStep : public TrainObserver {
+ public:
+  explicit StopDuringStep(std::int64_t at) : at_(at) {}
+  ~StopDuringStep() override { clear_stop_request(); }
+  StopDuringStep(const StopDuringStep&) = delete;
+  StopDuringStep& operator=(const StopDuringStep&) = delete;
+  void on_step(const TrainStep& step) override {
+    if (step.step == at_) request_stop(SIGTERM);
+  }
+
+ private:
+  std::int64_t at_;
+};
+
+// Trains `config` (checkpoint at the end only) with a stop requested during
+// step `request_at`; expects the ranks to stop after step `expected_stop`
+// with a checkpoint there and summary.json saying so, and the resumed run
+// to end with every rank's parameters bit for bit those of `whole` (the
+// same run uninterrupted). Returns the summaries of the uninterrupted and
+// of the resumed run.
+inline std::pair<nlohmann::json, nlohmann::json> expect_stop_resumes_bit_for_bit(
+    TrainConfig whole, TrainConfig config, std::int64_t request_at, std::int64_t expected_stop) {
+  whole.checkpoint_every = 1000;
+  config.checkpoint_every = 1000;
+  const nlohmann::json whole_summary = run_training(whole);
+  nlohmann::json summary;
+  {
+    StopDuringStep observer(request_at);
+    summary = run_training(config, &observer);
+  }
+  EXPECT_TRUE(summary.contains("stopped")) << summary.dump();
+  if (!summary.contains("stopped")) return {};
+  const nlohmann::json stopped = summary.at("stopped");
+  EXPECT_EQ(stopped.at("reason"), "SIGTERM");
+  EXPECT_EQ(stopped.at("step"), expected_stop);
+  EXPECT_EQ(stopped.at("resume"), "sparsecomm train --resume " + config.out);
+  EXPECT_EQ((*latest_checkpoint(config.out))["step"], expected_stop);
+  EXPECT_EQ(report::load_run(config.out).steps.size(), static_cast<std::size_t>(expected_stop));
+  EXPECT_EQ(nlohmann::json::parse(
+                std::ifstream(std::filesystem::path(config.out) / "summary.json"))["stopped"],
+            stopped);
+
+  TrainConfig rest = config;
+  rest.out.clear();
+  const nlohmann::json resumed = run_training(rest, nullptr, config.out);
+  EXPECT_FALSE(resumed.contains("stopped"));
+  for (int rank = 0; rank < whole.workers; ++rank) {
+    EXPECT_EQ(checkpoint_parameters(whole.out, rank), checkpoint_parameters(config.out, rank))
+        << "rank " << rank;
+  }
+  EXPECT_EQ(report::load_run(config.out).steps.size(), report::load_run(whole.out).steps.size());
+  return {whole_summary, resumed};
 }
 
 }  // namespace sparsecomm::testing

@@ -180,6 +180,26 @@ TEST(Trainer, ResumingGivesBitIdenticalParameters) {
   }
 }
 
+// A stop requested in the middle of step 20 is agreed by every rank after
+// it (whichever rank the request reached first): the run checkpoints at 21
+// and resumes from there bit for bit.
+TEST(Trainer, AStopRequestCheckpointsAfterTheStepAndResumesBitForBit) {
+  const testing::ScratchDir scratch("stop_request");
+  testing::expect_stop_resumes_bit_for_bit(short_run("exdyna", scratch.path() / "whole"),
+                                           short_run("exdyna", scratch.path() / "stopped"), 20, 21);
+}
+
+// With local steps the ranks agree only where a round closes (no round
+// trip inside a round): a request during step 20 stops after step 24.
+TEST(Trainer, WithLocalStepsAStopWaitsForTheRoundToClose) {
+  const testing::ScratchDir scratch("stop_local_steps");
+  TrainConfig whole = short_run("topk", scratch.path() / "whole");
+  whole.local_steps = 8;
+  TrainConfig stopped = whole;
+  stopped.out = (scratch.path() / "stopped").string();
+  testing::expect_stop_resumes_bit_for_bit(whole, stopped, 20, 24);
+}
+
 // A crash after the ranks wrote checkpoint 48 but before it was committed
 // (injected through the test hook): checkpoint 32 stays the latest and
 // usable, and the run resumed from it ends bit-identical to an

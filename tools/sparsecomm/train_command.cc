@@ -21,6 +21,7 @@
 #include "cli_util.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/stop_request.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/text_corpus.h"
@@ -215,13 +216,26 @@ struct TrainFlags {
   AutoDensityFlags auto_density;
 };
 
-int run_one(const TrainConfig& config, const std::string& resume) {
+// Trains; a run that stopped on a signal ends the command with
+// kStoppedExitStatus (on every process) after saying how to resume.
+void run_one(const TrainConfig& config, const std::string& resume) {
+  // Parameter-server runs write no checkpoints yet: a signal ends them at once.
+  if (!ps_mode(config)) install_stop_signal_handlers();
   ConsoleReporter reporter(config.method);
   const nlohmann::json summary = run_training(config, &reporter, resume);
-  if (summary.is_null()) return 0;  // not rank 0
-  const report::RunData run = report::load_run(summary.at("run_dir").get<std::string>());
-  fmt::print("\n{}\n", report::format_run_summary(run));
-  return 0;
+  if (summary.contains("run_dir")) {  // rank 0
+    const report::RunData run = report::load_run(summary.at("run_dir").get<std::string>());
+    fmt::print("\n{}\n", report::format_run_summary(run));
+  }
+  if (!summary.contains("stopped")) return;
+  if (summary.at("stopped").is_object()) {
+    const nlohmann::json& stop = summary.at("stopped");
+    fmt::print("stopped by {} after step {} of {}; checkpoint {}\nresume with: {}\n",
+               stop.at("reason").get<std::string>(), stop.at("step").get<std::int64_t>(),
+               stop.at("total_steps").get<std::int64_t>(), stop.at("checkpoint").get<std::string>(),
+               stop.at("resume").get<std::string>());
+  }
+  throw CLI::RuntimeError(kStoppedExitStatus);
 }
 
 // Runs the comparison, prints its table and plots; a failed run is shown in

@@ -95,6 +95,18 @@ class StateReader {
     if (n > 0) std::memcpy(out.data(), raw.data(), raw.size());
     return out;
   }
+  // A count of records saved with value<std::uint64_t>(); Error when that
+  // many records of at least `record_bytes` each cannot fit in what
+  // remains (so a corrupt count allocates nothing).
+  std::size_t count(std::size_t record_bytes) {
+    const auto n = value<std::uint64_t>();
+    if (record_bytes > 0 && n > remaining() / record_bytes) {
+      throw Error("[state] saved count " + std::to_string(n) + " of records of " +
+                  std::to_string(record_bytes) + " bytes, but only " + std::to_string(remaining()) +
+                  " bytes remain: the state is corrupt");
+    }
+    return static_cast<std::size_t>(n);
+  }
   std::string string() {
     const auto n = value<std::uint64_t>();
     const auto raw = take(n);

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace sparsecomm::ps {
 
 ClockController::ClockController(const SyncModel& model, int workers)
@@ -12,6 +14,38 @@ void ClockController::pushed(int p, std::int64_t clock, double time_s) {
   w.clock = clock;
   w.previous_push = w.last_push;
   w.last_push = time_s;
+}
+
+void ClockController::save(StateWriter& writer) const {
+  writer.tag("ps-clocks");
+  writer.value<std::uint64_t>(workers_.size());
+  for (const WorkerClock& w : workers_) {
+    writer.value<std::int64_t>(w.clock);
+    writer.value<double>(w.last_push);
+    writer.value<double>(w.previous_push);
+    writer.value<std::uint8_t>(w.done ? 1 : 0);
+    writer.value<std::uint8_t>(w.in_episode ? 1 : 0);
+    writer.value<std::int64_t>(w.remaining);
+  }
+}
+
+void ClockController::load(StateReader& reader) {
+  reader.expect_tag("ps-clocks");
+  const auto count = reader.value<std::uint64_t>();
+  if (count != workers_.size()) {
+    throw Error(fmt::format("[ps] the saved clocks are of {} workers, this run has {}", count,
+                            workers_.size()));
+  }
+  for (WorkerClock& w : workers_) {
+    w.clock = reader.value<std::int64_t>();
+    w.last_push = reader.value<double>();
+    w.previous_push = reader.value<double>();
+    w.done = reader.value<std::uint8_t>() != 0;
+    w.in_episode = reader.value<std::uint8_t>() != 0;
+    w.remaining = reader.value<std::int64_t>();
+    w.grant_evaluated = false;
+    w.dssp_r = -1;
+  }
 }
 
 void ClockController::finished(int p) { workers_[index(p)].done = true; }

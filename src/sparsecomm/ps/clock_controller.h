@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/ps/sync_model.h"
 
 namespace sparsecomm::ps {
@@ -35,6 +36,11 @@ class ClockController {
   // granted: ask again when a push or a DONE has arrived. DSSP's extra
   // steps are decided once per request (new_request) and then counted down.
   Decision decide(int p);
+
+  // The clocks and DSSP's episodes (a checkpoint's cut: no request open).
+  void save(StateWriter& writer) const;
+  // Error when the state is of another number of workers.
+  void load(StateReader& reader);
 
  private:
   struct WorkerClock {

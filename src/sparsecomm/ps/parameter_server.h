@@ -22,6 +22,20 @@
 //                  pulled and the learning rate; c += 1
 //   ...            finish(): a DONE to every server
 //
+// Checkpoints (a cut): every worker, at the same clock T between two
+// steps, calls pause() (a PAUSE to every server), saves its own state
+// (save()) and joins a barrier of the whole world. A server receives no
+// further request from a paused worker; once every running worker has
+// paused it holds every push of clocks < T and nothing else (per-worker
+// order: each PAUSE arrives after that worker's pushes), answers no pull
+// in flight, so it saves its state (shard, version, optimizers, clocks,
+// log) through ServerCheckpoints::at_cut, which joins the barrier, and
+// then serves on. A resumed world starts every worker (load()) and every
+// server (ServerCheckpoints::resume) from the same cut: no push is lost
+// or applied twice. A worker waits at the cut for the slowest one: under
+// ASP more than the communicator's timeout behind ends the run with a
+// TimeoutError.
+//
 // Messages (reserved tags 30100..30104 of comm/communicator.h; exact sizes,
 // in send order per pair):
 //   30100 worker -> server   RequestHeader (40 bytes): kind (PUSH | PULL |
@@ -122,6 +136,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -130,6 +145,7 @@
 
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/optim/optimizer.h"
 #include "sparsecomm/ps/layout.h"
 #include "sparsecomm/ps/sync_model.h"
@@ -207,12 +223,28 @@ struct ServerLog {
   double seconds = 0.0;              // run time
 };
 
+// A server's checkpoints (see the cut above).
+struct ServerCheckpoints {
+  // Called at each cut with the workers' clock, the shard's parameters and
+  // the server's whole state (the shard included); it stores the state and
+  // returns once every rank has stored its own (the world's barrier).
+  // Empty: a PAUSE is a protocol error.
+  std::function<void(std::int64_t clock, std::span<const float> shard,
+                     std::span<const std::byte> state)>
+      at_cut;
+  // A state at_cut was given, to start from instead of the initial shard;
+  // empty: start afresh.
+  std::span<const std::byte> resume;
+};
+
 // Serves the shard of server layout.server_index(comm.rank()) until every
 // worker has sent DONE. `initial_shard` holds that shard's initial
 // parameters (layout.shard(s).size() floats). Throws InvalidArgument for
-// bad options or sizes, CommError on protocol violations or failures.
+// bad options or sizes, CommError on protocol violations or failures,
+// Error for a resume state of another server, shard or model.
 ServerLog run_server(Communicator& comm, const ServerLayout& layout, const PsOptions& options,
-                     std::span<const float> initial_shard);
+                     std::span<const float> initial_shard,
+                     const ServerCheckpoints& checkpoints = {});
 
 // --- worker side ---
 
@@ -274,6 +306,15 @@ class PsWorker {
   PushReport push(std::span<const float> gradient, double learning_rate, double epoch = 0.0);
   // Tells every server this worker is done. Call once at the end.
   void finish();
+
+  // A checkpoint's cut, between two steps: a PAUSE to every server (the
+  // caller then saves and joins the world's barrier, as the servers do).
+  void pause();
+  // This worker's state: its clock, versions and grant, its log, and the
+  // sparse scheme's memory and sparsifier (at a cut: no step open).
+  void save(StateWriter& writer) const;
+  // Error when the state is of another worker, layout or scheme.
+  void load(StateReader& reader);
 
   // Sparse methods: this worker's residual (the memory's accumulated
   // vector, d floats) after the last push; empty for dense pushes.

@@ -21,12 +21,12 @@ inline constexpr int kTagPullVersion = tags::kPsPullVersion;
 inline constexpr int kTagPullPayload = tags::kPsPullPayload;
 inline constexpr int kTagGrant = tags::kPsGrant;
 
-enum class RequestKind : std::uint32_t { kPush = 1, kPull = 2, kBegin = 3, kDone = 4 };
+enum class RequestKind : std::uint32_t { kPush = 1, kPull = 2, kBegin = 3, kDone = 4, kPause = 5 };
 
 struct RequestHeader {
   std::uint32_t kind = 0;           // RequestKind
   std::uint32_t sparse = 0;         // PUSH: 1 for a sparse payload
-  std::int64_t clock = 0;           // PUSH: the step pushed; PULL/BEGIN/DONE: steps pushed
+  std::int64_t clock = 0;           // PUSH: the step pushed; PULL/BEGIN/DONE/PAUSE: steps pushed
   std::uint64_t count = 0;          // PUSH: elements in the payload; PULL: the min
                                     // clock of the worker's last grant (0 if none)
   std::int64_t pulled_version = 0;  // PUSH: the shard version last pulled

@@ -38,6 +38,8 @@ const char* kind_name(std::uint32_t kind) {
       return "BEGIN";
     case RequestKind::kDone:
       return "DONE";
+    case RequestKind::kPause:
+      return "PAUSE";
   }
   return "unknown request";
 }
@@ -45,10 +47,11 @@ const char* kind_name(std::uint32_t kind) {
 class Server {
  public:
   Server(Communicator& comm, const ServerLayout& layout, const PsOptions& options,
-         std::span<const float> initial)
+         std::span<const float> initial, const ServerCheckpoints& checkpoints)
       : comm_(comm),
         layout_(layout),
         options_(options),
+        checkpoints_(checkpoints),
         server_(layout.server_index(comm.rank())),
         shard_(layout.shard(server_)),
         params_(initial.begin(), initial.end()),
@@ -64,11 +67,20 @@ class Server {
     for (int i = 0; i < optimizers; ++i) {
       optimizers_.push_back(make_flat_optimizer(options.optimizer));
     }
+    if (!checkpoints.resume.empty()) {
+      StateReader state(checkpoints.resume);
+      load(state);
+      if (!state.at_end()) throw Error(who() + "the saved state has trailing data");
+    }
   }
 
   ServerLog run() {
-    for (int p = 0; p < workers(); ++p) post(p);
-    running_ = workers();
+    running_ = 0;
+    for (int p = 0; p < workers(); ++p) {
+      if (slot_of(p).done) continue;
+      post(p);
+      ++running_;
+    }
     last_progress_ = Clock::now();
     int idle = 0;
     while (running_ > 0) {
@@ -88,6 +100,7 @@ class Server {
       }
       if (progress) {
         serve_held();
+        if (paused_ > 0 && paused_ == running_) cut();
         last_progress_ = Clock::now();
         idle = 0;
         continue;
@@ -128,6 +141,7 @@ class Server {
     std::int64_t pull_version = 0;
     Request pull_sends[2];
     bool done = false;
+    bool paused = false;      // at a checkpoint's cut: no request received until it is taken
     std::int64_t pushes = 0;  // pushes received from this worker
     Clock::time_point held_since;
     // BSP: the push staged for the current step.
@@ -162,7 +176,7 @@ class Server {
     log_.bytes_received += sizeof(RequestHeader);
     const auto kind = static_cast<RequestKind>(h.kind);
     if (kind != RequestKind::kPush && kind != RequestKind::kPull && kind != RequestKind::kBegin &&
-        kind != RequestKind::kDone) {
+        kind != RequestKind::kDone && kind != RequestKind::kPause) {
       throw CommError(who() + fmt::format("{} sent request kind {}; is it running the same "
                                           "sparsecomm?",
                                           worker_name(p), h.kind));
@@ -174,7 +188,7 @@ class Server {
     }
     if (controller_) controller_->new_request(p);
     if (serve(p)) {
-      if (!slot.done && !slot.receiving) post(p);
+      if (!slot.done && !slot.receiving && !slot.paused) post(p);
     } else {
       slot.held = true;
       slot.held_since = Clock::now();
@@ -189,7 +203,7 @@ class Server {
         Slot& slot = slot_of(p);
         if (!slot.held || !serve(p)) continue;
         slot.held = false;
-        if (!slot.done && !slot.receiving) post(p);
+        if (!slot.done && !slot.receiving && !slot.paused) post(p);
         changed = true;
       }
     }
@@ -211,8 +225,173 @@ class Server {
         if (controller_) controller_->finished(p);  // it leaves the minimum clock
         --running_;
         return true;
+      case RequestKind::kPause:
+        return serve_pause(p);
     }
     return true;
+  }
+
+  bool serve_pause(int p) {
+    Slot& slot = slot_of(p);
+    if (!checkpoints_.at_cut) {
+      throw CommError(who() + fmt::format("{} paused for a checkpoint, but this server was "
+                                          "started without checkpoints",
+                                          worker_name(p)));
+    }
+    if (slot.header.clock != slot.pushes) {
+      throw CommError(who() + fmt::format("{} paused at clock {} after pushing {} steps",
+                                          worker_name(p), slot.header.clock, slot.pushes));
+    }
+    slot.paused = true;
+    ++paused_;
+    return true;
+  }
+
+  // Every running worker has paused: the shard holds exactly their pushes
+  // below the cut's clock. Saves the state, then serves on.
+  void cut() {
+    std::int64_t clock = -1;
+    for (int p = 0; p < workers(); ++p) {
+      const Slot& slot = slot_of(p);
+      if (slot.done) continue;
+      if (slot.held) {
+        throw CommError(who() + fmt::format("{} has a {} held at a checkpoint's cut",
+                                            worker_name(p), kind_name(slot.header.kind)));
+      }
+      if (clock >= 0 && slot.pushes != clock) {
+        throw CommError(who() + fmt::format("workers paused at different clocks ({} at {}, "
+                                            "others at {}); every worker must checkpoint after "
+                                            "the same step",
+                                            worker_name(p), slot.pushes, clock));
+      }
+      clock = slot.pushes;
+    }
+    complete_pulls();
+    StateWriter state;
+    save(state);
+    checkpoints_.at_cut(clock, params_, state.bytes());
+    paused_ = 0;
+    for (int p = 0; p < workers(); ++p) {
+      Slot& slot = slot_of(p);
+      if (!slot.paused) continue;
+      slot.paused = false;
+      post(p);
+    }
+  }
+
+  // Everything that defines the server's future and its log, at a cut.
+  void save(StateWriter& w) const {
+    w.tag("ps-server");
+    w.value<std::int32_t>(server_);
+    w.value<std::uint64_t>(shard_.begin);
+    w.value<std::uint64_t>(shard_.end);
+    w.value<double>(now_s());
+    w.array<float>(params_);
+    w.value<std::int64_t>(version_);
+    w.value<std::uint64_t>(optimizers_.size());
+    for (const auto& optimizer : optimizers_) optimizer->save(w);
+    for (const Slot& slot : slots_) {
+      w.value<std::int64_t>(slot.pushes);
+      w.value<std::uint8_t>(slot.done ? 1 : 0);
+    }
+    w.value<std::uint8_t>(controller_ ? 1 : 0);
+    if (controller_) controller_->save(w);
+    w.value<std::int64_t>(log_.pushes);
+    w.value<std::uint64_t>(log_.values);
+    w.value<double>(log_.value_sum);
+    w.value<std::uint64_t>(log_.fingerprint);
+    w.value<std::int64_t>(log_.pulls);
+    w.value<std::uint64_t>(log_.bytes_received);
+    w.value<std::uint64_t>(log_.bytes_sent);
+    w.value<std::uint64_t>(log_.applied.size());
+    for (const AppliedPush& a : log_.applied) {
+      w.value<std::int32_t>(a.worker);
+      w.value<std::int64_t>(a.clock);
+      w.value<std::int64_t>(a.pulled_version);
+      w.value<std::int64_t>(a.staleness);
+      w.value<double>(a.time_s);
+      w.value<std::uint64_t>(a.values);
+      w.value<std::uint64_t>(a.bytes);
+    }
+    w.value<std::uint64_t>(log_.grants.size());
+    for (const BeginGrant& g : log_.grants) {
+      w.value<std::int32_t>(g.worker);
+      w.value<std::int64_t>(g.clock);
+      w.value<std::int64_t>(g.min_clock);
+      w.value<std::uint8_t>(g.blocked ? 1 : 0);
+      w.value<std::uint8_t>(g.extra ? 1 : 0);
+      w.value<std::int64_t>(g.dssp_r);
+      w.value<double>(g.wait_s);
+      w.value<double>(g.time_s);
+    }
+    w.value<std::uint64_t>(log_.waits.size());
+    for (const WaitStats& s : log_.waits) {
+      w.value<std::int64_t>(s.count);
+      w.value<double>(s.seconds);
+    }
+  }
+
+  void load(StateReader& r) {
+    r.expect_tag("ps-server");
+    const auto server = r.value<std::int32_t>();
+    const auto begin = r.value<std::uint64_t>();
+    const auto end = r.value<std::uint64_t>();
+    if (server != server_ || begin != shard_.begin || end != shard_.end) {
+      throw Error(who() + fmt::format("the saved state is of server {} with shard [{}, {}), this "
+                                      "one serves [{}, {})",
+                                      server, begin, end, shard_.begin, shard_.end));
+    }
+    start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(r.value<double>()));
+    r.array_into<float>(std::span<float>(params_));
+    version_ = r.value<std::int64_t>();
+    const auto optimizers = r.value<std::uint64_t>();
+    if (optimizers != optimizers_.size()) {
+      throw Error(who() + fmt::format("the saved state has {} optimizers, this sync model {}",
+                                      optimizers, optimizers_.size()));
+    }
+    for (const auto& optimizer : optimizers_) optimizer->load(r);
+    for (Slot& slot : slots_) {
+      slot.pushes = r.value<std::int64_t>();
+      slot.done = r.value<std::uint8_t>() != 0;
+    }
+    if ((r.value<std::uint8_t>() != 0) != controller_.has_value()) {
+      throw Error(who() + "the saved state is of another server (the controller or not)");
+    }
+    if (controller_) controller_->load(r);
+    log_.pushes = r.value<std::int64_t>();
+    log_.values = r.value<std::uint64_t>();
+    log_.value_sum = r.value<double>();
+    log_.fingerprint = r.value<std::uint64_t>();
+    log_.pulls = r.value<std::int64_t>();
+    log_.bytes_received = r.value<std::uint64_t>();
+    log_.bytes_sent = r.value<std::uint64_t>();
+    log_.applied.resize(r.count(sizeof(std::int32_t) + 6 * sizeof(std::int64_t)));
+    for (AppliedPush& a : log_.applied) {
+      a.worker = r.value<std::int32_t>();
+      a.clock = r.value<std::int64_t>();
+      a.pulled_version = r.value<std::int64_t>();
+      a.staleness = r.value<std::int64_t>();
+      a.time_s = r.value<double>();
+      a.values = r.value<std::uint64_t>();
+      a.bytes = r.value<std::uint64_t>();
+    }
+    log_.grants.resize(r.count(sizeof(std::int32_t) + 2 + 5 * sizeof(std::int64_t)));
+    for (BeginGrant& g : log_.grants) {
+      g.worker = r.value<std::int32_t>();
+      g.clock = r.value<std::int64_t>();
+      g.min_clock = r.value<std::int64_t>();
+      g.blocked = r.value<std::uint8_t>() != 0;
+      g.extra = r.value<std::uint8_t>() != 0;
+      g.dssp_r = r.value<std::int64_t>();
+      g.wait_s = r.value<double>();
+      g.time_s = r.value<double>();
+    }
+    log_.waits.resize(r.count(2 * sizeof(std::int64_t)));
+    for (WaitStats& s : log_.waits) {
+      s.count = r.value<std::int64_t>();
+      s.seconds = r.value<double>();
+    }
   }
 
   bool serve_push(int p) {
@@ -480,6 +659,7 @@ class Server {
   Communicator& comm_;
   const ServerLayout& layout_;
   const PsOptions& options_;
+  const ServerCheckpoints& checkpoints_;
   int server_;
   Range shard_;
   std::optional<ps::ClockController> controller_;  // server 0 only
@@ -498,6 +678,7 @@ class Server {
   std::int64_t version_ = 0;
   int staged_ = 0;  // BSP: pushes staged for step version_
   int running_ = 0;
+  int paused_ = 0;  // running workers paused for a checkpoint's cut
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_progress_;
   ServerLog log_;
@@ -506,7 +687,7 @@ class Server {
 }  // namespace
 
 ServerLog run_server(Communicator& comm, const ServerLayout& layout, const PsOptions& options,
-                     std::span<const float> initial_shard) {
+                     std::span<const float> initial_shard, const ServerCheckpoints& checkpoints) {
   if (layout.world_size() != comm.size()) {
     throw InvalidArgument(fmt::format("[ps] rank {}: the layout ({}) has {} ranks, the world {}",
                                       comm.rank(), layout.describe(), layout.world_size(),
@@ -527,7 +708,7 @@ ServerLog run_server(Communicator& comm, const ServerLayout& layout, const PsOpt
         "shard [{}, {}) has {}",
         server, comm.rank(), initial_shard.size(), shard.begin, shard.end, shard.size()));
   }
-  Server s(comm, layout, options, initial_shard);
+  Server s(comm, layout, options, initial_shard, checkpoints);
   return s.run();
 }
 

@@ -417,6 +417,79 @@ std::span<const float> PsWorker::residual() const {
   return sparse_->parts.memory->accumulated();
 }
 
+void PsWorker::pause() {
+  if (finished_) throw Error(fmt::format("[ps] worker {}: pause() after finish()", worker_));
+  if (in_step_) {
+    throw Error(
+        fmt::format("[ps] worker {}: pause() inside step {}; push() it first", worker_, clock_));
+  }
+  RequestHeader header;
+  header.kind = static_cast<std::uint32_t>(RequestKind::kPause);
+  header.clock = clock_;
+  std::vector<Request> sends;
+  for (int s = 0; s < layout_.servers(); ++s) {
+    sends.push_back(comm_.isend(ps::object_bytes(header), layout_.server_rank(s), ps::kTagRequest));
+  }
+  wait_all(sends);
+}
+
+void PsWorker::save(StateWriter& writer) const {
+  writer.tag("ps-worker");
+  writer.value<std::int32_t>(worker_);
+  writer.value<std::int64_t>(clock_);
+  writer.array<std::int64_t>(versions_);
+  writer.value<std::int64_t>(granted_min_clock_);
+  writer.value<std::int64_t>(log_.begins);
+  writer.value<std::int64_t>(log_.blocked);
+  writer.value<double>(log_.wait_s);
+  writer.value<std::int64_t>(log_.extra_steps);
+  writer.value<std::int64_t>(log_.pulls);
+  writer.value<std::uint64_t>(log_.bytes_pushed);
+  writer.value<std::uint64_t>(log_.bytes_pulled);
+  writer.value<std::uint64_t>(log_.sent.size());
+  for (const SentToServer& sent : log_.sent) {
+    writer.value<std::int64_t>(sent.pushes);
+    writer.value<std::uint64_t>(sent.values);
+    writer.value<double>(sent.value_sum);
+    writer.value<std::uint64_t>(sent.fingerprint);
+  }
+  writer.value<std::uint8_t>(sparse_ ? 1 : 0);
+  if (sparse_) save_scheme_state(sparse_->parts, writer);
+}
+
+void PsWorker::load(StateReader& reader) {
+  reader.expect_tag("ps-worker");
+  const auto worker = reader.value<std::int32_t>();
+  if (worker != worker_) {
+    throw Error(fmt::format("[ps] worker {}: the saved state is worker {}'s", worker_, worker));
+  }
+  clock_ = reader.value<std::int64_t>();
+  reader.array_into<std::int64_t>(std::span<std::int64_t>(versions_));
+  granted_min_clock_ = reader.value<std::int64_t>();
+  log_.begins = reader.value<std::int64_t>();
+  log_.blocked = reader.value<std::int64_t>();
+  log_.wait_s = reader.value<double>();
+  log_.extra_steps = reader.value<std::int64_t>();
+  log_.pulls = reader.value<std::int64_t>();
+  log_.bytes_pushed = reader.value<std::uint64_t>();
+  log_.bytes_pulled = reader.value<std::uint64_t>();
+  if (reader.value<std::uint64_t>() != log_.sent.size()) {
+    throw Error(
+        fmt::format("[ps] worker {}: the saved state has another number of servers", worker_));
+  }
+  for (SentToServer& sent : log_.sent) {
+    sent.pushes = reader.value<std::int64_t>();
+    sent.values = reader.value<std::uint64_t>();
+    sent.value_sum = reader.value<double>();
+    sent.fingerprint = reader.value<std::uint64_t>();
+  }
+  if ((reader.value<std::uint8_t>() != 0) != (sparse_ != nullptr)) {
+    throw Error(fmt::format("[ps] worker {}: the saved state pushed {}, this run pushes {}",
+                            worker_, sparse_ ? "dense gradients" : "sparse ones", options_.push));
+  }
+  if (sparse_) load_scheme_state(sparse_->parts, reader);
+}
+
 void PsWorker::finish() {
   if (finished_) return;
   finished_ = true;

@@ -15,6 +15,7 @@
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/sync/powersgd.h"
+#include "sparsecomm/sync/sparsify_exchange_step.h"
 
 namespace sparsecomm {
 namespace {
@@ -151,6 +152,21 @@ class SkipReduceSync final : public GradientSync {
     Stopwatch watch;
     std::size_t dropped = 0;
     if (error_feedback_) {
+      // A value that is not finite in a chunk this rank drops would enter the
+      // residual unseen by the average: the ranks agree first, as the sparse
+      // path does, and a skipped step leaves the residual as it was.
+      const Stopwatch agreement;
+      const bool finite = agree_all_finite(gradient, ctx, comm, policy_, finite_flags_);
+      m.agreement_s = agreement.seconds();
+      if (!finite) {
+        std::fill(gradient.begin(), gradient.end(), 0.0f);
+        m.selected = 0;
+        m.exchange_s = m.agreement_s;
+        m.skipped_nonfinite = true;
+        m.residual_norm = std::sqrt(sum_of_squares(residual_));
+        return m;
+      }
+      watch.restart();
       // a = g + e; the chunks that will drop this rank's contribution stay in
       // the residual, the rest is sent: decoded + residual = old residual + g.
       residual_.resize(gradient.size(), 0.0f);
@@ -170,7 +186,7 @@ class SkipReduceSync final : public GradientSync {
     SkipReduceReport report;
     skip_reduce(comm, gradient, options, &report);
     scale(gradient, 1.0f / static_cast<float>(n));
-    m.exchange_s = exchange_watch.seconds();
+    m.exchange_s = exchange_watch.seconds() + m.agreement_s;
     if (!error_feedback_) {
       for (const SkipChunk& chunk : report.schedule.chunks) {
         if (chunk.dropped(comm.rank(), n)) dropped += chunk.end - chunk.begin;
@@ -201,6 +217,7 @@ class SkipReduceSync final : public GradientSync {
   bool error_feedback_ = false;
   NonFinitePolicy policy_;
   std::vector<float> residual_;
+  std::vector<std::uint8_t> finite_flags_;  // every rank's, with error feedback
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -24,8 +25,6 @@
 
 namespace sparsecomm {
 namespace {
-
-constexpr std::uint32_t kCheckpointVersion = 1;
 
 class RankTrainer {
  public:
@@ -88,22 +87,29 @@ class RankTrainer {
     const std::int64_t end = config_.stop_at_step > 0
                                  ? std::min(steps_.plan.total_steps, config_.stop_at_step)
                                  : steps_.plan.total_steps;
+    std::optional<StopRecord> stopped;
     for (; step < end; ++step) {
       train_step(step);
       const std::int64_t done = step + 1;
       if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
-      if (done == end && end < steps_.plan.total_steps) {
+      const bool stop = done < end && can_stop_after(step) && ranks_agree_to_stop(comm_);
+      if ((done == end && end < steps_.plan.total_steps) || stop) {
         save_checkpoint(done);  // stopped early: resumable
       } else if (config_.checkpoint_every > 0 &&
                  (done % config_.checkpoint_every == 0 || done == steps_.plan.total_steps)) {
         save_checkpoint(done);
       }
+      if (stop) {
+        stopped = StopRecord{done, steps_.plan.total_steps};
+        break;
+      }
     }
     if (overlapped_) overlapped_->settle();  // stopped early: the checkpoint waited already
     const double wall_s = wall();
     evaluate_snapshots();
-    const nlohmann::json phase_times = phase_times_.gather(comm_);
-    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s, phase_times);
+    nlohmann::json extra = phase_times_.gather(comm_);
+    if (stopped) record_stop(plan_, *stopped, extra);
+    if (comm_.rank() == 0) finish_run(plan_, info_, wall_s, extra);
   }
 
  private:
@@ -242,6 +248,12 @@ class RankTrainer {
     record.update_s += std::max(0.0, round_end.seconds() - waited_s - last_s);
   }
 
+  // Whether the ranks may stop after step `step` on a request
+  // (stop_request.h): after any step, but with --local-steps only where a
+  // round closes, so that waiting for a stop adds no round trip to the steps
+  // that do not communicate.
+  bool can_stop_after(std::int64_t step) const { return !outer_ || closes_round(step); }
+
   // Whether step `step` ends a round of local steps (the run's last step
   // always does, so the run ends synchronized).
   bool closes_round(std::int64_t step) const {
@@ -328,11 +340,7 @@ class RankTrainer {
     if (overlapped_) overlapped_->settle();  // the exchange's residuals are part of the state
     evaluate_snapshots();                    // a checkpoint leaves no evaluation pending
     StateWriter state;
-    state.tag("sparsecomm-checkpoint");
-    state.value<std::uint32_t>(kCheckpointVersion);
-    state.string(fingerprint_.dump());
-    state.value<std::int64_t>(done);
-    state.value<double>(wall());
+    write_checkpoint_header(state, fingerprint_, done, wall());
     state.array<float>(ddp_->parameters());
     update_->save(state);
     ddp_->save(state);
@@ -350,19 +358,7 @@ class RankTrainer {
   double load_checkpoint(std::int64_t done) {
     const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
     StateReader state(bytes);
-    state.expect_tag("sparsecomm-checkpoint");
-    const auto version = state.value<std::uint32_t>();
-    if (version != kCheckpointVersion) {
-      throw Error(fmt::format("the checkpoint has format version {}, this build reads {}", version,
-                              kCheckpointVersion));
-    }
-    check_fingerprint(nlohmann::json::parse(state.string()), fingerprint_);
-    const auto saved_step = state.value<std::int64_t>();
-    if (saved_step != done) {
-      throw Error(fmt::format("the checkpoint file of rank {} is of step {}, latest.json says {}",
-                              comm_.rank(), saved_step, done));
-    }
-    const double wall_s = state.value<double>();
+    const double wall_s = read_checkpoint_header(state, fingerprint_, done, comm_.rank());
     state.array_into<float>(ddp_->parameters());
     update_->load(state);
     ddp_->load(state);

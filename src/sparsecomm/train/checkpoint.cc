@@ -23,7 +23,58 @@ fs::path rank_file(const fs::path& run_dir, std::int64_t step, int rank) {
   return step_dir(run_dir, step) / fmt::format("rank{}.state", rank);
 }
 
+constexpr std::uint32_t kCheckpointVersion = 1;
+
 }  // namespace
+
+void write_checkpoint_header(StateWriter& state, const nlohmann::json& fingerprint,
+                             std::int64_t step, double wall_s) {
+  state.tag("sparsecomm-checkpoint");
+  state.value<std::uint32_t>(kCheckpointVersion);
+  state.string(fingerprint.dump());
+  state.value<std::int64_t>(step);
+  state.value<double>(wall_s);
+}
+
+double read_checkpoint_header(StateReader& state, const nlohmann::json& fingerprint,
+                              std::int64_t step, int rank) {
+  state.expect_tag("sparsecomm-checkpoint");
+  const auto version = state.value<std::uint32_t>();
+  if (version != kCheckpointVersion) {
+    throw Error(fmt::format("the checkpoint has format version {}, this build reads {}", version,
+                            kCheckpointVersion));
+  }
+  const nlohmann::json saved = nlohmann::json::parse(state.string(), nullptr, false);
+  if (saved.is_discarded()) throw Error("the checkpoint's fingerprint is not JSON: corrupt");
+  check_fingerprint(saved, fingerprint);
+  const auto saved_step = state.value<std::int64_t>();
+  if (saved_step != step) {
+    throw Error(fmt::format("the checkpoint file of rank {} is of step {}, latest.json says {}",
+                            rank, saved_step, step));
+  }
+  return state.value<double>();
+}
+
+void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current) {
+  std::string differences;
+  for (const auto& [key, value] : current.items()) {
+    if (!saved.contains(key) || saved[key] != value) {
+      differences +=
+          fmt::format("\n  {}: checkpoint {} vs this run {}", key,
+                      saved.contains(key) ? saved[key].dump() : "(absent)", value.dump());
+    }
+  }
+  for (const auto& [key, value] : saved.items()) {  // set then, not now (e.g. --min-numel)
+    if (!current.contains(key)) {
+      differences += fmt::format("\n  {}: checkpoint {} vs this run (absent)", key, value.dump());
+    }
+  }
+  if (!differences.empty()) {
+    throw InvalidArgument(
+        "the checkpoint belongs to a different run; these settings differ:" + differences +
+        "\nresume with the checkpoint's settings (they are in its run directory's config.json)");
+  }
+}
 
 void write_rank_checkpoint(const fs::path& run_dir, std::int64_t step, int rank,
                            std::span<const std::byte> payload) {

@@ -37,6 +37,24 @@ using CheckpointFaultHook = std::function<void(std::int64_t step, int rank)>;
 void set_checkpoint_fault_hook(CheckpointFaultHook hook);
 void run_checkpoint_fault_hook(std::int64_t step, int rank);
 
+class StateReader;
+class StateWriter;
+
+// Every rank file's payload starts alike: a tag, the format version, the
+// run's fingerprint (JSON), the step and the run's wall time; the trainer's
+// own state follows, its first field a float array (the rank's
+// parameters, or a server's shard).
+void write_checkpoint_header(StateWriter& state, const nlohmann::json& fingerprint,
+                             std::int64_t step, double wall_s);
+// Reads that header of rank `rank`'s file of checkpoint `step`: Error for
+// another format version or step, InvalidArgument (check_fingerprint) for
+// another run's fingerprint. Returns the wall time.
+double read_checkpoint_header(StateReader& state, const nlohmann::json& fingerprint,
+                              std::int64_t step, int rank);
+// InvalidArgument listing every setting that differs between the saved
+// fingerprint and this run's, and saying how to resume.
+void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current);
+
 // Rank 0, after every rank has written: makes `step` the latest checkpoint
 // and removes older ones.
 void commit_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int world,

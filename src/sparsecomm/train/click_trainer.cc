@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -33,10 +34,12 @@
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/hash.h"
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/data/click_log.h"
 #include "sparsecomm/optim/row_optimizer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
+#include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/click_model.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
@@ -108,10 +111,16 @@ class ClickTrainer {
     } else {
       row_sgd_ = std::make_unique<RowSgd>(RowSgdOptions{});
     }
+    fingerprint_ = fingerprint(plan_, comm_.size(), ddp_->numel());
   }
 
   void run() {
     const TableLayout& tables = model_->layout();
+    std::int64_t step = 0;
+    if (plan_.resume_step) {
+      step = *plan_.resume_step;
+      wall_offset_ = load_checkpoint(step);
+    }
     if (comm_.rank() == 0) {
       held_out_ = log_.statistics(log_.options().rows, log_.options().held_out_rows);
       info_.backend = std::string(backend_name(plan_.backend));
@@ -121,6 +130,7 @@ class ClickTrainer {
       info_.embedding_numel = tables.numel();
       info_.steps_per_epoch = steps_.steps_per_epoch;
       info_.total_steps = steps_.total_steps;
+      info_.first_step = step;
       info_.buckets = ddp_->buckets().size();
       info_.pipelining = ddp_->pipelined()
                              ? fmt::format("the MLPs pipelined: {} buckets", info_.buckets)
@@ -130,13 +140,29 @@ class ClickTrainer {
     }
     clock_ = Stopwatch();
     model_->train();
-    for (std::int64_t step = 0; step < steps_.total_steps; ++step) {
+    const std::int64_t end = config_.stop_at_step > 0
+                                 ? std::min(steps_.total_steps, config_.stop_at_step)
+                                 : steps_.total_steps;
+    std::optional<StopRecord> stopped;
+    for (; step < end; ++step) {
       train_step(step);
       const std::int64_t done = step + 1;
       if (evaluates_after(config_, steps_, done)) evaluate(done);
+      const bool stop = done < end && ranks_agree_to_stop(comm_);
+      if ((done == end && end < steps_.total_steps) || stop) {
+        save_checkpoint(done);  // stopped early: resumable
+      } else if (config_.checkpoint_every > 0 &&
+                 (done % config_.checkpoint_every == 0 || done == steps_.total_steps)) {
+        save_checkpoint(done);
+      }
+      if (stop) {
+        stopped = StopRecord{done, steps_.total_steps};
+        break;
+      }
     }
-    const double wall_s = clock_.seconds();
+    const double wall_s = wall();
     nlohmann::json extra = phase_times_.gather(comm_);
+    if (stopped) record_stop(plan_, *stopped, extra);
     const TableFingerprint fingerprint = fingerprint_tables();
     if (comm_.rank() != 0) return;
     const double steps = static_cast<double>(std::max<std::int64_t>(1, totals_.steps));
@@ -184,6 +210,66 @@ class ClickTrainer {
   }
 
  private:
+  double wall() const { return wall_offset_ + clock_.seconds(); }
+
+  // Everything that defines the run's future, this rank's part: the MLPs
+  // and their synchronization and update state, the stored table rows and
+  // their optimizer's state, the rows' update counts, the exchange choice's
+  // last figures, and (rank 0) the summary's running totals.
+  void save_checkpoint(std::int64_t done) {
+    StateWriter state;
+    write_checkpoint_header(state, fingerprint_, done, wall());
+    state.array<float>(ddp_->parameters());
+    update_->save(state);
+    ddp_->save(state);
+    state.tag("click");
+    state.array<float>(tables_->values());
+    if (adagrad_) {
+      adagrad_->save(state);
+    } else {
+      row_sgd_->save(state);
+    }
+    state.array<std::uint16_t>(row_updates_);
+    state.value<std::uint8_t>(rows_updated_ ? 1 : 0);
+    const std::vector<std::uint64_t> touched(last_.touched.begin(), last_.touched.end());
+    state.array<std::uint64_t>(touched);
+    state.value<std::uint64_t>(last_.union_rows);
+    state.value<double>(train_loss_sum_);
+    state.value<std::int64_t>(train_loss_count_);
+    state.string(totals_.to_json().dump());
+    write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
+    run_checkpoint_fault_hook(done, comm_.rank());
+    comm_.barrier();
+    if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
+  }
+
+  // Restores what save_checkpoint() wrote; returns the run's wall time then.
+  double load_checkpoint(std::int64_t done) {
+    const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
+    StateReader state(bytes);
+    const double wall_s = read_checkpoint_header(state, fingerprint_, done, comm_.rank());
+    state.array_into<float>(ddp_->parameters());
+    update_->load(state);
+    ddp_->load(state);
+    state.expect_tag("click");
+    state.array_into<float>(tables_->values());
+    if (adagrad_) {
+      adagrad_->load(state);
+    } else {
+      row_sgd_->load(state);
+    }
+    row_updates_ = state.array<std::uint16_t>();
+    rows_updated_ = state.value<std::uint8_t>() != 0;
+    const std::vector<std::uint64_t> touched = state.array<std::uint64_t>();
+    last_.touched.assign(touched.begin(), touched.end());
+    last_.union_rows = state.value<std::uint64_t>();
+    train_loss_sum_ = state.value<double>();
+    train_loss_count_ = state.value<std::int64_t>();
+    totals_.from_json(nlohmann::json::parse(state.string()));
+    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+    return wall_s;
+  }
+
   static ClickLogOptions click_log_options(const TrainConfig& config) {
     ClickLogOptions options;  // the log's own seed: the data does not change with --seed
     options.cardinalities = criteo_cardinalities(static_cast<std::size_t>(config.embedding_cap));
@@ -269,7 +355,7 @@ class ClickTrainer {
     if (comm_.rank() == 0) {
       tally(record.embedding);
       record.epoch = steps_.epoch_at(step + 1);
-      record.wall_s = clock_.seconds();
+      record.wall_s = wall();
       plan_.writer->write_step(record);
       if (plan_.observer) plan_.observer->on_step(record);
     }
@@ -517,7 +603,7 @@ class ClickTrainer {
     sums[2] = std::llround(train_loss_sum_ * 1e6);
     sums[3] = train_loss_count_;
     allreduce(comm_, std::span<std::int64_t>(sums));
-    const EvalPoint point{done, steps_.epoch_at(done), clock_.seconds(), 0.0, 0};
+    const EvalPoint point{done, steps_.epoch_at(done), wall(), 0.0, 0};
     train_loss_sum_ = 0.0;
     train_loss_count_ = 0;
     if (comm_.rank() != 0) return;
@@ -570,7 +656,9 @@ class ClickTrainer {
   WorkerPhaseTimes phase_times_;
   double train_loss_sum_ = 0.0;
   std::int64_t train_loss_count_ = 0;
+  nlohmann::json fingerprint_;
   Stopwatch clock_;
+  double wall_offset_ = 0.0;  // a resumed run's wall time at its checkpoint
   RunInfo info_;
   ClickLogStatistics held_out_;  // rank 0
   std::optional<TrainEval> last_eval_;
@@ -585,7 +673,29 @@ class ClickTrainer {
     double exchange_s = 0.0, update_s = 0.0;
     std::vector<double> table_touched;
     nlohmann::json by_exchange = nlohmann::json::object();
-  } totals_;  // rank 0's steps
+    nlohmann::json to_json() const {
+      return {{"steps", steps},
+              {"touched", touched},
+              {"union_rows", union_rows},
+              {"bytes_sent", bytes_sent},
+              {"bytes_received", bytes_received},
+              {"exchange_s", exchange_s},
+              {"update_s", update_s},
+              {"table_touched", table_touched},
+              {"by_exchange", by_exchange}};
+    }
+    void from_json(const nlohmann::json& j) {
+      steps = j.at("steps").get<std::int64_t>();
+      touched = j.at("touched").get<double>();
+      union_rows = j.at("union_rows").get<double>();
+      bytes_sent = j.at("bytes_sent").get<double>();
+      bytes_received = j.at("bytes_received").get<double>();
+      exchange_s = j.at("exchange_s").get<double>();
+      update_s = j.at("update_s").get<double>();
+      table_touched = j.at("table_touched").get<std::vector<double>>();
+      by_exchange = j.at("by_exchange");
+    }
+  } totals_;  // rank 0's steps (carried through checkpoints)
 };
 
 }  // namespace

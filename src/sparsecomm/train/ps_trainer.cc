@@ -13,9 +13,11 @@
 
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/train/checkpoint.h"
 #include "sparsecomm/train/data_parallel.h"
 #include "sparsecomm/train/evaluation.h"
 #include "sparsecomm/train/run_plan.h"
@@ -106,16 +108,42 @@ void write_server_log(const fs::path& path, const ServerLog& log, const std::str
   if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
-// One server rank: serves its shard of the seeded initial parameters, writes
-// its log (server<i>.jsonl in the run directory), joins the final totals.
+// One server rank: serves its shard of the seeded initial parameters (or
+// of the checkpoint it resumes from), writes its state at each checkpoint's
+// cut, its log (server<i>.jsonl in the run directory), joins the final
+// totals.
 void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout) {
   std::unique_ptr<FlatModel> flat = make_flat_model(plan.config);
   const int index = layout.server_index(comm.rank());
   const Range shard = layout.shard(index);
   const PsOptions options =
       ps_options(plan, {flat->flat->layers().begin(), flat->flat->layers().end()});
-  const ServerLog log = run_server(comm, layout, options,
-                                   flat->flat->parameters().subspan(shard.begin, shard.size()));
+  const nlohmann::json run_fingerprint = fingerprint(plan, comm.size(), flat->flat->numel());
+  std::vector<std::byte> resume;
+  if (plan.resume_step) {
+    const std::vector<std::byte> bytes =
+        read_rank_checkpoint(plan.run_dir, *plan.resume_step, comm.rank());
+    StateReader state(bytes);
+    read_checkpoint_header(state, run_fingerprint, *plan.resume_step, comm.rank());
+    state.array<float>();  // the shard, also in the server's own state
+    resume = state.array<std::byte>();
+    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+  }
+  ServerCheckpoints checkpoints;
+  checkpoints.resume = resume;
+  checkpoints.at_cut = [&](std::int64_t done, std::span<const float> shard_values,
+                           std::span<const std::byte> server_state) {
+    StateWriter state;
+    write_checkpoint_header(state, run_fingerprint, done, 0.0);
+    state.array<float>(shard_values);
+    state.array<std::byte>(server_state);
+    write_rank_checkpoint(plan.run_dir, done, comm.rank(), state.bytes());
+    run_checkpoint_fault_hook(done, comm.rank());
+    comm.barrier();  // the workers' save_checkpoint()
+  };
+  const ServerLog log =
+      run_server(comm, layout, options, flat->flat->parameters().subspan(shard.begin, shard.size()),
+                 checkpoints);
   write_server_log(plan.run_dir / fmt::format("server{}.jsonl", index), log, options.model.name());
   PsTotals totals(layout.workers(), layout.servers());
   for (const AppliedPush& a : log.applied) {
@@ -152,9 +180,15 @@ class PsRankWorker {
     flat_ = make_flat_model(config_);
     options_ = ps_options(plan, {flat_->flat->layers().begin(), flat_->flat->layers().end()});
     worker_ = std::make_unique<PsWorker>(comm_, layout_, options_);
+    fingerprint_ = fingerprint(plan_, comm_.size(), flat_->flat->numel());
   }
 
   void run() {
+    std::int64_t step = 0;
+    if (plan_.resume_step) {
+      step = *plan_.resume_step;
+      load_checkpoint(step);
+    }
     if (comm_.rank() == 0) {
       info_.backend = std::string(backend_name(plan_.backend));
       info_.workers = layout_.workers();
@@ -164,18 +198,29 @@ class PsRankWorker {
       info_.numel = flat_->flat->numel();
       info_.steps_per_epoch = steps_.plan.steps_per_epoch;
       info_.total_steps = steps_.plan.total_steps;
+      info_.first_step = step;
       info_.pipelining = "not pipelined (parameter-server mode)";
       info_.run_dir = plan_.run_dir.string();
       if (plan_.observer) plan_.observer->on_start(info_);
     }
     clock_ = Stopwatch();
     flat_->model->train();
-    for (std::int64_t step = 0; step < steps_.plan.total_steps; ++step) {
+    const std::int64_t end = config_.stop_at_step > 0
+                                 ? std::min(steps_.plan.total_steps, config_.stop_at_step)
+                                 : steps_.plan.total_steps;
+    for (; step < end; ++step) {
       train_step(step);
       const std::int64_t done = step + 1;
-      if (comm_.rank() != 0) continue;
-      if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
-      if (background_) write_evals(background_->finished());
+      if (comm_.rank() == 0) {
+        if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
+        if (background_) write_evals(background_->finished());
+      }
+      // Every worker checkpoints after the same steps (a cut: parameter_server.h).
+      if ((done == end && end < steps_.plan.total_steps) ||
+          (config_.checkpoint_every > 0 &&
+           (done % config_.checkpoint_every == 0 || done == steps_.plan.total_steps))) {
+        save_checkpoint(done);
+      }
     }
     worker_->finish();
     PsTotals totals(layout_.workers(), layout_.servers());
@@ -190,6 +235,47 @@ class PsRankWorker {
   }
 
  private:
+  double wall() const { return wall_offset_ + clock_.seconds(); }
+
+  // A cut after `done` steps: rank 0 first records every evaluation taken so
+  // far (a checkpoint leaves none pending), every worker pauses, saves its
+  // part and joins the servers at the world's barrier; rank 0 commits.
+  void save_checkpoint(std::int64_t done) {
+    if (comm_.rank() == 0) {
+      if (background_) write_evals(background_->drain());
+      snapshots_.replay(*flat_->model, flat_->flat->parameters(),
+                        [&](const EvalPoint& point) { evaluate_now(point); });
+    }
+    worker_->pause();
+    StateWriter state;
+    write_checkpoint_header(state, fingerprint_, done, wall());
+    state.array<float>(flat_->flat->parameters());
+    worker_->save(state);
+    state.value<double>(train_loss_sum_);
+    state.value<std::int64_t>(train_loss_count_);
+    state.value<double>(bytes_pushed_);
+    state.value<double>(bytes_pulled_);
+    state.value<double>(bytes_to_workers_);
+    write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
+    run_checkpoint_fault_hook(done, comm_.rank());
+    comm_.barrier();
+    if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
+  }
+
+  void load_checkpoint(std::int64_t done) {
+    const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
+    StateReader state(bytes);
+    wall_offset_ = read_checkpoint_header(state, fingerprint_, done, comm_.rank());
+    state.array_into<float>(flat_->flat->parameters());
+    worker_->load(state);
+    train_loss_sum_ = state.value<double>();
+    train_loss_count_ = state.value<std::int64_t>();
+    bytes_pushed_ = state.value<double>();
+    bytes_pulled_ = state.value<double>();
+    bytes_to_workers_ = state.value<double>();
+    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+  }
+
   void train_step(std::int64_t step) {
     TrainStep record;
     record.step = step;
@@ -245,7 +331,7 @@ class PsRankWorker {
 
     if (comm_.rank() == 0) {
       record.epoch = steps_.plan.epoch_at(step + 1);
-      record.wall_s = clock_.seconds();
+      record.wall_s = wall();
       plan_.writer->write_step(record);
       if (plan_.observer) plan_.observer->on_step(record);
     }
@@ -257,7 +343,7 @@ class PsRankWorker {
   // the training loss is rank 0's mean since the previous point.
   void evaluate(std::int64_t done) {
     worker_->pull(flat_->flat->parameters());
-    const EvalPoint point{done, steps_.plan.epoch_at(done), clock_.seconds(), train_loss_sum_,
+    const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_sum_,
                           train_loss_count_};
     train_loss_sum_ = 0.0;
     train_loss_count_ = 0;
@@ -292,7 +378,7 @@ class PsRankWorker {
   }
 
   void finish(PsTotals& totals, const nlohmann::json& phase_times) {
-    const double wall_s = clock_.seconds();  // after every worker and server is done
+    const double wall_s = wall();  // after every worker and server is done
     snapshots_.replay(*flat_->model, flat_->flat->parameters(),
                       [&](const EvalPoint& point) { evaluate_now(point); });
     std::int64_t lag_sum = 0, lag_count = 0, lag_max = 0;
@@ -356,7 +442,9 @@ class PsRankWorker {
   double bytes_pulled_ = 0.0;
   double bytes_to_workers_ = 0.0;
   WorkerPhaseTimes phase_times_;  // this worker's, one per step trained
+  nlohmann::json fingerprint_;
   Stopwatch clock_;
+  double wall_offset_ = 0.0;  // a resumed run's wall time at its checkpoint
   RunInfo info_;
 };
 

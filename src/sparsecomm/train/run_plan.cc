@@ -9,8 +9,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
+#include "sparsecomm/core/stop_request.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/sync/dense_warmup.h"
@@ -174,6 +176,15 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   if (c.optimizer != "sgd") out["optimizer"] = c.optimizer;
   if (c.compress != "gradient") out["compress"] = c.compress;
   if (c.freeze_variance_after > 0) out["freeze_variance_after"] = c.freeze_variance_after;
+  if (ps_mode(c)) {
+    out["servers"] = c.servers;
+    out["sync"] = sync_model_name(c);
+  }
+  if (model_reads_clicks(c.model)) {
+    out["embedding"] = {{"cap", c.embedding_cap},           {"dim", c.embedding_dim},
+                        {"exchange", c.embedding_exchange}, {"optimizer", c.embedding_optimizer},
+                        {"values", c.embedding_values},     {"lr", c.embedding_lr}};
+  }
   if (c.local_steps > 0) {
     out["local_steps"] = c.local_steps;
     out["outer"] = {c.outer_lr, c.outer_momentum, c.outer_nesterov};
@@ -182,25 +193,22 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   return out;
 }
 
-void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current) {
-  std::string differences;
-  for (const auto& [key, value] : current.items()) {
-    if (!saved.contains(key) || saved[key] != value) {
-      differences +=
-          fmt::format("\n  {}: checkpoint {} vs this run {}", key,
-                      saved.contains(key) ? saved[key].dump() : "(absent)", value.dump());
-    }
-  }
-  for (const auto& [key, value] : saved.items()) {  // set then, not now (e.g. --min-numel)
-    if (!current.contains(key)) {
-      differences += fmt::format("\n  {}: checkpoint {} vs this run (absent)", key, value.dump());
-    }
-  }
-  if (!differences.empty()) {
-    throw InvalidArgument(
-        "the checkpoint belongs to a different run; these settings differ:" + differences +
-        "\nresume with the checkpoint's settings (they are in its run directory's config.json)");
-  }
+bool ranks_agree_to_stop(Communicator& comm) {
+  std::int64_t requests = stop_requested() ? 1 : 0;
+  allreduce(comm, std::span<std::int64_t>(&requests, 1));
+  return requests > 0;
+}
+
+void record_stop(RunPlan& plan, const StopRecord& stop, nlohmann::json& extra) {
+  plan.stopped = true;
+  const std::string reason = stop_reason();
+  nlohmann::json record = {
+      {"reason", reason.empty() ? std::string("another rank's request") : reason},
+      {"step", stop.step},
+      {"total_steps", stop.total_steps},
+      {"checkpoint", (plan.run_dir / "checkpoints" / fmt::format("step-{}", stop.step)).string()},
+      {"resume", fmt::format("sparsecomm train --resume {}", plan.run_dir.string())}};
+  extra["stopped"] = std::move(record);
 }
 
 void finish_run(RunPlan& plan, const RunInfo& info, double wall_s, const nlohmann::json& extra) {

@@ -7,6 +7,7 @@
 // (ps_trainer.cc), or for the click model train_click_rank()
 // (click_trainer.cc).
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -47,8 +48,9 @@ struct RunPlan {
   std::filesystem::path run_dir;
   std::optional<std::int64_t> resume_step;  // completed steps of the checkpoint
   TrainObserver* observer = nullptr;
-  RunWriter* writer = nullptr;  // rank 0 only
-  nlohmann::json summary;       // rank 0's, filled at the end
+  RunWriter* writer = nullptr;       // rank 0 only
+  nlohmann::json summary;            // rank 0's, filled at the end
+  std::atomic<bool> stopped{false};  // the ranks stopped on a request (record_stop)
 };
 
 // The run's length and learning-rate schedule when `trainers` ranks (or
@@ -129,10 +131,25 @@ OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applie
 // The update around `sync` (--optimizer, --compress; optim/update_rule.h).
 std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync);
 
-// What defines a run's future: a checkpoint only resumes a run that agrees.
+// What defines a run's future: a checkpoint only resumes a run that agrees
+// (train/checkpoint.h).
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel);
-// InvalidArgument listing every setting that differs.
-void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current);
+
+// Whether any rank was asked to stop (core/stop_request.h): the same
+// answer on every rank. A collective: every rank calls it after the same
+// step.
+bool ranks_agree_to_stop(Communicator& comm);
+
+// A run that stopped on a request after `step` of its `total_steps`, with a
+// checkpoint there.
+struct StopRecord {
+  std::int64_t step = 0;
+  std::int64_t total_steps = 0;
+};
+// Marks the run as stopped on every rank (plan.stopped) and, for rank 0's
+// summary.json, adds "stopped" to `extra`: what asked, the step, the
+// checkpoint and the command that resumes.
+void record_stop(RunPlan& plan, const StopRecord& stop, nlohmann::json& extra);
 
 // Rank 0 at the end: summary.json (with `extra` fields), the plots, the
 // observer. A plot that cannot be drawn is a warning: the run's results stand.

@@ -99,8 +99,6 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
                     "that run failed (see its failure.json): choose another --out or "
                     "delete {}",
                     dir_.string())
-          : config.servers > 0
-              ? "choose another --out (parameter-server runs cannot be resumed yet)"
               : fmt::format("pass --resume {} to continue it, or choose another --out",
                             dir_.string());
       throw InvalidArgument(
@@ -132,8 +130,10 @@ RunWriter::RunWriter(fs::path dir, const TrainConfig& config, std::int64_t resum
     }
     atomic_write(metrics_path_, kept);
     steps_completed_ = resume_step;
-    // The run goes on: an earlier failure's record no longer describes it.
+    // The run goes on: an earlier failure's or stop's record no longer
+    // describes it (summary.json is written again at the end).
     fs::remove(dir_ / "failure.json", error);
+    fs::remove(dir_ / "summary.json", error);
   }
   report::write_json_atomically(dir_ / "config.json", to_json(config_));
 }

@@ -137,8 +137,6 @@ void validate_click_model(const TrainConfig& c) {
           fmt::format("{} must be > 0", c.embedding_lr));
   const std::string_view not_yet = "is not available for the click model (dlrm) yet";
   require(!ps_mode(c), "servers", fmt::format("parameter-server mode {}; drop --servers", not_yet));
-  require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
-          fmt::format("checkpoints (and --stop-at-step) {}", not_yet));
   require(c.record_gradients.empty(), "record-gradients",
           fmt::format("gradient traces {}", not_yet));
   require(!c.eval_deferred, "eval-deferred", fmt::format("--eval-deferred {}", not_yet));
@@ -235,8 +233,6 @@ void validate_servers(const TrainConfig& c) {
     require(c.min_numel == 0 && c.exclude.empty(), "min-numel",
             "dense tensors beside a sparse method (--min-numel, --exclude) are for all-reduce "
             "mode; parameter-server pushes sparsify the whole gradient");
-    require(c.checkpoint_every == 0 && c.stop_at_step == 0, "checkpoint-every",
-            "checkpoints (and --stop-at-step) are not supported in parameter-server mode yet");
     require(c.record_gradients.empty(), "record-gradients",
             "gradient traces are not supported in parameter-server mode");
     require(!c.deterministic, "deterministic",

@@ -54,11 +54,8 @@ fs::path default_run_dir(const TrainConfig& config) {
 }
 
 // Builds the method once up front so that bad options fail before any work.
-void check_method(const TrainConfig& config, const RunPlan& plan, const std::string& resume_dir) {
+void check_method(const TrainConfig& config, const RunPlan& plan) {
   if (ps_mode(config)) {
-    if (!resume_dir.empty()) {
-      throw InvalidArgument("--resume: parameter-server runs write no checkpoints yet");
-    }
     const std::size_t numel = model_numel(config);
     if (static_cast<std::size_t>(config.servers) > numel) {
       throw InvalidArgument(fmt::format(
@@ -172,7 +169,7 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
         "--deterministic needs our ring all-reduce (a fixed reduction order); drop "
         "--method-option allreduce=native");
   }
-  check_method(config, plan, resume_dir);
+  check_method(config, plan);
 
   plan.backend = resolve_backend(parse_backend(config.backend));
   plan.threads = resolve_threads(config, plan.backend);
@@ -211,6 +208,8 @@ nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer,
       throw;
     }
   });
+  // Under MPI the other processes learn only that the run stopped.
+  if (plan.summary.is_null() && plan.stopped) return {{"stopped", true}};
   return plan.summary;
 }
 

@@ -21,8 +21,10 @@ namespace sparsecomm {
 // or this process's rank under mpirun). `resume_dir` non-empty: continue
 // from its latest checkpoint (the configuration must match what defines
 // the run: model, method and options, workers, batch, seed, data). Returns
-// summary.json's content (rank 0's; under MPI every process returns its
-// own view, with the same accuracy figures).
+// summary.json's content (rank 0's; under MPI the other processes return
+// null, or {"stopped": true}). A run that stopped on a request
+// (core/stop_request.h) returns normally after checkpointing, its summary
+// with "stopped" (docs/architecture.md, "Stopping on a signal").
 nlohmann::json run_training(const TrainConfig& config, TrainObserver* observer = nullptr,
                             const std::string& resume_dir = "");
 
