@@ -348,10 +348,7 @@ class RankTrainer {
     if (overlapped_) overlapped_->save(state);
     state.value<double>(train_loss_sum_);
     state.value<std::int64_t>(train_loss_count_);
-    write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
-    run_checkpoint_fault_hook(done, comm_.rank());
-    comm_.barrier();
-    if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
+    store_checkpoint(comm_, plan_.run_dir, done, state.bytes(), fingerprint_);
   }
 
   // Restores everything that defines the run's future; returns its wall time.

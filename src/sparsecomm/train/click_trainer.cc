@@ -237,10 +237,7 @@ class ClickTrainer {
     state.value<double>(train_loss_sum_);
     state.value<std::int64_t>(train_loss_count_);
     state.string(totals_.to_json().dump());
-    write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
-    run_checkpoint_fault_hook(done, comm_.rank());
-    comm_.barrier();
-    if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
+    store_checkpoint(comm_, plan_.run_dir, done, state.bytes(), fingerprint_);
   }
 
   // Restores what save_checkpoint() wrote; returns the run's wall time then.

@@ -137,9 +137,7 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
     write_checkpoint_header(state, run_fingerprint, done, 0.0);
     state.array<float>(shard_values);
     state.array<std::byte>(server_state);
-    write_rank_checkpoint(plan.run_dir, done, comm.rank(), state.bytes());
-    run_checkpoint_fault_hook(done, comm.rank());
-    comm.barrier();  // the workers' save_checkpoint()
+    store_checkpoint(comm, plan.run_dir, done, state.bytes(), run_fingerprint);
   };
   const ServerLog log =
       run_server(comm, layout, options, flat->flat->parameters().subspan(shard.begin, shard.size()),
@@ -256,10 +254,7 @@ class PsRankWorker {
     state.value<double>(bytes_pushed_);
     state.value<double>(bytes_pulled_);
     state.value<double>(bytes_to_workers_);
-    write_rank_checkpoint(plan_.run_dir, done, comm_.rank(), state.bytes());
-    run_checkpoint_fault_hook(done, comm_.rank());
-    comm_.barrier();
-    if (comm_.rank() == 0) commit_checkpoint(plan_.run_dir, done, comm_.size(), fingerprint_);
+    store_checkpoint(comm_, plan_.run_dir, done, state.bytes(), fingerprint_);
   }
 
   void load_checkpoint(std::int64_t done) {

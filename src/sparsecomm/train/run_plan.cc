@@ -16,6 +16,7 @@
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/sync/dense_warmup.h"
+#include "sparsecomm/train/checkpoint.h"
 
 namespace sparsecomm {
 
@@ -191,6 +192,14 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
     if (c.outer_overlap) out["outer_overlap"] = true;
   }
   return out;
+}
+
+void store_checkpoint(Communicator& comm, const std::filesystem::path& run_dir, std::int64_t step,
+                      std::span<const std::byte> state, const nlohmann::json& fingerprint) {
+  write_rank_checkpoint(run_dir, step, comm.rank(), state);
+  run_checkpoint_fault_hook(step, comm.rank());
+  comm.barrier();
+  if (comm.rank() == 0) commit_checkpoint(run_dir, step, comm.size(), fingerprint);
 }
 
 bool ranks_agree_to_stop(Communicator& comm) {

@@ -135,6 +135,12 @@ std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, Gradient
 // (train/checkpoint.h).
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel);
 
+// This rank's part of checkpoint `step` (a collective): writes its state,
+// waits at the world's barrier for every rank's, and rank 0 commits the
+// checkpoint (train/checkpoint.h).
+void store_checkpoint(Communicator& comm, const std::filesystem::path& run_dir, std::int64_t step,
+                      std::span<const std::byte> state, const nlohmann::json& fingerprint);
+
 // Whether any rank was asked to stop (core/stop_request.h): the same
 // answer on every rank. A collective: every rank calls it after the same
 // step.
