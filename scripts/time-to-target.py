@@ -155,6 +155,9 @@ def main():
     target = (("accuracy", args.target_accuracy) if args.target_accuracy is not None else
               ("loss", args.target_loss))
     binary = os.environ.get("SPARSECOMM_BIN", os.path.join(ROOT, "build", "sparsecomm"))
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"time-to-target: {binary} is not an executable: build first, or name the "
+                 "binary in SPARSECOMM_BIN")
     cells_file = os.path.join(args.out, "cells.txt")
     names = [line.split("#", 1)[0].split()[0] for line in open(cells_file)
              if line.split("#", 1)[0].strip()]
