@@ -4,13 +4,14 @@ seeds, then tabulates each cell's final held-out loss and accuracy (mean and
 spread over seeds) beside its bytes per rank per step as a share of the
 first cell's (dense's).
 
-    scripts/accuracy-table.py run OUT CELLS [--seeds "42 1 2"] [--common "FLAGS"]
-    scripts/accuracy-table.py table OUT CELLS [--seeds "42 1 2"]
+    scripts/accuracy-table.py run OUT CELLS [--seeds "42 1 2"] [--common "FLAGS"] [--only "NAME..."]
+    scripts/accuracy-table.py table OUT CELLS [--seeds "42 1 2"] [--only "NAME..."]
 
 CELLS is a file of lines `NAME FLAGS...` (# starts a comment); the first
 cell is the reference. Each run goes to OUT/NAME/seedS; a run whose
 summary.json exists is skipped, so `run` resumes. --common holds flags for
-every cell (the model, steps, batch). SPARSECOMM_BIN names another binary
+every cell (the model, steps, batch); --only keeps the named cells of
+CELLS, in its order. SPARSECOMM_BIN names another binary
 than build/sparsecomm. The cells of docs/benchmarks.md are in
 scripts/accuracy-cells/.
 """
@@ -135,9 +136,20 @@ def main():
     parser.add_argument("cells")
     parser.add_argument("--seeds", default="42 1 2")
     parser.add_argument("--common", default="")
+    parser.add_argument("--only", default="", help="names of the cells to keep")
     args = parser.parse_args()
     cells = read_cells(args.cells)
-    seeds = [int(s) for s in args.seeds.split()]
+    if args.only:
+        names = args.only.split()
+        unknown = [n for n in names if n not in (c[0] for c in cells)]
+        if unknown:
+            sys.exit(f"--only names {', '.join(unknown)}, not cells of {args.cells} "
+                     f"(it has {', '.join(c[0] for c in cells)})")
+        cells = [c for c in cells if c[0] in names]
+    try:
+        seeds = [int(s) for s in args.seeds.split()]
+    except ValueError:
+        sys.exit(f"--seeds takes integers separated by spaces, got '{args.seeds}'")
     if args.action == "run":
         run_cells(args.out, cells, seeds, shlex.split(args.common))
     table(args.out, cells, seeds)
