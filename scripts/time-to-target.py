@@ -31,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP_STEPS = 10  # a run's first steps (allocation, first threshold) are not its mean
@@ -131,10 +132,23 @@ def plan_prediction(binary, cluster_dir, model, hosts, reference, args):
     return rows[0]["configurations"]
 
 
-def matching(configurations, run):
+def run_options(binary, run):
+    """The run's configuration options as a profile labels them ("rank=8",
+    "values=int8"; "" for the defaults), by `sparsecomm convergence` itself."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "profile.json")
+        result = subprocess.run([binary, "convergence", run["dir"], "-o", out],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"convergence failed on {run['dir']}:\n{result.stderr}")
+        return json.load(open(out))["runs"][0]["options"]
+
+
+def matching(configurations, run, options):
     summary, config = run["summary"], run["config"]
     for c in configurations:
-        if c["method"] != summary["method"] or c["local_steps"] != config.get("local_steps", 0):
+        if (c["method"] != summary["method"] or c["local_steps"] != config.get("local_steps", 0)
+                or c["options"] != options):
             continue
         if c["method"] == "dense" or abs(c["density"] - summary["density"]) < 1e-12:
             return c
@@ -159,8 +173,11 @@ def main():
         sys.exit(f"time-to-target: {binary} is not an executable: build first, or name the "
                  "binary in SPARSECOMM_BIN")
     cells_file = os.path.join(args.out, "cells.txt")
-    names = [line.split("#", 1)[0].split()[0] for line in open(cells_file)
-             if line.split("#", 1)[0].strip()]
+    lines = [line.split("#", 1)[0].split() for line in open(cells_file)]
+    names = [words[0] for words in lines if words]
+    # Cells that choose their configuration (--density auto): compared with
+    # the best fixed cell, not among them.
+    auto_cells = {words[0] for words in lines if words and "auto" in words[1:]}
 
     clusters = sorted(d for d in glob.glob(os.path.join(args.out, "*-h*")) if os.path.isdir(d))
     runs = {}
@@ -185,6 +202,7 @@ def main():
               "| plan: steps | step ms | s | error |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         measured = {}
+        options = {}
         for name in present:
             run = runs[(cluster_dir, name)]
             step_s = mean_step_s(run)
@@ -207,10 +225,10 @@ def main():
                     if steps_found is not None:
                         reached = (steps_found, steps_found * step_s)
                         composed = "pilot"
-            chose = run["summary"]["method"] + (
-                f" c={run['summary']['density']:g}" if run["summary"]["method"] != "dense" else "")
+            options[name] = run_options(binary, run)
             configurations = plan_prediction(binary, cluster_dir, model, int(hosts), run, args)
-            c = matching(configurations, run)
+            c = matching(configurations, run, options[name])
+            chose = c["configuration"] if c else run["summary"]["method"]
             predicted = c["time_to_target_s"] if c else None
             if reached:
                 measured[name] = reached[1]
@@ -231,7 +249,7 @@ def main():
             if reached and predicted:
                 errors.append(abs(predicted - reached[1]) / reached[1])
         if measured:
-            fixed = {n: t for n, t in measured.items() if n != "auto"}
+            fixed = {n: t for n, t in measured.items() if n not in auto_cells}
             best = min(fixed, key=fixed.get) if fixed else None
             ranked = [c for c in configurations if c["time_to_target_s"] is not None]
             pick = min(ranked, key=lambda c: c["time_to_target_s"]) if ranked else None
@@ -239,13 +257,13 @@ def main():
             # with a compute common to every configuration)
             line = f"\nmeasured first (fixed): {best} ({fixed[best]:.1f} s)" if best else "\n"
             if pick:
-                picked = [n for n in present if matching([pick], runs[(cluster_dir, n)]) and
-                          n != "auto" and n in measured]
+                picked = [n for n in present if n in fixed and
+                          matching([pick], runs[(cluster_dir, n)], options[n])]
                 ratio = (f", {measured[picked[0]] / fixed[best]:.2f}x the best" if picked and best
                          else "")
                 line += f"; plan's pick: {pick['configuration']}{ratio}"
-            if "auto" in measured and best:
-                line += f"; auto: {measured['auto'] / fixed[best]:.2f}x the best"
+            for name in (n for n in present if n in auto_cells and n in measured and best):
+                line += f"; {name}: {measured[name] / fixed[best]:.2f}x the best"
             print(line)
     if errors:
         print(f"\nplan's time to the target against the measured, {len(errors)} runs: median "

@@ -76,8 +76,9 @@ def choose_density(convergence, model, method="exdyna", *, link_gbit=None, laten
                    network_profile=None, target_loss=None, target_accuracy=None, world_size=None,
                    local_steps=0, options="", compute_s=None):
     """The configuration to train ``model`` with, as a dict: ``method``,
-    ``density``, ``configuration`` (its label), the profile's ``steps`` to
-    the target, the predicted ``step_s`` and ``time_s``.
+    ``density``, ``options`` (as the profile labels them), ``configuration``
+    (its label), the profile's ``steps`` to the target, the predicted
+    ``step_s`` and ``time_s``.
 
     ``convergence``: a profile of pilot runs (``sparsecomm convergence``);
     one of ``target_loss`` (held-out loss at or below) and
@@ -85,7 +86,8 @@ def choose_density(convergence, model, method="exdyna", *, link_gbit=None, laten
     and ``latency_us``, or ``network_profile``, the cost profile
     ``sparsecomm calibrate`` measured on the cluster; ``compute_s``: the
     step's forward + backward there (default: the pilots'). ``method=None`` chooses among every method
-    of the profile. ``options``: the configuration's options as the profile
+    of the profile, each configuration with its own options. ``options``
+    (with a method named): the configuration's options as the profile
     labels them (``"decay=0.95,memory=ef"``; "" for the defaults). The
     world size defaults to the process group's (else the profile's). A
     profile without a configuration that reached the target on every seed

@@ -497,8 +497,17 @@ PYBIND11_MODULE(_sparsecomm, m) {
         const perf::CostProfile network = network_profile.empty()
                                               ? perf::network_profile(link_gbit, latency_us)
                                               : perf::load_profile(network_profile);
-        const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
-            outcomes, method, local_steps, false, options, base, network);
+        // Any method (method ""): every configuration of these rounds, with
+        // its own options, which the result names.
+        const std::optional<perf::DensityChoice> choice =
+            method.empty() ? perf::choose_configuration(
+                                 outcomes,
+                                 [&](const perf::ConfigurationOutcome& o) {
+                                   return o.local_steps == local_steps && !o.overlap;
+                                 },
+                                 base, network)
+                           : perf::choose_configuration(outcomes, method, local_steps, false,
+                                                        options, base, network);
         if (!choice) {
           throw InvalidArgument("choose_density: " + convergence + " has no configuration of " +
                                 (method.empty() ? std::string("any method") : method) +
@@ -508,6 +517,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
         py::dict out;
         out["method"] = choice->outcome->method;
         out["density"] = choice->outcome->density;
+        out["options"] = choice->outcome->options;
         out["configuration"] = choice->outcome->label;
         out["steps"] = choice->outcome->steps;
         out["step_s"] = choice->step_s;

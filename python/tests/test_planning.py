@@ -41,6 +41,26 @@ def test_a_slow_link_picks_a_sparser_density_than_a_fast_one(tmp_path):
     assert best["time_s"] <= fast["time_s"]
 
 
+def test_any_method_chooses_a_configuration_with_options_and_names_them(tmp_path):
+    # A configuration with options (Top-k at 1% in 8-bit values, here in
+    # 900 steps, fewer than any other) is a candidate like any other when
+    # method=None, and the result names its options.
+    path = tmp_path / "profile.json"
+    profile = json.loads(open(_profile(path)).read())
+    int8 = dict(profile["runs"][3], options="values=int8",
+                curve=[[450, 2.0, None], [900, 1.0, None], [4000, 0.5, None]])
+    profile["runs"].append(int8)
+    path.write_text(json.dumps(profile))
+    model = torch.nn.Linear(1000, 1000)
+    best = sparsecomm.choose_density(str(path), model, None, link_gbit=1, target_loss=1.0)
+    assert best["configuration"] == "topk c=0.01 (values=int8)"
+    assert best["options"] == "values=int8"
+    assert best["steps"] == 900
+    # A named method keeps its options filter: "" means the defaults.
+    topk = sparsecomm.choose_density(str(path), model, "topk", link_gbit=1, target_loss=1.0)
+    assert topk["options"] == "" and topk["steps"] == 1400
+
+
 def test_what_cannot_be_chosen_is_refused(tmp_path):
     profile = _profile(tmp_path / "profile.json")
     model = torch.nn.Linear(10, 10)

@@ -82,6 +82,21 @@ TEST(Convergence, OutcomesAverageSeedsAndMissOnAnySeedThatMisses) {
   EXPECT_DOUBLE_EQ(out[2].steps, 100.0);
 }
 
+TEST(Convergence, LabelsNameADensityOnlyForMethodsThatHaveOne) {
+  // A PowerSGD or quantizer run records train's default density (0.01),
+  // which is not its compression: its label leaves it out.
+  ConvergenceProfile profile;
+  profile.runs = {run_of("powersgd", 0.01, 1, {{100, 0.5, 0}}),
+                  run_of("qsgd", 0.01, 1, {{100, 0.5, 0}}),
+                  run_of("exdyna", 0.01, 1, {{100, 0.5, 0}})};
+  profile.runs[0].options = "rank=4";
+  const std::vector<ConfigurationOutcome> out = outcomes(profile, kLoss1);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].label, "powersgd (rank=4)");
+  EXPECT_EQ(out[1].label, "qsgd");
+  EXPECT_EQ(out[2].label, "exdyna c=0.01");
+}
+
 ConvergenceProfile small_profile() {
   ConvergenceProfile profile{.model = "cnn",
                              .ranks = 4,

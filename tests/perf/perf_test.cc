@@ -376,6 +376,20 @@ TEST(StepModel, DenseIsComputePlusTheRingPlusTheUpdate) {
   EXPECT_EQ(predict_step("dense", s, p).exchange_s, 0.0);
 }
 
+// Dense with values=fp16 or bf16 (train's -m dense -o values=fp16): the ring
+// carries 16-bit partial sums, half the bytes; a sparse codec leaves it fp32.
+TEST(StepModel, DenseOnASixteenBitWireSendsHalfTheBytes) {
+  const CostProfile p = unit_profile();
+  Scenario s{.ranks = 8, .numel = 1e7, .density = 0.01, .compute_s = 0.1};
+  s.values = ValueEncoding::kFloat16;
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).exchange_s, ring_allreduce(p, 8, 2e7).seconds);
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).bytes_sent, 2.0 * 7 / 8 * 2e7);
+  s.values = ValueEncoding::kBFloat16;
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).bytes_sent, 2.0 * 7 / 8 * 2e7);
+  s.values = ValueEncoding::kInt8;
+  EXPECT_DOUBLE_EQ(predict_step("dense", s, p).bytes_sent, 2.0 * 7 / 8 * 4e7);
+}
+
 TEST(StepModel, AMessagesFramingIsTheLargerOfItsPerMessageAndPerByteFigures) {
   CostProfile p = unit_profile();
   Scenario s{.ranks = 8, .numel = 1e7, .density = 0.01, .compute_s = 0.1};

@@ -1,6 +1,9 @@
 #include "auto_density.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +16,7 @@
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/step_model.h"
 #include "sparsecomm/sync/dense_layers.h"
+#include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/train/model_probe.h"
 
 namespace sparsecomm::cli {
@@ -73,6 +77,26 @@ perf::CostProfile network_of(const AutoDensityFlags& flags) {
   return perf::network_profile(*flags.link_gbit, flags.latency_us.value_or(5.0));
 }
 
+// The method options of configuration `o`: the items of its options that
+// its method takes (the rest are train settings, such as outer_lr).
+std::map<std::string, std::string> method_options_of(const perf::ConfigurationOutcome& o) {
+  std::map<std::string, std::string> out;
+  const SyncMethodInfo& info = sync_method(o.method);
+  std::string_view rest = o.options;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos) continue;
+    const std::string key(item.substr(0, equals));
+    if (std::ranges::any_of(info.options, [&](const OptionSpec& spec) { return spec.name == key; })) {
+      out[key] = std::string(item.substr(equals + 1));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flags) {
@@ -81,10 +105,16 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
     throw InvalidArgument(
         "--method auto chooses the method with its density: give --density auto with it");
   }
-  if (config.method == "dense" || config.method == "skipreduce" || config.servers > 0) {
+  if (any_method && !config.method_options.empty()) {
     throw InvalidArgument(
-        fmt::format("--density auto chooses a sparsifier's density; {} has none to choose",
-                    config.servers > 0 ? "parameter-server mode" : config.method));
+        "--method auto runs the chosen configuration with its own method options (from the "
+        "profile): drop -o, or name the method and give --density auto");
+  }
+  if (config.servers > 0 || (!any_method && !sync_method(config.method).has_density)) {
+    throw InvalidArgument(fmt::format(
+        "--density auto chooses a sparsifier's density; {} has none to choose (use --method auto "
+        "--density auto to choose among every method of the profile)",
+        config.servers > 0 ? "parameter-server mode" : config.method));
   }
   if (flags.convergence.empty()) {
     throw InvalidArgument(
@@ -123,9 +153,20 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
   base.dense_numel = static_cast<double>(dense_numel(rule, probe.tensors, config.model));
   base.compute_s = flags.compute_ms ? *flags.compute_ms / 1e3 : profile.compute_s;
   base.tensors = method_tensors;
-  const std::optional<perf::DensityChoice> choice = perf::choose_configuration(
-      outcomes, any_method ? "" : config.method, static_cast<int>(config.local_steps), overlap,
-      options, base, costs);
+  // A configuration fits when this run, given its method, density and method
+  // options, would be that configuration: the same rounds and the same other
+  // settings (train's, beyond the method's options).
+  const auto fits = [&](const perf::ConfigurationOutcome& o) {
+    if (o.local_steps != config.local_steps || o.overlap != overlap) return false;
+    if (!any_method) return o.method == config.method && o.options == options;
+    TrainConfig candidate = config;
+    candidate.method = o.method;
+    candidate.density = o.density;
+    candidate.method_options = method_options_of(o);
+    return variant_options(to_json(candidate)) == o.options;
+  };
+  const std::optional<perf::DensityChoice> choice =
+      perf::choose_configuration(outcomes, fits, base, costs);
   if (!choice) {
     std::vector<std::string> held;
     for (const perf::ConfigurationOutcome& o : outcomes) {
@@ -149,6 +190,7 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
       flags.convergence);
   config.method = choice->outcome->method;
   config.density = choice->outcome->density;
+  if (any_method) config.method_options = method_options_of(*choice->outcome);
 }
 
 }  // namespace sparsecomm::cli

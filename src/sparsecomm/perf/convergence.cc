@@ -13,6 +13,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/json_integer.h"
 #include "sparsecomm/perf/json_file.h"
+#include "sparsecomm/sync/gradient_sync.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -33,7 +34,10 @@ double goal(const Target& target) {
 
 std::string configuration_label(const ConvergenceRun& run) {
   std::string label = run.method;
-  if (run.method != "dense") label += fmt::format(" c={:g}", run.density);
+  // A method without a density (PowerSGD, the quantizers) records train's
+  // default, which says nothing about it.
+  const SyncMethodInfo* info = find_sync_method(run.method);
+  if (info == nullptr || info->has_density) label += fmt::format(" c={:g}", run.density);
   if (run.local_steps > 0) {
     label += fmt::format(" h{}{}", run.local_steps, run.overlap ? " overlapped" : "");
   }
@@ -254,12 +258,21 @@ std::optional<DensityChoice> choose_configuration(const std::vector<Configuratio
                                                   std::string_view method, int local_steps,
                                                   bool overlap, std::string_view options,
                                                   const Scenario& base, const CostProfile& costs) {
+  return choose_configuration(
+      outcomes,
+      [&](const ConfigurationOutcome& o) {
+        return (method.empty() || o.method == method) && o.local_steps == local_steps &&
+               o.overlap == overlap && o.options == options;
+      },
+      base, costs);
+}
+
+std::optional<DensityChoice> choose_configuration(const std::vector<ConfigurationOutcome>& outcomes,
+                                                  const ConfigurationFilter& fits,
+                                                  const Scenario& base, const CostProfile& costs) {
   std::optional<DensityChoice> best;
   for (const ConfigurationOutcome& o : outcomes) {
-    if ((!method.empty() && o.method != method) || o.local_steps != local_steps ||
-        o.overlap != overlap || o.options != options || !std::isfinite(o.steps)) {
-      continue;
-    }
+    if (!std::isfinite(o.steps) || !fits(o)) continue;
     const double step_s = predict_step(o.method, scenario_of(o, base), costs).step_s;
     const double time_s = o.steps * step_s;
     if (!best || time_s < best->time_s) best = DensityChoice{&o, step_s, time_s};

@@ -7,6 +7,7 @@
 // the steps to a target by the predicted step time.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -107,6 +108,13 @@ struct DensityChoice {
 std::optional<DensityChoice> choose_configuration(const std::vector<ConfigurationOutcome>& outcomes,
                                                   std::string_view method, int local_steps,
                                                   bool overlap, std::string_view options,
+                                                  const Scenario& base, const CostProfile& costs);
+// The same among the configurations `fits` accepts (train's --method auto
+// takes each configuration's method options with it, so it cannot name
+// them in advance).
+using ConfigurationFilter = std::function<bool(const ConfigurationOutcome&)>;
+std::optional<DensityChoice> choose_configuration(const std::vector<ConfigurationOutcome>& outcomes,
+                                                  const ConfigurationFilter& fits,
                                                   const Scenario& base, const CostProfile& costs);
 
 // JSON form ({"format": "sparsecomm convergence profile", "version": 1, ...}).

@@ -184,6 +184,11 @@ struct CallCost {
   std::string statistics;
 };
 
+double dense_wire_bytes_per_value(ValueEncoding values) {
+  const bool sixteen_bits = values == ValueEncoding::kFloat16 || values == ValueEncoding::kBFloat16;
+  return sixteen_bits ? wire_bits_per_value(values) / 8.0 : kFloatBytes;
+}
+
 CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile& p, double numel) {
   const int n = s.ranks;
   const double k = shape.every_coordinate ? numel : std::max(1.0, std::round(s.density * numel));
@@ -200,7 +205,9 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
   const CommCost agreement = nonfinite_agreement(p, n);
   switch (shape.kind) {
     case Kind::kDense:
-      call.comm = ring_allreduce(p, n, kFloatBytes * numel);
+      // values=fp16|bf16 puts 16-bit partial sums on the ring's wire; the
+      // other codecs are not dense's, which then stays fp32.
+      call.comm = ring_allreduce(p, n, dense_wire_bytes_per_value(s.values) * numel);
       return call;
     case Kind::kSkipReduce:
       call.comm =

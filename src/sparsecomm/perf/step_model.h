@@ -53,7 +53,8 @@ struct Scenario {
   bool overlap_rounds = false;
   bool encode_indices = true;  // varint indices (the schemes' default)
   // The sparse methods' values on the wire (train's values=; the dense
-  // quantizers use their own codec): their width and codec costs.
+  // quantizers use their own codec): their width and codec costs. Dense's
+  // ring takes fp16 and bf16 (half the bytes) and stays fp32 for the rest.
   ValueEncoding values = ValueEncoding::kFloat32;
   // PowerSGD: the tensors the method runs on, by size and first dimension
   // (LayerSpan::rows; offsets unused); the method's parameters outside them

@@ -233,7 +233,8 @@ const std::vector<SyncMethodInfo>& sync_methods() {
                    "feedback, warm start; vectors and small tensors averaged whole",
                    powersgd_option_specs()});
     for (const SchemeInfo& scheme : scheme_registry()) {
-      out.push_back({scheme.name, scheme.summary, scheme.options});
+      out.push_back({scheme.name, scheme.summary, scheme.options,
+                     !scheme.traits.every_coordinate});
     }
     return out;
   }();

@@ -31,6 +31,10 @@ struct SyncMethodInfo {
   std::string name;
   std::string summary;
   std::vector<OptionSpec> options;
+  // Keeps a share of the coordinates set by the density (the sparsifiers);
+  // false for dense, Skip-Reduce, PowerSGD and the dense quantizers, whose
+  // compression another option sets.
+  bool has_density = false;
 };
 
 // dense, skipreduce, then the registry's sparsifiers, in a fixed order.
