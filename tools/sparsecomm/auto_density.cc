@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -82,17 +81,9 @@ perf::CostProfile network_of(const AutoDensityFlags& flags) {
 std::map<std::string, std::string> method_options_of(const perf::ConfigurationOutcome& o) {
   std::map<std::string, std::string> out;
   const SyncMethodInfo& info = sync_method(o.method);
-  std::string_view rest = o.options;
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    const std::size_t equals = item.find('=');
-    if (equals == std::string_view::npos) continue;
-    const std::string key(item.substr(0, equals));
-    if (std::ranges::any_of(info.options, [&](const OptionSpec& spec) { return spec.name == key; })) {
-      out[key] = std::string(item.substr(equals + 1));
-    }
+  for (const std::pair<std::string, std::string>& item : perf::option_items(o.options)) {
+    const auto named = [&](const OptionSpec& spec) { return spec.name == item.first; };
+    if (std::ranges::any_of(info.options, named)) out[item.first] = item.second;
   }
   return out;
 }

@@ -224,21 +224,26 @@ std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile,
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> option_items(std::string_view options) {
+  std::vector<std::pair<std::string, std::string>> items;
+  while (!options.empty()) {
+    const std::size_t comma = options.find(',');
+    const std::string_view item = options.substr(0, comma);
+    options = comma == std::string_view::npos ? std::string_view() : options.substr(comma + 1);
+    const std::size_t equals = item.find('=');
+    if (equals == std::string_view::npos) continue;
+    items.emplace_back(item.substr(0, equals), item.substr(equals + 1));
+  }
+  return items;
+}
+
 Scenario scenario_of(const ConfigurationOutcome& outcome, Scenario base) {
   base.density = outcome.density;
   base.local_steps = outcome.local_steps;
   base.overlap_rounds = outcome.overlap;
   base.values = ValueEncoding::kFloat32;  // and rank 1, unless the options say otherwise
   base.low_rank = 1;
-  std::string_view rest = outcome.options;
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    const std::size_t equals = item.find('=');
-    if (equals == std::string_view::npos) continue;
-    const std::string_view key = item.substr(0, equals);
-    const std::string value(item.substr(equals + 1));
+  for (const auto& [key, value] : option_items(outcome.options)) {
     if (key == "values") {
       base.values = parse_value_encoding(value);
     } else if (key == "rank" && outcome.method == "powersgd") {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -93,6 +94,10 @@ std::vector<ConfigurationOutcome> outcomes(const ConvergenceProfile& profile, co
 // rank 1, the defaults, where they are absent). InvalidArgument for a values= the codec
 // does not know or a rank that is not a positive integer.
 Scenario scenario_of(const ConfigurationOutcome& outcome, Scenario base);
+
+// The key=value items of a configuration's options ("rank=8,values=int8"),
+// in order; an item without '=' is skipped.
+std::vector<std::pair<std::string, std::string>> option_items(std::string_view options);
 
 // train's --density auto (and --method auto): among the profile's
 // configurations of `method` ("": any method) with these rounds and options
