@@ -355,7 +355,8 @@ void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
   TrainConfig& c = flags.config;
   cmd->add_option("--method,-m", c.method,
                   "synchronization: " + sync_method_names() +
-                      ", or auto with --density auto (the profile's fastest method)")
+                      ", or auto with --density auto (the profile's fastest configuration, its method "
+                      "options included)")
       ->capture_default_str();
   cmd->add_option("--density,-d", flags.density,
                   fmt::format("target density for sparsifying methods (0.01 = 1%; default {:g}), "
