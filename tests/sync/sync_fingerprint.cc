@@ -12,10 +12,12 @@
 // in rank order. A combination the method refuses prints "refused" and the
 // message, so a change in what is refused shows too.
 //
-//   sync_fingerprint [--worlds 1,2,...] [--repeat]
+//   sync_fingerprint [--worlds 1,2,...] [--repeat] [--shard I/N]
 //
 // --repeat runs every case twice and exits 1 if the two hashes differ
-// (every method is deterministic on the thread backend: ctest runs this).
+// (every method is deterministic on the thread backend: ctest runs this,
+// in shards). --shard I/N runs only the cases whose position in the list
+// is I modulo N (0 <= I < N), so N processes share the list.
 
 #include <cstdio>
 #include <cstdlib>
@@ -137,16 +139,35 @@ std::vector<int> parse_worlds(const char* text) {
   return worlds;
 }
 
+struct Shard {
+  std::size_t index = 0;
+  std::size_t count = 1;
+};
+
+Shard parse_shard(const char* text) {
+  unsigned index = 0;
+  unsigned count = 0;
+  char tail = 0;
+  if (std::sscanf(text, "%u/%u%c", &index, &count, &tail) != 2 || count == 0 || index >= count) {
+    throw InvalidArgument(
+        fmt::format("--shard '{}': give I/N with 0 <= I < N, e.g. 0/4 for the first of four", text));
+  }
+  return {index, count};
+}
+
 int run(int argc, char** argv) {
   std::vector<int> worlds = {1, 2, 3, 4, 5, 6, 7, 8};
   bool repeat = false;
+  Shard shard;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--repeat") == 0) {
       repeat = true;
     } else if (std::strcmp(argv[i], "--worlds") == 0 && i + 1 < argc) {
       worlds = parse_worlds(argv[++i]);
+    } else if (std::strcmp(argv[i], "--shard") == 0 && i + 1 < argc) {
+      shard = parse_shard(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: sync_fingerprint [--worlds 1,2,...] [--repeat]\n");
+      std::fprintf(stderr, "usage: sync_fingerprint [--worlds 1,2,...] [--repeat] [--shard I/N]\n");
       return 2;
     }
   }
@@ -155,7 +176,9 @@ int run(int argc, char** argv) {
   stream_options.layers = 6;
   const std::unique_ptr<GradientStream> stream = make_synthetic_stream(stream_options);
   int differing = 0;
-  for (const Case& c : all_cases()) {
+  const std::vector<Case> cases = all_cases();
+  for (std::size_t index = shard.index; index < cases.size(); index += shard.count) {
+    const Case& c = cases[index];
     std::string label = c.method;
     for (const std::string& item : c.options) label += " " + item;
     for (const int n : worlds) {
