@@ -50,12 +50,16 @@ case "$kind" in
     # in-process); the SGD resume and the deferred evaluation (the AdamW
     # resume, the crash and damaged-checkpoint tests, ps_train_test's
     # background evaluation); the CLI's threads-against-MPI determinism
-    # (the click model's determinism test runs the CLI under mpiexec). The
+    # (the click model's determinism test runs the CLI under mpiexec); the
+    # signal tests' nine runs of the CLI (4 minutes under ASan; the stop
+    # request's checkpoint and resume run in-process in train_test's stop
+    # tests, and the signal's delivery is the kernel's). The
     # worlds of 7 and 8 thread ranks take the paths of the worlds of 2-6
     # (pairs, folds of a non-power of two, trees), as under TSan.
     trainer_sample='^train_test[.](Char(Lstm[.]TrainsOnATinyCorpus|Transformer[.]TrainsWithAdamW)WellAboveChance'
     trainer_sample+='|Trainer[.](EveryMethodTrainsTheMlpWithTheLossGoingDown|ResumingGivesBitIdenticalParameters'
     trainer_sample+='|DeferredEvaluationMatchesEvaluatingDuringTraining))$|^train_deterministic_test$'
+    trainer_sample+='|^train_signal_stop_test$'
     exclude=(-E "$SLOW_STREAMS|$trainer_sample|/n[78]( |$)")
     ;;
   thread)
@@ -68,8 +72,11 @@ case "$kind" in
     # never start a second thread (label one_thread, tests/CMakeLists.txt)
     # have no race to find. sync_test's conservation cases run once per
     # value format; the formats differ in the codec, not in how threads
-    # meet, so TSan runs the fp32 cases (ASan and Release run all).
-    exclude=(-E "$SLOW_STREAMS|/n[78]( |$)|^sync_test[.]AllSchemes/Conservation[.].*_(fp16|bf16|int[248]|sign|nat)"
+    # meet, so TSan runs the fp32 cases (ASan and Release run all). The
+    # fingerprint's determinism shards (5 minutes under TSan) run every
+    # method's options through the same exchanges as sync_test's cases;
+    # their determinism is the Release pass's to check.
+    exclude=(-E "$SLOW_STREAMS|/n[78]( |$)|^sync_test[.]AllSchemes/Conservation[.].*_(fp16|bf16|int[248]|sign|nat)|^sync_fingerprint_determinism/"
              -LE one_thread)
     ;;
   *)

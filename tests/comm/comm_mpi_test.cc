@@ -18,6 +18,7 @@
 
 #include "comm/comm_checks.h"
 #include "mpi/mpi_world.h"
+#include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 
@@ -28,6 +29,7 @@ TEST(CommMpi, BackendAndSize) {
   run_on_mpi_world([](Communicator& comm) {
     EXPECT_TRUE(mpi_compiled_in());
     EXPECT_TRUE(launched_by_mpirun());
+    EXPECT_EQ(launcher_rank(), comm.rank());
     EXPECT_EQ(comm.backend(), "mpi");
     EXPECT_GE(comm.size(), 2) << "run the MPI suites with at least 2 ranks";
     EXPECT_TRUE(comm.has_native_allreduce());

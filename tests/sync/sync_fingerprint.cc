@@ -149,8 +149,8 @@ Shard parse_shard(const char* text) {
   unsigned count = 0;
   char tail = 0;
   if (std::sscanf(text, "%u/%u%c", &index, &count, &tail) != 2 || count == 0 || index >= count) {
-    throw InvalidArgument(
-        fmt::format("--shard '{}': give I/N with 0 <= I < N, e.g. 0/4 for the first of four", text));
+    throw InvalidArgument(fmt::format(
+        "--shard '{}': give I/N with 0 <= I < N, e.g. 0/4 for the first of four", text));
   }
   return {index, count};
 }

@@ -9,6 +9,7 @@
 
 #include "convergence_command.h"
 #include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/perf/convergence.h"
@@ -173,12 +174,16 @@ void choose_auto_configuration(TrainConfig& config, const AutoDensityFlags& flag
         options.empty() ? "" : fmt::format(" ({})", options), describe(target),
         fmt::join(held, "; ")));
   }
-  logger().info(
-      "--{} auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; network {}; steps "
-      "measured at {} ranks in {})",
-      any_method ? "method" : "density", choice->outcome->label, choice->outcome->steps,
-      choice->step_s * 1e3, choice->time_s, describe(target), costs.name, profile.ranks,
-      flags.convergence);
+  // Every rank of an MPI job makes the same choice (the same flags and
+  // files); one of them says so.
+  if (launcher_rank().value_or(0) == 0) {
+    logger().info(
+        "--{} auto: {} (predicted {:.0f} steps x {:.2f} ms = {:.1f} s to {}; network {}; steps "
+        "measured at {} ranks in {})",
+        any_method ? "method" : "density", choice->outcome->label, choice->outcome->steps,
+        choice->step_s * 1e3, choice->time_s, describe(target), costs.name, profile.ranks,
+        flags.convergence);
+  }
   config.method = choice->outcome->method;
   config.density = choice->outcome->density;
   if (any_method) config.method_options = method_options_of(*choice->outcome);

@@ -75,7 +75,7 @@
 #include "bench_sparsifiers_report.h"
 #include "bench_util.h"
 #include "cli_util.h"
-#include "sparsecomm/comm/mpi/mpi_communicator.h"
+#include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/sparsify/options.h"

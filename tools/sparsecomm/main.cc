@@ -17,6 +17,7 @@
 #include "convergence_command.h"
 #include "plan_command.h"
 #include "report_command.h"
+#include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"

@@ -19,7 +19,7 @@
 
 #include "auto_density.h"
 #include "cli_util.h"
-#include "sparsecomm/comm/mpi/mpi_communicator.h"
+#include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/stop_request.h"
 #include "sparsecomm/core/timer.h"

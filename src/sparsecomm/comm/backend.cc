@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/comm/mpi/mpi_communicator.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"

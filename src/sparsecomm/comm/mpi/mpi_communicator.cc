@@ -488,13 +488,6 @@ class MpiCommunicator final : public Communicator {
 
 bool mpi_compiled_in() { return true; }
 
-bool launched_by_mpirun() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
-
 std::unique_ptr<Communicator> make_mpi_world_communicator(std::chrono::milliseconds timeout) {
   return std::make_unique<MpiCommunicator>(timeout);
 }

@@ -19,10 +19,6 @@ namespace sparsecomm {
 // True when this build includes the MPI backend.
 bool mpi_compiled_in();
 
-// True when this process was started by mpirun/mpiexec (Open MPI or PMIx
-// environment variables are set).
-bool launched_by_mpirun();
-
 // A communicator over its own duplicate of MPI_COMM_WORLD; initializes MPI
 // if needed. Collective (MPI_Comm_dup): every rank calls it in the same
 // order. "One thread at a time" holds for all MPI communicators of the

@@ -1,5 +1,6 @@
 // The MPI functions of a build without MPI (-DSPARSECOMM_WITH_MPI=OFF): the
-// backend reports that it is missing; detection and aborting still work.
+// backend reports that it is missing; aborting still works (detection is
+// comm/launcher.cc, in every build).
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,13 +11,6 @@
 namespace sparsecomm {
 
 bool mpi_compiled_in() { return false; }
-
-bool launched_by_mpirun() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
 
 std::unique_ptr<Communicator> make_mpi_world_communicator(std::chrono::milliseconds) {
   throw NotSupported(
