@@ -31,7 +31,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP_STEPS = 10  # a run's first steps (allocation, first threshold) are not its mean
@@ -95,21 +94,21 @@ TRAJECTORY_KEYS = ("model", "method", "density", "batch", "epochs", "max_steps",
 
 
 def pilot_steps(pilots, name, run, target):
-    """(steps to the target, None, the pilot) from the pilot of cell `name`,
-    or (None, why not, the pilot when it is the run's trajectory)."""
+    """(steps to the target, None) from the pilot of cell `name`, or
+    (None, why not)."""
     config = run["config"]
     pilot_dir = os.path.join(pilots, name, f"seed{config.get('seed')}")
     if not os.path.exists(os.path.join(pilot_dir, "summary.json")):
-        return None, f"no pilot {pilot_dir}", None
+        return None, f"no pilot {pilot_dir}"
     pilot = load_run(pilot_dir)
     ranks = lambda r: r["summary"].get("workers")
     differs = [k for k in TRAJECTORY_KEYS if pilot["config"].get(k) != config.get(k)]
     if ranks(pilot) != ranks(run):
         differs.append("workers")
     if differs:
-        return None, f"pilot differs in {', '.join(differs)}", None
+        return None, f"pilot differs in {', '.join(differs)}"
     found = to_target(pilot, target)
-    return (found[0], None, pilot) if found else (None, "not reached", pilot)
+    return (found[0], None) if found else (None, "not reached")
 
 
 def plan_prediction(binary, cluster_dir, model, hosts, reference, args):
@@ -134,16 +133,13 @@ def plan_prediction(binary, cluster_dir, model, hosts, reference, args):
 
 def run_options(binary, run):
     """The run's configuration options as a profile labels them ("rank=8",
-    "values=int8"; "" for the defaults), by `sparsecomm convergence` itself
-    (which needs a run with evaluations: for a short run, give the full run
-    or pilot of its trajectory)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        out = os.path.join(scratch, "profile.json")
-        result = subprocess.run([binary, "convergence", run["dir"], "-o", out],
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.exit(f"convergence failed on {run['dir']}:\n{result.stderr}")
-        return json.load(open(out))["runs"][0]["options"]
+    "values=int8"; "" for the defaults), by `sparsecomm convergence
+    --describe`, which reads config.json alone."""
+    result = subprocess.run([binary, "convergence", "--describe", run["dir"]],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"convergence --describe failed on {run['dir']}:\n{result.stderr}")
+    return json.loads(result.stdout)["options"]
 
 
 def matching(configurations, run, options):
@@ -210,7 +206,6 @@ def main():
             step_s = mean_step_s(run)
             composed = False
             reached = to_target(run, target)
-            trajectory = run  # a run with this run's trajectory and its evaluations
             if is_short(run):
                 composed = True
                 reached = None
@@ -218,19 +213,17 @@ def main():
                 for other in clusters:
                     full = runs.get((other, name))
                     if other.endswith(f"-h{hosts}") and full and not is_short(full):
-                        trajectory = full
                         found = to_target(full, target)
                         if found:
                             reached = (found[0], found[0] * step_s)
                         missing = "not reached"
                         break
                 if missing == "no full run to compose from" and args.pilots:
-                    steps_found, missing, pilot = pilot_steps(args.pilots, name, run, target)
-                    trajectory = pilot or run
+                    steps_found, missing = pilot_steps(args.pilots, name, run, target)
                     if steps_found is not None:
                         reached = (steps_found, steps_found * step_s)
                         composed = "pilot"
-            options[name] = run_options(binary, trajectory)
+            options[name] = run_options(binary, run)
             configurations = plan_prediction(binary, cluster_dir, model, int(hosts), run, args)
             c = matching(configurations, run, options[name])
             chose = c["configuration"] if c else run["summary"]["method"]

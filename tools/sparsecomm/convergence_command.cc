@@ -27,6 +27,7 @@ namespace {
 struct Options {
   std::vector<std::string> dirs;
   std::string out;
+  bool describe = false;  // print each run's configuration, write no profile
 };
 
 // Settings every pilot run must share: they decide how many steps a target
@@ -153,7 +154,38 @@ perf::ConvergenceRun pilot_run(const report::RunData& data) {
   return run;
 }
 
+// One JSON line per run: the configuration a profile would file it under,
+// from its config.json alone (a run stopped short, without evaluations or
+// with trimmed metrics, has one too).
+void describe(const std::vector<std::string>& dirs) {
+  for (const std::string& dir : dirs) {
+    const report::RunData data = report::load_run(dir);
+    const nlohmann::json& config = data.config;
+    const std::string method = config.value("method", std::string());
+    const auto density = config.find("density");
+    nlohmann::json line = {
+        {"dir", dir},
+        {"method", method},
+        {"density", method == "dense"                                   ? nlohmann::json(1.0)
+                    : density != config.end() && density->is_number() ? *density
+                                                                      : nlohmann::json()},
+        {"local_steps", config.value("local_steps", nlohmann::json(0))},
+        {"options", variant_of(config)}};
+    fmt::print("{}\n", line.dump());
+  }
+}
+
 void run(const Options& options) {
+  if (options.describe) {
+    if (!options.out.empty()) {
+      throw InvalidArgument("convergence: --describe prints and writes no profile; drop -o");
+    }
+    describe(options.dirs);
+    return;
+  }
+  if (options.out.empty()) {
+    throw InvalidArgument("convergence: say where to write the profile with -o FILE");
+  }
   std::vector<report::RunData> runs;
   for (const std::string& dir : options.dirs) {
     runs.push_back(report::load_run(dir));
@@ -237,7 +269,11 @@ void add_convergence_command(CLI::App& app) {
       "convergence profile for `plan --convergence`");
   cmd->add_option("DIR", options->dirs, "run directories `sparsecomm train --out DIR` wrote")
       ->required();
-  cmd->add_option("-o,--out", options->out, "the profile to write (JSON)")->required();
+  cmd->add_option("-o,--out", options->out, "the profile to write (JSON)");
+  cmd->add_flag("--describe", options->describe,
+                "instead of a profile, print each run's configuration as a profile would label "
+                "it (method, density, rounds, options; one JSON line a run, from config.json "
+                "alone)");
   cmd->callback([options] { run(*options); });
 }
 
