@@ -35,6 +35,8 @@ std::vector<SyncCase> all_cases() {
   cases.push_back({"exdyna", "union", "int2", {}});
   cases.push_back({"exdyna", "allgather", "int4", {}});
   cases.push_back({"exdyna", "union", "int2-sr", {}});
+  cases.push_back({"exdyna", "union", "lloyd2", {}});
+  cases.push_back({"topk", "allgather", "lloyd2", {}});
   cases.push_back({"randomk", "shared", "int8", {}});
   cases.push_back({"deft", "union", "int4", {}});
   cases.push_back({"dgc", "allgather", "int8-sr", {}});

@@ -551,8 +551,8 @@ void add_plan_command(CLI::App& app) {
                 "next round's compute (METHOD@hHo)");
   cmd->add_option("--values", options->values,
                   "value encoding on the wire: fp32, fp16, bf16, int8, int4, int2 (-sr: "
-                  "stochastic rounding); dense's ring takes fp16 and bf16 and stays fp32 for the "
-                  "others")
+                  "stochastic rounding), sign, nat, lloyd2; dense's ring takes fp16 and bf16 and "
+                  "stays fp32 for the others")
       ->capture_default_str();
   cmd->add_option("--powersgd-rank", options->powersgd_rank,
                   "PowerSGD's rank r (train's -m powersgd -o rank=R); powersgd is planned with "

@@ -46,7 +46,12 @@
 // draws u in [0, 1) from Philox(nonce) at counter (block, position / 4) and
 // rounds a/scale up with probability equal to its fraction. sign writes
 // [scale = mean |a| over the block][one bit per value, set for a >= 0 (and
-// +0)], decoded as +-scale.
+// +0)], decoded as +-scale. lloyd2 writes [lower, upper: bf16 each, the
+// magnitudes][2 bits per value: bit 0 set for the upper magnitude, bit 1 for
+// a negative value]; the magnitudes are Lloyd's iteration on |a| (start at
+// the smallest and largest, split at their midpoint, each becomes its
+// side's mean, until the split stops moving), rounded to bf16, each value
+// then sent as the nearer of the two rounded magnitudes.
 
 namespace sparsecomm {
 namespace {
@@ -186,6 +191,7 @@ constexpr EncodingName kEncodingNames[] = {
     {ValueEncoding::kInt2Stochastic, "int2-sr"},
     {ValueEncoding::kSign, "sign"},
     {ValueEncoding::kNatural, "nat"},
+    {ValueEncoding::kLloyd2, "lloyd2"},
 };
 
 // Bits per code of an intB codec; 0 for the others.
@@ -200,6 +206,7 @@ unsigned code_bits(ValueEncoding encoding) {
       return 4;
     case ValueEncoding::kInt2:
     case ValueEncoding::kInt2Stochastic:
+    case ValueEncoding::kLloyd2:
       return 2;
     case ValueEncoding::kSign:
       return 1;
@@ -240,7 +247,8 @@ bool is_block_quantized(ValueEncoding encoding) { return code_bits(encoding) != 
 
 bool keeps_residual_exact(ValueEncoding encoding) {
   return encoding == ValueEncoding::kNatural ||
-         (!is_stochastic(encoding) && encoding != ValueEncoding::kSign);
+         (!is_stochastic(encoding) && encoding != ValueEncoding::kSign &&
+          encoding != ValueEncoding::kLloyd2);
 }
 
 bool is_stochastic(ValueEncoding encoding) {
@@ -462,6 +470,85 @@ void unsign_block(const std::byte* in, std::span<float> out) {
   }
 }
 
+// One block of lloyd2 (see the top of this file).
+void lloyd2_block(std::span<float> block, std::byte* out) {
+  bool finite = true;
+  float smallest = std::numeric_limits<float>::infinity();
+  float largest = 0.0f;
+  for (const float a : block) {
+    finite = finite && std::isfinite(a);
+    smallest = std::min(smallest, std::fabs(a));
+    largest = std::max(largest, std::fabs(a));
+  }
+  float lower = smallest;
+  float upper = largest;
+  // Lloyd's iteration in one dimension: a split that stops moving is a
+  // fixed point, reached in a few rounds (capped for safety).
+  for (int round = 0; round < 32 && finite && lower < upper; ++round) {
+    const float split = lower + 0.5f * (upper - lower);
+    // Branch-free so that it vectorizes; float sums of at most 128 terms.
+    float below_sum = 0.0f;
+    float above_sum = 0.0f;
+    float below_count = 0.0f;
+    for (const float a : block) {
+      const float m = std::fabs(a);
+      const bool below = m < split;
+      below_sum += below ? m : 0.0f;
+      above_sum += below ? 0.0f : m;
+      below_count += below ? 1.0f : 0.0f;
+    }
+    const float above_count = static_cast<float>(block.size()) - below_count;
+    const float next_lower = below_count > 0.0f ? below_sum / below_count : lower;
+    const float next_upper = above_count > 0.0f ? above_sum / above_count : upper;
+    // Sums near the float limit overflow: keep the last finite pair.
+    if (!std::isfinite(next_lower) || !std::isfinite(next_upper)) break;
+    if (next_lower == lower && next_upper == upper) break;
+    lower = next_lower;
+    upper = next_upper;
+  }
+  const std::uint16_t lower_bits =
+      finite ? float_to_bf16(lower) : float_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  const std::uint16_t upper_bits = finite ? float_to_bf16(upper) : lower_bits;
+  store16(out, lower_bits);
+  store16(out + 2, upper_bits);
+  const float magnitudes[2] = {bf16_to_float(lower_bits), bf16_to_float(upper_bits)};
+  const float split = magnitudes[0] + 0.5f * (magnitudes[1] - magnitudes[0]);
+  std::byte* codes = out + 4;
+  std::memset(codes, 0, code_bytes(2, block.size()));
+  for (std::size_t j = 0; j < block.size(); ++j) {
+    const float a = block[j];
+    const unsigned upper_level = std::fabs(a) >= split ? 1u : 0u;
+    const unsigned negative = std::signbit(a) ? 1u : 0u;
+    const unsigned code = upper_level | negative << 1;
+    codes[j / 4] |= static_cast<std::byte>(code << (2 * (j % 4)));
+    // What unlloyd2_block computes from the bytes (NaN for a NaN pair).
+    block[j] = negative != 0 ? -magnitudes[upper_level] : magnitudes[upper_level];
+  }
+}
+
+void unlloyd2_block(const std::byte* in, std::span<float> out) {
+  const float lower = bf16_to_float(load16(in));
+  const float upper = bf16_to_float(load16(in + 2));
+  const bool nan_pair = std::isnan(lower) && std::isnan(upper);
+  if (!nan_pair && (std::isnan(lower) || std::isnan(upper) || std::signbit(lower) ||
+                    std::signbit(upper) || std::isinf(upper) || lower > upper)) {
+    throw CommError(fmt::format(
+        "[codec] decode_values: a lloyd2 block's magnitudes {} and {} are not finite, "
+        "non-negative and ascending",
+        lower, upper));
+  }
+  const std::byte* codes = in + 4;
+  const float levels[4] = {lower, upper, -lower, -upper};
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    const unsigned code = (std::to_integer<unsigned>(codes[j / 4]) >> (2 * (j % 4))) & 3u;
+    out[j] = levels[code];
+  }
+  if (out.size() % 4 != 0 &&
+      (std::to_integer<unsigned>(codes[out.size() / 4]) >> (2 * (out.size() % 4))) != 0) {
+    throw CommError("[codec] decode_values: a lloyd2 block's padding bits are not zero");
+  }
+}
+
 // One block of nat: [scale: the largest power of two sent, 0 when none, NaN
 // for a block holding a non-finite value][one byte per value: bit 7 its
 // sign, bits 0-6 k, the value +-scale 2^-k; k = 127 is zero].
@@ -589,6 +676,8 @@ void encode_values(std::span<float> values, ValueEncoding encoding, std::span<st
       sign_block(values.subspan(first, count), at);
     } else if (encoding == ValueEncoding::kNatural) {
       natural_block(values.subspan(first, count), rng, block, at);
+    } else if (encoding == ValueEncoding::kLloyd2) {
+      lloyd2_block(values.subspan(first, count), at);
     } else {
       quantize_block(values.subspan(first, count), bits, is_stochastic(encoding), &rng, block, at);
     }
@@ -621,6 +710,8 @@ void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::s
       unsign_block(at, out.subspan(first, count));
     } else if (encoding == ValueEncoding::kNatural) {
       unnatural_block(at, out.subspan(first, count));
+    } else if (encoding == ValueEncoding::kLloyd2) {
+      unlloyd2_block(at, out.subspan(first, count));
     } else {
       dequantize_block(at, bits, out.subspan(first, count));
     }

@@ -42,7 +42,11 @@ std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out);
 // stochastically to one of the two powers of two around it (unbiased), sent
 // as 8 bits (its sign and its power's distance below the block's scale,
 // the largest power sent); values more than 2^126 below the scale, and
-// zeros, are sent as 0.
+// zeros, are sent as 0. "lloyd2" is for selected values, which are never
+// zero: 2 bits per value, its sign and which of two magnitudes (each block's
+// two-level Lloyd-Max fit of |a|, sent as a bf16 pair) it is nearer to, so
+// all four codes carry a value where int2 spends one on 0 (biased: meant for
+// error feedback; a zero is sent as +-the lower magnitude).
 enum class ValueEncoding {
   kFloat32,
   kFloat16,
@@ -55,16 +59,17 @@ enum class ValueEncoding {
   kInt2Stochastic,
   kSign,
   kNatural,
+  kLloyd2,
 };
-inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kNatural;
+inline constexpr ValueEncoding kLastValueEncoding = ValueEncoding::kLloyd2;
 inline constexpr std::size_t kQuantizationBlock = 128;
 // "fp32", "fp16", "bf16", "int8", "int4", "int2", "int8-sr", "int4-sr",
-// "int2-sr", "sign", "nat"; InvalidArgument listing them otherwise.
+// "int2-sr", "sign", "nat", "lloyd2"; InvalidArgument listing them otherwise.
 ValueEncoding parse_value_encoding(std::string_view name);
 std::string_view value_encoding_name(ValueEncoding encoding);
 // Every name parse_value_encoding accepts, in the enum's order.
 const std::vector<std::string>& value_encoding_names();
-bool is_block_quantized(ValueEncoding encoding);  // the intB codecs, sign and nat
+bool is_block_quantized(ValueEncoding encoding);  // the intB codecs, sign, nat and lloyd2
 bool is_stochastic(ValueEncoding encoding);       // the "-sr" codecs and nat
 // a - decoded is exact in float for every finite a: fp32, fp16, bf16, the
 // round-to-nearest intB codecs and nat (a power of two next to a); the
@@ -78,7 +83,8 @@ std::size_t encoded_value_bytes(ValueEncoding encoding, std::size_t count);
 // have no width per value (what `what` names cannot use them).
 std::size_t fixed_value_bytes(ValueEncoding encoding, std::string_view what = "this exchange");
 // Bits per value on the wire for a long run of values: 32, 16, or B (1 for
-// sign, 8 for nat) plus the scale's share (32 / kQuantizationBlock).
+// sign, 8 for nat, 2 for lloyd2) plus the block header's share (32 /
+// kQuantizationBlock).
 double wire_bits_per_value(ValueEncoding encoding);
 
 // Round to nearest even; finite values saturate to the largest finite value
@@ -98,7 +104,7 @@ float bf16_to_float(std::uint16_t bits);
 // was not sent). fp16 needs care only beyond 65504: there d is the largest
 // fp16 magnitude with that property (65504 up to 2^29, coarser above, 0
 // from 2^39 on). The stochastic codecs keep it within one rounding of the
-// residual, and so does sign. A block holding a non-finite value decodes to
+// residual, and so do sign and lloyd2. A block holding a non-finite value decodes to
 // NaN throughout. `nonce` keys the stochastic codecs' random draws (with the
 // block and the position): equal inputs and nonces give equal bytes;
 // the other codecs ignore it.
@@ -107,8 +113,9 @@ void encode_values(std::span<float> values, ValueEncoding encoding, std::span<st
 // Decodes `out.size()` values from `in`. CommError when `in` is not exactly
 // encoded_value_bytes(encoding, out.size()) bytes, or an intB block is
 // malformed: a scale that is negative or infinite (for nat also not a power
-// of two or 0), a code beyond the levels (nat: a negative zero, or a value
-// in a block whose scale is 0), or nonzero padding bits.
+// of two or 0; for lloyd2 a lower magnitude above the upper, or one NaN
+// without the other), a code beyond the levels (nat: a negative zero, or a
+// value in a block whose scale is 0), or nonzero padding bits.
 void decode_values(std::span<const std::byte> in, ValueEncoding encoding, std::span<float> out);
 
 }  // namespace sparsecomm

@@ -184,8 +184,9 @@ const std::vector<OptionSpec>& common_option_specs() {
       {"values", "fp32",
        "value encoding on the wire: fp32|fp16|bf16, or with allgather, union or shared intB "
        "(B = 8, 4, 2 bits and one scale per 128 values; -sr: stochastic rounding), sign (1 "
-       "bit and a scale per 128 values) or nat (a power of two in 8 bits, unbiased); the "
-       "residual keeps the rounding error"},
+       "bit and a scale per 128 values), nat (a power of two in 8 bits, unbiased) or lloyd2 "
+       "(2 bits: the sign and one of two magnitudes per 128 values, for selected values); "
+       "the residual keeps the rounding error"},
       {"encode_indices", "true", "delta-varint indices on the wire"},
       {"memory", "ef", "gradient memory: ef|none|momentum (dgc: momentum first, its default)"},
       {"momentum", "0.9",
