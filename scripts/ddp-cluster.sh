@@ -14,8 +14,13 @@
 #     --steps 40                training steps per hook (then one evaluation)
 #     --hooks "default torch-fp16 torch-powersgd exdyna topk skipreduce"
 #                               DDP's own hooks (default, torch-fp16, torch-powersgd) or
-#                               sparsecomm methods; runs go to OUT/<hook>
+#                               sparsecomm methods; runs go to OUT/<hook>. A method
+#                               named METHOD@serial runs without overlap (its
+#                               exchanges on backward's thread)
 #     --density 0.01            the sparsecomm methods' density
+#     --bucket-mb X             the sparsecomm methods' exchange groups (default: the
+#                               whole model as one)
+#     --ddp-bucket-mb 25        DDP's own buckets (bucket_cap_mb)
 #     --timeout 300             seconds a hook's run may take before it is
 #                               ended and counted as failed (a hook can hang
 #                               in gloo: PowerSGD did here once)
@@ -25,7 +30,7 @@
 # OUT/<hook>.log and the next one runs.
 set -euo pipefail
 
-usage() { sed -n '2,25p' "$0" >&2; exit 2; }
+usage() { sed -n '2,31p' "$0" >&2; exit 2; }
 (($# >= 1)) || usage
 OUT=$1
 shift
@@ -36,6 +41,8 @@ STEPS=40
 HOOKS="default torch-fp16 torch-powersgd exdyna topk skipreduce"
 DENSITY=0.01
 TIMEOUT=300
+BUCKET_MB=
+DDP_BUCKET_MB=25
 while (($# > 0)); do
   case $1 in
     --hosts) HOSTS=$2; shift 2 ;;
@@ -44,6 +51,8 @@ while (($# > 0)); do
     --steps) STEPS=$2; shift 2 ;;
     --hooks) HOOKS=$2; shift 2 ;;
     --density) DENSITY=$2; shift 2 ;;
+    --bucket-mb) BUCKET_MB=$2; shift 2 ;;
+    --ddp-bucket-mb) DDP_BUCKET_MB=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     *) echo "ddp-cluster: unknown option '$1'" >&2; usage ;;
   esac
@@ -73,11 +82,15 @@ for hook in $HOOKS; do
   [[ -f $run/summary.json ]] && { echo "ddp-cluster: $hook done already"; continue; }
   rm -rf "$run"
   mkdir -p "$run"
-  echo "ddp-cluster: $hook, $MODEL, $STEPS steps on $HOSTS hosts at $RATE"
+  method=${hook%@serial}
+  hook_args=(--ddp-bucket-mb "$DDP_BUCKET_MB")
+  [[ $hook == *@serial ]] && hook_args+=(--no-overlap)
+  [[ -n $BUCKET_MB ]] && hook_args+=(--bucket-mb "$BUCKET_MB")
+  echo "ddp-cluster: $hook, $MODEL, $STEPS steps on $HOSTS hosts at $RATE ${hook_args[*]}"
   if ! timeout --kill-after 10 "$TIMEOUT" "$CLUSTER" run "$HOSTS" env PYTHONPATH="$ROOT/build/python" OMP_NUM_THREADS=1 \
       bash -c 'GLOO_SOCKET_IFNAME=scv$OMPI_COMM_WORLD_RANK exec "$@"' ddp-cluster \
-      "$PYTHON" "$EXAMPLE" --model "$MODEL" --hook "$hook" --density "$DENSITY" \
-      --max-steps "$STEPS" --out "$run" > "$OUT/$hook.log" 2>&1; then
+      "$PYTHON" "$EXAMPLE" --model "$MODEL" --hook "$method" --density "$DENSITY" \
+      --max-steps "$STEPS" --out "$run" ${hook_args[@]+"${hook_args[@]}"} > "$OUT/$hook.log" 2>&1; then
     echo "ddp-cluster: $hook failed or ran past ${TIMEOUT} s; the end of $OUT/$hook.log:" >&2
     tail -n 5 "$OUT/$hook.log" >&2
   fi

@@ -2,7 +2,8 @@
 """The table of a scripts/ddp-cluster.sh sitting: per hook, the median step
 time over the steps after the first WARMUP (rank 0's clock), the step time
 relative to DDP's default hook, the bytes rank 0's NIC sent per step
-(median), and for sparsecomm hooks their own K/k and exchange time. A hook
+(median), and for sparsecomm hooks their own K/k, exchange time and the
+fraction of the exchanges' time spent while backward still ran. A hook
 that did not finish is listed with the last line of its log.
 
     scripts/ddp-table.py OUT [--warmup 5]
@@ -57,24 +58,27 @@ def main():
         if syncs:
             row["density_ratio"] = statistics.mean(s["density_ratio"] for s in syncs)
             row["exchange_s"] = statistics.median(s["exchange_s"] for s in syncs)
+            if all("overlap_fraction" in s for s in syncs):
+                row["overlap"] = statistics.median(s["overlap_fraction"] for s in syncs)
         rows[run.name] = row
     if not rows:
         sys.exit(f"ddp-table: no runs under {args.out}")
     base = rows.get("default")
     print(f"# {cluster}" if cluster else f"# {args.out}")
     print("| hook | steps timed | step (median) | vs default | NIC bytes sent per step (rank 0) "
-          "| K/k (mean) | sparsecomm exchange (median) |")
-    print("|---|---|---|---|---|---|---|")
+          "| K/k (mean) | sparsecomm exchange (median) | beside backward (median) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, row in rows.items():
         if row is None:
-            print(f"| {name} | failed: {last_error(args.out / (name + '.log'))} | | | | | |")
+            print(f"| {name} | failed: {last_error(args.out / (name + '.log'))} | | | | | | |")
             continue
         ratio = f"{row['step_s'] / base['step_s']:.2f}" if base else ""
         nic = f"{row['nic_bytes'] / 1e6:.2f} MB" if row["nic_bytes"] is not None else ""
         kk = f"{row['density_ratio']:.3f}" if "density_ratio" in row else ""
         exchange = f"{row['exchange_s'] * 1e3:.1f} ms" if "exchange_s" in row else ""
+        overlap = f"{row['overlap']:.0%}" if "overlap" in row else ""
         print(f"| {name} | {row['steps']} | {row['step_s'] * 1e3:.0f} ms | {ratio} | {nic} | {kk} "
-              f"| {exchange} |")
+              f"| {exchange} | {overlap} |")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,12 @@ def main():
     parser.add_argument("--bucket-mb", type=float, default=None,
                         help="sparsecomm hooks: exchange groups of at most this size, each with "
                              "its own scheme (default: the whole model at once)")
+    parser.add_argument("--ddp-bucket-mb", type=float, default=25.0,
+                        help="DDP's own bucket size (bucket_cap_mb): a hook's group is exchanged "
+                             "once DDP has handed in every bucket holding its gradients")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="sparsecomm hooks: exchange on backward's thread instead of beside "
+                             "it (overlap is the default; it changes no result)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-steps", type=int, default=0,
                         help="stop after this many steps (0: run every epoch), then evaluate")
@@ -182,7 +188,7 @@ def train(spawned_rank, spawned_world, args):
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(args.seed)
-    model = DDP(MODELS[args.model]())
+    model = DDP(MODELS[args.model](), bucket_cap_mb=args.ddp_bucket_mb)
     state = None
     if args.hook == "torch-fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -200,7 +206,8 @@ def train(spawned_rank, spawned_world, args):
         if "density" in sparsecomm.method_options(args.hook):  # not skipreduce's
             options.setdefault("density", args.density)
         state = sparsecomm.register(model, args.hook, exclude=args.exclude,
-                                    min_numel=args.min_numel, bucket_mb=args.bucket_mb, **options)
+                                    min_numel=args.min_numel, bucket_mb=args.bucket_mb,
+                                    overlap=not args.no_overlap, **options)
 
     train_x, train_y = load("train")
     if args.limit > 0:
@@ -264,6 +271,8 @@ def train(spawned_rank, spawned_world, args):
         log.close()
         summary = {"hook": args.hook, "density": args.density, "options": args.option,
                    "exclude": args.exclude, "min_numel": args.min_numel,
+                   "bucket_mb": args.bucket_mb, "ddp_bucket_mb": args.ddp_bucket_mb,
+                   "overlap": not args.no_overlap,
                    "model": args.model, "processes": world, "epochs": args.epochs, "steps": step, "final_test_accuracy": accuracy,
                    "wall_s": time.perf_counter() - start}
         (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

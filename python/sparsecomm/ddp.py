@@ -14,20 +14,19 @@ rebuilds after the first iteration:
   pieces (not ExDyna or MiCRO).
 
 DDP calls the hook once per bucket, in bucket order, on every rank alike.
-The hook notes the bucket's gradients and exchanges every group they
-complete, in group order (so all ranks exchange in the same order): it
-gathers the group's gradients into a flat buffer kept between steps, runs
-the exchange (the C++ code, without the GIL) and writes the averages back
-into the buckets' gradients. A bucket's future completes once every group
-it touches is done; DDP waits for the futures after backward. Because the
-state (residuals, density controller, partitions) belongs to groups of
-named parameters, ``state_dict()`` / ``load_state_dict()`` resume exactly
-whatever buckets a new DDP builds.
-
-The exchanges run on the thread that runs backward, so they do not
-overlap it yet: completing DDP's futures from a Python worker thread made
-processes abort at exit ("terminate called without an active exception"),
-so that design was set aside (docs/python.md, "Not yet").
+The hook notes the bucket's gradients and hands every group they complete,
+in group order (so all ranks exchange in the same order), to its worker
+(C++ ``_HookWorker``, python/src/exchange_worker.h): it gathers the
+group's gradients into a flat buffer kept between steps, and the worker
+runs the exchange on a thread of its own while backward goes on
+(``overlap=True``; ``overlap=False`` runs it on backward's thread, with
+the same results), writes the averages back into the buckets' gradients
+and completes a bucket's future once every group it touches is done. DDP
+waits for the futures after backward. Because the state (residuals,
+density controller, partitions) belongs to groups of named parameters,
+``state_dict()`` / ``load_state_dict()`` resume exactly whatever buckets a
+new DDP builds. Nothing Python runs on the worker but the making of a
+failed exchange's ``HookError``.
 
 With AdamW, ``compress="update"`` (docs/algorithms.md, "Optimizers and
 compression"): each group keeps this rank's AdamW moments (C++
@@ -43,11 +42,12 @@ skips the whole step.
 
 import json
 import math
+import weakref
 
 import torch
 
 from ._sparsecomm import (Communicator, Synchronizer, UpdateDirection, _fail_future,
-                          dense_tensors, tensor_buckets)
+                          _HookWorker, dense_tensors, tensor_buckets)
 from ._common import option_texts, process_group
 
 
@@ -132,7 +132,8 @@ class HookState:
     depends on it (DGC's warm-up)."""
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
-                 bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, **options):
+                 bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8,
+                 overlap=True, **options):
         group = process_group(group)
         if isinstance(exclude, str):
             exclude = (exclude,)
@@ -190,8 +191,18 @@ class HookState:
         self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
         self.epoch = 0.0
-        self.metrics = None
+        self._metrics = None
+        self._finished_order = []
         self._error = None  # the exception that ended the hook's exchanges
+        # The worker holds only a weak reference back (no cycle to collect).
+        this = weakref.ref(self)
+
+        def on_error(cause, step):
+            state = this()
+            if state is None:
+                return HookError(f"sparsecomm: the hook's exchange failed at step {step}: {cause}")
+            return state._failed(cause, step)
+        self._worker = _HookWorker(bool(overlap), on_error)
         self._begin_step()
 
     @property
@@ -203,6 +214,7 @@ class HookState:
         """What error feedback holds back now, per sparsified parameter name
         (a tensor of the parameter's shape); empty before the first step
         and for methods without memory."""
+        self._settle()
         shapes = dict((name, p.shape) for name, p in self.sparse)
         out = {}
         for g in self._groups:
@@ -219,6 +231,7 @@ class HookState:
     def state_dict(self):
         """Everything the next steps depend on: each group's scheme state
         (residuals, thresholds, partitions) and the step counter."""
+        self._settle()
         return {"method": self.method, "options": dict(self.options), "step": self.step,
                 "epoch": self.epoch, "sparse": [name for name, _ in self.sparse],
                 "groups": [g.names for g in self._groups],
@@ -230,6 +243,7 @@ class HookState:
     def load_state_dict(self, state):
         """Restores a state_dict() of the same method, options, parameters and
         groups (ValueError naming the difference otherwise)."""
+        self._settle()
         for key, mine in (("method", self.method), ("options", self.options),
                           ("compress", self.compress),
                           ("sparse", [name for name, _ in self.sparse]),
@@ -248,16 +262,42 @@ class HookState:
 
     # --- one step: buckets arrive, complete groups are exchanged ---
 
+    def _settle(self):
+        """Waits for the exchanges still running (their state is read next)."""
+        self.metrics  # noqa: B018 (the property waits)
+
+    @property
+    def metrics(self):
+        """The last whole step's metrics (None before the first): waits for
+        the step's exchanges if they still run."""
+        lines = self._worker.finished_step()
+        if lines is not None:
+            per_group = []
+            for index, line in zip(self._finished_order, lines):
+                metrics = json.loads(line)
+                if self._groups[index].synchronizer is None:
+                    # Counted as dense elements, not as the method's selections (K/k).
+                    metrics["dense_numel"] = metrics["numel"]
+                    metrics["target"] = metrics["selected"] = metrics["union_size"] = 0
+                per_group.append(metrics)
+            self._metrics = _combined(per_group)
+            exchange_s, overlapped_s = self._worker.finished_times()
+            # The hook's own figures: its exchanges' time on the worker and
+            # the part of it spent while backward still ran.
+            self._metrics["hook_exchange_s"] = exchange_s
+            self._metrics["hook_overlapped_s"] = overlapped_s
+            self._metrics["overlap_fraction"] = overlapped_s / exchange_s if exchange_s > 0 else 0.0
+        return self._metrics
+
     def _begin_step(self):
         self._gradients = {}  # id(parameter) -> its gradient view in a bucket
         self._missing = [len(g.ids) for g in self._groups]
-        self._done = [False] * len(self._groups)
-        self._buckets = []  # [bucket, future, indices of the groups it waits for]
-        self._step_metrics = {}
+        self._submitted = 0
+        self._step_order = []  # group indices in the order they were exchanged
 
     def _bucket_ready(self, bucket):
-        future = torch.futures.Future()
         if self._error is not None:  # the ranks are out of step now: fail, never hang
+            future = torch.futures.Future()
             _fail_future(future, self._error)
             return future
         ready = []
@@ -269,71 +309,38 @@ class HookState:
             self._missing[index] -= 1
             if self._missing[index] == 0:
                 ready.append(index)
-        self._buckets.append([bucket, future, waits_for])
+        future = self._worker.bucket_future(bucket.buffer(), sorted(waits_for))
         for index in sorted(ready):
-            self._group_ready(index)
+            self._submit(index)
         return future
 
-    def _exchange(self, index):
+    def _submit(self, index):
+        """Hands group `index` (all its gradients are in) to the worker; the
+        step's last group ends the step here."""
         g = self._groups[index]
         views = [self._gradients[pid] for pid in g.ids]
         flat = g.flatten(views)
-        if g.moments is not None:
-            g.moments.direction(flat)
+        self._submitted += 1
+        ends_step = self._submitted == len(self._groups)
         if g.synchronizer is not None:
-            metrics = json.loads(g.synchronizer.synchronize(flat, self.step, self.epoch, index,
-                                                            g.layers, g.rows))
+            self._worker.submit(index, self.step, self.epoch, g.synchronizer, g.moments, flat,
+                                views, g.layers, g.rows, ends_step)
         else:
-            metrics = json.loads(g.dense.synchronize(flat, self.step, self.epoch, index))
-            # Counted as dense elements, not as the method's selections (K/k).
-            metrics["dense_numel"] = metrics["numel"]
-            metrics["target"] = metrics["selected"] = metrics["union_size"] = 0
-        offset = 0
-        for view in views:
-            view.copy_(flat[offset:offset + view.numel()].view_as(view))
-            offset += view.numel()
-        return metrics
-
-    def _group_ready(self, index):
-        """Exchanges group `index` (all its gradients are in) and completes
-        the futures of the buckets that waited only for it."""
-        try:
-            metrics = self._exchange(index)
-        except Exception as error:
-            # Every pending future fails, and so does every later bucket:
-            # after a failed exchange the ranks no longer agree on where
-            # they are, so the hook stops exchanging for good.
-            self._error = HookError(
-                f"sparsecomm: the hook's exchange failed at step {self.step}: {error}")
-            self._error.__cause__ = error
-            failed, self._buckets = self._buckets, []
-            for _, future, _ in failed:
-                # Not Future.set_exception: torch 1.13 stores the exception
-                # as the value, and DDP's cast of it to a tensor mangled the
-                # message into "Unable to cast ... to Tensor".
-                _fail_future(future, self._error)
-            return
-        self._done[index] = True
-        if metrics is not None:
-            self._step_metrics[index] = metrics
-        completed, still_waiting = [], []
-        for entry in self._buckets:
-            entry[2].discard(index)
-            (still_waiting if entry[2] else completed).append(entry)
-        self._buckets = still_waiting
-        if all(self._done):
-            self.metrics = _combined([self._step_metrics[i] for i in sorted(self._step_metrics)])
-            if self.metrics["skipped_nonfinite"]:
-                # One group's NaN or inf skips the whole step on every rank
-                # (each group's decision is the same on every rank). DDP
-                # reads the buckets after the last hook, so zeroing them here
-                # also reaches the buckets already handed back.
-                for gradient in self._gradients.values():
-                    gradient.zero_()
+            self._worker.submit(index, self.step, self.epoch, g.dense, g.moments, flat, views,
+                                None, None, ends_step)
+        self._step_order.append(index)
+        if ends_step:
+            self._finished_order = self._step_order  # what metrics pairs with the lines
             self.step += 1
             self._begin_step()
-        for bucket, future, _ in completed:
-            future.set_result(bucket.buffer())
+
+    def _failed(self, cause, step):
+        """The worker's error factory (on its thread, with the GIL): every
+        pending and later bucket fails with this HookError."""
+        error = HookError(f"sparsecomm: the hook's exchange failed at step {step}: {cause}")
+        error.__cause__ = cause
+        self._error = error
+        return error
 
 
 def _hook(state, bucket):
@@ -341,7 +348,8 @@ def _hook(state, bucket):
 
 
 def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
-                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, **options):
+                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, overlap=True,
+                  **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``.
 
     ``model``: the DDP model (or the module it wraps); ``method``: a
@@ -353,10 +361,12 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     own scheme instance (None: the whole model at once);
     ``compress="update"``: synchronize each rank's AdamW direction (with
     ``betas`` and ``eps``) instead of the gradient, and step with
-    ``direction_optimizer()``. Raises ValueError for an unknown method or
-    option."""
+    ``direction_optimizer()``; ``overlap``: exchange each group on the
+    hook's own thread as soon as it is complete, beside backward (False:
+    on backward's thread; the results are the same). Raises ValueError for
+    an unknown method or option."""
     return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb, compress,
-                     betas, eps, **options), _hook
+                     betas, eps, overlap, **options), _hook
 
 
 def direction_optimizer(parameters, lr, weight_decay=0.01):

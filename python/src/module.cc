@@ -30,6 +30,9 @@
 //                                  that torch's C++ side rethrows as that
 //                                  very Python exception (the DDP hook's
 //                                  failures; docs/python.md)
+//   _HookWorker(overlap, on_error)  runs the DDP hook's group exchanges on
+//                                  a thread of its own, completing DDP's
+//                                  futures (exchange_worker.h)
 //
 // sparsecomm's errors become Python exceptions: InvalidArgument ->
 // ValueError, CommError -> RuntimeError, both with the C++ message.
@@ -43,10 +46,12 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/jit/python/python_ivalue.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
 #include <nlohmann/json.hpp>
 
+#include "exchange_worker.h"
 #include "process_group_communicator.h"
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
@@ -178,11 +183,23 @@ class Synchronizer {
                           const std::optional<std::vector<std::int64_t>>& layers,
                           const std::optional<std::vector<std::int64_t>>& rows) {
     const std::span<float> values = floats_of(gradient, "the gradient");
-    const std::vector<LayerSpan> spans = layer_spans(layers, values.size(), rows);
-    StepContext ctx = context_of(*comm_, step, epoch, bucket);
-    ctx.layers = spans;
+    const StepContext ctx = context(values.size(), step, epoch, bucket, layers, rows);
     const py::gil_scoped_release release;
-    return to_json_line(sync_->synchronize(values, ctx, *comm_));
+    return to_json_line(run(values, ctx));
+  }
+
+  // The checked context of one synchronize() call.
+  StepContext context(std::size_t numel, std::int64_t step, double epoch, std::int64_t bucket,
+                      const std::optional<std::vector<std::int64_t>>& layers,
+                      const std::optional<std::vector<std::int64_t>>& rows) const {
+    StepContext ctx = context_of(*comm_, step, epoch, bucket);
+    ctx.layers = layer_spans(layers, numel, rows);
+    return ctx;
+  }
+
+  // synchronize() without the checks and the GIL (the hook's worker).
+  StepMetrics run(std::span<float> gradient, const StepContext& ctx) {
+    return sync_->synchronize(gradient, ctx, *comm_);
   }
 
   // A copy of what error feedback kept after the last step (the
@@ -277,8 +294,9 @@ class UpdateDirection {
   void direction(const at::Tensor& gradient) {
     const std::span<float> values = floats_of(gradient, "the gradient");
     const py::gil_scoped_release release;
-    rule_.before_sync(values);
+    apply(values);
   }
+  void apply(std::span<float> gradient) { rule_.before_sync(gradient); }
   py::bytes state() const { return state_of(rule_); }
   void load_state(const py::bytes& state) { load_state_into(rule_, state); }
 
@@ -336,16 +354,135 @@ class PyOuterLoop {
 // C++ future: its error is torch's python_error holding `exception`, which
 // the reducer rethrows and torch's binding restores, so backward() raises
 // the exception itself, type and message.
+//
+// The error a future fails with so that torch rethrows `exception` (GIL held).
+std::exception_ptr rethrown_as(const py::object& exception) {
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  python_error error;
+  error.persist();  // takes (and clears) the error indicator set above
+  return std::make_exception_ptr(error);
+}
+
 void fail_future(const py::object& future, const py::object& exception) {
   if (!PyExceptionInstance_Check(exception.ptr())) {
     throw InvalidArgument("_fail_future: the second argument must be an exception instance");
   }
   const auto wrapper = future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>();
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
-  python_error error;
-  error.persist();  // takes (and clears) the error indicator set above
-  wrapper->fut->setError(std::make_exception_ptr(error));
+  wrapper->fut->setError(rethrown_as(exception));
 }
+
+// The DDP hook's exchanges (exchange_worker.h) for Python: groups are
+// submitted with their Synchronizer, AdamW moments and gradient views;
+// futures are torch.futures.Future. `on_error(cause, step)` makes the
+// exception every pending and later future fails with (the hook's
+// HookError), from the Python exception `cause` the exchange raised.
+class HookWorker {
+ public:
+  HookWorker(bool overlap, py::object on_error)
+      : on_error_(std::move(on_error)),
+        worker_(std::make_unique<ExchangeWorker>(
+            overlap, [this](std::exception_ptr error, std::int64_t step) {
+              return python_error_of(std::move(error), step);
+            })) {}
+
+  // The worker's thread may be waiting for the GIL (a failing exchange):
+  // it is joined without it. on_error_ goes after, with the GIL.
+  ~HookWorker() {
+    const py::gil_scoped_release release;
+    worker_.reset();
+  }
+
+  // The future of a DDP bucket: completes with `buffer` (the Python
+  // object: DDP's Python hook reads the result as one).
+  py::object bucket_future(const py::object& buffer, std::vector<std::int64_t> groups) {
+    const auto tensor = buffer.cast<at::Tensor>();
+    c10::IValue value(c10::ivalue::ConcretePyObjectHolder::create(buffer));
+    std::vector<ExchangeWorker::WeakStorage> storages{
+        tensor.storage().getWeakStorageImpl()};
+    return py::cast(std::make_shared<torch::jit::PythonFutureWrapper>(
+        worker_->bucket_future(std::move(value), std::move(storages), std::move(groups))));
+  }
+
+  // Group `group` of step `step`: `flat` holds the concatenated `views`
+  // (its gradients in DDP's buckets); `moments` turns it into the AdamW
+  // direction first (None: the gradient itself); the average goes back
+  // into the views.
+  void submit(std::int64_t group, std::int64_t step, double epoch,
+              std::shared_ptr<Synchronizer> synchronizer,
+              std::shared_ptr<UpdateDirection> moments, const at::Tensor& flat,
+              std::vector<at::Tensor> views,
+              const std::optional<std::vector<std::int64_t>>& layers,
+              const std::optional<std::vector<std::int64_t>>& rows, bool ends_step) {
+    const std::span<float> values = floats_of(flat, "the gathered gradient");
+    std::int64_t numel = 0;
+    for (const at::Tensor& view : views) numel += view.numel();
+    if (numel != flat.numel()) {
+      throw InvalidArgument("[python] the hook's views hold " + std::to_string(numel) +
+                            " elements, the gathered gradient " + std::to_string(flat.numel()));
+    }
+    const StepContext ctx = synchronizer->context(values.size(), step, epoch, group, layers, rows);
+    ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, values, ctx] {
+      if (moments) moments->apply(values);
+      StepMetrics metrics = synchronizer->run(values, ctx);
+      std::int64_t offset = 0;
+      for (const at::Tensor& view : views) {
+        view.copy_(flat.narrow(0, offset, view.numel()).view_as(view));
+        offset += view.numel();
+      }
+      return metrics;
+    };
+    const py::gil_scoped_release release;  // inline mode exchanges here
+    worker_->submit(group, step, std::move(exchange), std::move(views), ends_step);
+  }
+
+  // After every submitted exchange: the last whole step's metrics (JSON
+  // lines, one per group in submission order), once; None otherwise.
+  py::object finished_step() {
+    std::optional<std::vector<StepMetrics>> metrics;
+    {
+      const py::gil_scoped_release release;
+      metrics = worker_->finished_step();
+    }
+    if (!metrics) return py::none();
+    py::list lines;
+    for (const StepMetrics& m : *metrics) lines.append(to_json_line(m));
+    return lines;
+  }
+
+  py::tuple finished_times() const {
+    const ExchangeWorker::StepTimes times = worker_->finished_times();
+    return py::make_tuple(times.exchange_s, times.overlapped_s);
+  }
+
+  bool overlap() const { return worker_->overlap(); }
+  std::int64_t exchanged_groups() const { return worker_->exchanged_groups(); }
+
+ private:
+  // On the thread of the failed exchange: the Python exception it maps to
+  // (the module's translators) handed to on_error_.
+  std::exception_ptr python_error_of(std::exception_ptr error, std::int64_t step) {
+    const py::gil_scoped_acquire gil;
+    try {
+      py::object cause;
+      try {
+        // A pybind11 function that rethrows: its call translates the C++
+        // exception as every binding's does.
+        const py::cpp_function rethrow([error] { std::rethrow_exception(error); });
+        rethrow();
+      } catch (py::error_already_set& translated) {
+        cause = translated.value();
+      }
+      return rethrown_as(on_error_(cause, step));
+    } catch (py::error_already_set& failed) {
+      return std::make_exception_ptr(std::runtime_error(
+          "sparsecomm: the hook's exchange failed at step " + std::to_string(step) +
+          ", and making its error failed too: " + failed.what()));
+    }
+  }
+
+  py::object on_error_;
+  std::unique_ptr<ExchangeWorker> worker_;
+};
 
 // The trainer's rules, so that the DDP hook groups tensors as the CLI does.
 void bind_grouping_rules(py::module_& m) {
@@ -419,7 +556,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def_property_readonly("size", &Communicator::size);
 
   using Sizes = std::optional<std::vector<std::int64_t>>;
-  py::class_<Synchronizer>(m, "Synchronizer")
+  py::class_<Synchronizer, std::shared_ptr<Synchronizer>>(m, "Synchronizer")
       .def(py::init<std::shared_ptr<Communicator>, const std::string&,
                     const std::map<std::string, std::string>&, const std::string&>(),
            py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
@@ -446,7 +583,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def("state", &StandaloneSparsifier::state)
       .def("load_state", &StandaloneSparsifier::load_state, py::arg("state"));
 
-  py::class_<UpdateDirection>(m, "UpdateDirection")
+  py::class_<UpdateDirection, std::shared_ptr<UpdateDirection>>(m, "UpdateDirection")
       .def(py::init<double, double, double>(), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
            py::arg("eps") = 1e-8)
       .def("direction", &UpdateDirection::direction, py::arg("gradient"))
@@ -476,6 +613,18 @@ PYBIND11_MODULE(_sparsecomm, m) {
       py::arg("comm"), py::arg("tensor"));
 
   m.def("_fail_future", &fail_future, py::arg("future"), py::arg("exception"));
+
+  py::class_<HookWorker>(m, "_HookWorker")
+      .def(py::init<bool, py::object>(), py::arg("overlap"), py::arg("on_error"))
+      .def("bucket_future", &HookWorker::bucket_future, py::arg("buffer"), py::arg("groups"))
+      .def("submit", &HookWorker::submit, py::arg("group"), py::arg("step"), py::arg("epoch"),
+           py::arg("synchronizer"), py::arg("moments").none(true), py::arg("flat"),
+           py::arg("views"), py::arg("layers") = Sizes{}, py::arg("rows") = Sizes{},
+           py::arg("ends_step") = false)
+      .def("finished_step", &HookWorker::finished_step)
+      .def("finished_times", &HookWorker::finished_times)
+      .def_property_readonly("overlap", &HookWorker::overlap)
+      .def_property_readonly("exchanged_groups", &HookWorker::exchanged_groups);
 
   bind_grouping_rules(m);
 

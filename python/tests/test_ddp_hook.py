@@ -1,5 +1,7 @@
 """DDP with sparsecomm's communication hook, in real processes over gloo."""
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -78,6 +80,59 @@ def _groups_exchange_as_their_gradients_arrive(rank, world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_bucketed_groups_give_the_default_all_reduce_at_density_one(run_world, world):
     run_world(world, _groups_exchange_as_their_gradients_arrive)
+
+
+def _overlap_exchanges_while_backward_runs(rank, world):
+    """With overlap (the default) a group's exchange runs on the hook's
+    worker while backward goes on; the results are those of exchanging on
+    backward's thread (overlap=False), bit for bit, error feedback and all."""
+    def train(overlap, wait_in_backward):
+        torch.manual_seed(0)
+        # DDP's first step hands the whole model as one bucket; then it
+        # rebuilds its buckets in the order gradients arrived, the first
+        # closed at 1 MB: 4.* and 2.* (1.4 MB), the second 0.*. The hook's
+        # groups are each parameter but 4.* (one group).
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(20, 600), torch.nn.ReLU(),
+                                        torch.nn.Linear(600, 600), torch.nn.ReLU(),
+                                        torch.nn.Linear(600, 4)))
+        state = sparsecomm.register(model, "topk", bucket_mb=0.0001, density=0.3,
+                                    overlap=overlap)
+        if wait_in_backward:
+            # 0.weight's gradient comes after DDP handed the hook its first
+            # bucket (three groups): from the second step backward stops here until the worker
+            # has exchanged one of them, which it can only do beside backward.
+            def wait_for_an_exchange(gradient):
+                if state.step == 0:
+                    return gradient  # one bucket: nothing was handed in yet
+                before = time.monotonic()
+                while state._worker.exchanged_groups <= exchanged[0]:
+                    assert time.monotonic() - before < 60, "no exchange while backward waited"
+                    time.sleep(0.001)
+                return gradient
+            model.module[0].weight.register_hook(wait_for_an_exchange)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        fractions = []
+        for x, y in _batches(rank, 4):
+            exchanged = [state._worker.exchanged_groups]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            fractions.append(state.metrics["overlap_fraction"])
+            assert 0.0 <= state.metrics["hook_overlapped_s"] <= state.metrics["hook_exchange_s"]
+        return _parameters(model), state, fractions
+
+    inline, inline_state, inline_fractions = train(False, wait_in_backward=False)
+    overlapped, state, fractions = train(True, wait_in_backward=True)
+    assert torch.equal(overlapped, inline)
+    assert [s.metrics["groups"] for s in (state, inline_state)] == [5, 5]
+    assert torch.equal(torch.cat([t.flatten() for t in state.kept().values()]),
+                       torch.cat([t.flatten() for t in inline_state.kept().values()]))
+    assert inline_fractions == [0.0] * 4
+    assert all(f > 0.0 for f in fractions[1:]), fractions
+
+
+def test_overlapped_exchanges_run_beside_backward_and_change_nothing(run_world):
+    run_world(2, _overlap_exchanges_while_backward_runs)
 
 
 def _a_failed_exchange_ends_the_run(rank, world):
