@@ -73,7 +73,7 @@ build() {
 step build build
 
 step tests env PYTHONPATH="$OUT/build/python" OMP_NUM_THREADS=1 \
-  "$PYTHON" -m pytest -q -p no:cacheprovider "$ROOT/python/tests"
+  "$PYTHON" -m pytest -q -rs -p no:cacheprovider "$ROOT/python/tests"
 
 step selection-bench "$PYTHON" "$ROOT/scripts/gpu-selection-bench.py" --sizes 25e6,100e6,1e9
 cat "$OUT/selection-bench.log" >> "$SUMMARY"

@@ -46,8 +46,8 @@ import weakref
 
 import torch
 
-from ._sparsecomm import (Communicator, Synchronizer, UpdateDirection, _fail_future,
-                          _HookWorker, dense_tensors, tensor_buckets)
+from ._sparsecomm import (Communicator, DeviceSynchronizer, Synchronizer, UpdateDirection,
+                          _fail_future, _HookWorker, dense_tensors, tensor_buckets)
 from ._common import option_texts, process_group
 
 
@@ -76,6 +76,30 @@ def _split(parameters, cap_bytes):
     return [parameters[begin:end] for begin, end in tensor_buckets(sizes, cap_bytes or 0)]
 
 
+def _selection_for(selection, named, compress):
+    """Where the hook selects: 'host' (sparsecomm's C++ schemes, every
+    method, float32 CPU gradients) or 'device' (on the gradients' own
+    device, DeviceSynchronizer: topk, threshold); 'auto' picks the device
+    for gradients off the CPU."""
+    if selection not in ("auto", "host", "device"):
+        raise ValueError(f"sparsecomm: selection={selection!r}: valid are 'auto', 'host' (the "
+                         "C++ schemes on CPU tensors) and 'device' (on the gradient's device)")
+    devices = {parameter.device for _, parameter in named}
+    if len(devices) > 1:
+        raise ValueError(f"sparsecomm: the model's parameters are on {sorted(map(str, devices))}; "
+                         "the hook takes a model on one device")
+    on_cpu = next(iter(devices)).type == "cpu"
+    if selection == "auto":
+        selection = "host" if on_cpu else "device"
+    if selection == "host" and not on_cpu:
+        raise ValueError(f"sparsecomm: selection='host' takes CPU gradients, the model is on "
+                         f"{next(iter(devices))}; use selection='device' (or 'auto')")
+    if selection == "device" and compress == "update":
+        raise ValueError("sparsecomm: compress='update' keeps the AdamW moments on the host; use "
+                         "selection='host' with CPU gradients")
+    return selection
+
+
 class _Group:
     """Parameters exchanged together, by one synchronizer (a sparsecomm
     method with its own state) or, for excluded parameters (synchronizer
@@ -95,8 +119,9 @@ class _Group:
 
     def flatten(self, views):
         numel = sum(v.numel() for v in views)
-        if self.flat is None or self.flat.numel() != numel or self.flat.dtype != views[0].dtype:
-            self.flat = torch.empty(numel, dtype=views[0].dtype)
+        if (self.flat is None or self.flat.numel() != numel or self.flat.dtype != views[0].dtype
+                or self.flat.device != views[0].device):
+            self.flat = torch.empty(numel, dtype=views[0].dtype, device=views[0].device)
         torch.cat([v.reshape(-1) for v in views], out=self.flat)
         return self.flat
 
@@ -133,7 +158,7 @@ class HookState:
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8,
-                 overlap=True, **options):
+                 overlap=True, selection="auto", **options):
         group = process_group(group)
         if isinstance(exclude, str):
             exclude = (exclude,)
@@ -147,13 +172,14 @@ class HookState:
         if compress == "update":
             UpdateDirection(*betas, eps)  # ValueError for betas or eps out of range
         self.compress = compress
-        self.comm = Communicator(group)
         self.method = method
         self.options = option_texts(options)
         named = [(_plain_name(name), parameter) for name, parameter in model.named_parameters()
                  if parameter.requires_grad]
         if not named:
             raise ValueError("sparsecomm: the model has no parameter that requires grad")
+        self.selection = _selection_for(selection, named, compress)
+        self.comm = Communicator(group) if self.selection == "host" else None
         # The CLI's rule (--min-numel, --exclude): ValueError for a pattern
         # that matches nothing or a rule that leaves nothing to sparsify.
         to_dense = dense_tensors([name for name, _ in named], [p.numel() for _, p in named],
@@ -163,15 +189,21 @@ class HookState:
         self.sparse, self.dense = sparse, dense
         # Builds the scheme now, so a bad method or option raises ValueError
         # here rather than inside backward.
-        first = Synchronizer(self.comm, method, self.options, nonfinite)
-        if bucket_mb is not None and not first.bucketable:
+        if self.selection == "host":
+            def synchronizer(name, options):
+                return Synchronizer(self.comm, name, options, nonfinite)
+        else:
+            def synchronizer(name, options):
+                return DeviceSynchronizer(group, name, options, nonfinite)
+        first = synchronizer(method, self.options)
+        if bucket_mb is not None and self.selection == "host" and not first.bucketable:
             raise ValueError(
                 f"sparsecomm: {method} selects over the whole model (its partitions and "
                 "threshold span every parameter), so it cannot run per bucket; leave "
                 "bucket_mb unset")
         # DGC's momentum correction (memory=momentum) applies momentum in
         # the hook: the optimizer must then run without it.
-        self.applies_momentum = first.applies_momentum
+        self.applies_momentum = self.selection == "host" and first.applies_momentum
         if compress == "update" and self.applies_momentum:
             raise ValueError(
                 f"sparsecomm: {method} applies momentum itself (memory=momentum), which an AdamW "
@@ -182,11 +214,10 @@ class HookState:
         cap = None if bucket_mb is None else max(1, int(bucket_mb * 1024 * 1024))
         self._groups = []
         for index, run in enumerate(_split(sparse, cap)):
-            synchronizer = first if index == 0 else Synchronizer(self.comm, method, self.options,
-                                                                  nonfinite)
-            self._groups.append(_Group(run, synchronizer, moments=moments()))
-        self._groups += [_Group(run, None, Synchronizer(self.comm, "dense", {}, nonfinite),
-                                moments())
+            self._groups.append(_Group(run, first if index == 0 else synchronizer(method,
+                                                                                  self.options),
+                                       moments=moments()))
+        self._groups += [_Group(run, None, synchronizer("dense", {}), moments())
                          for run in _split(dense, cap)]
         self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
@@ -233,6 +264,7 @@ class HookState:
         (residuals, thresholds, partitions) and the step counter."""
         self._settle()
         return {"method": self.method, "options": dict(self.options), "step": self.step,
+                "selection": self.selection,
                 "epoch": self.epoch, "sparse": [name for name, _ in self.sparse],
                 "groups": [g.names for g in self._groups],
                 "synchronizers": [g.synchronizer.state() for g in self._groups
@@ -251,6 +283,10 @@ class HookState:
             if state.get(key) != mine:
                 raise ValueError(f"sparsecomm: the saved hook state has {key} "
                                  f"{state.get(key)!r}, this hook {mine!r}")
+        saved_selection = state.get("selection", "host")  # states before selection= were host
+        if saved_selection != self.selection:
+            raise ValueError(f"sparsecomm: the saved hook state has selection "
+                             f"{saved_selection!r}, this hook {self.selection!r}")
         synchronizers = [g.synchronizer for g in self._groups if g.synchronizer is not None]
         for synchronizer, saved in zip(synchronizers, state["synchronizers"]):
             synchronizer.load_state(saved)
@@ -349,7 +385,7 @@ def _hook(state, bucket):
 
 def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                   bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, overlap=True,
-                  **options):
+                  selection="auto", **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``.
 
     ``model``: the DDP model (or the module it wraps); ``method``: a
@@ -363,10 +399,14 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     ``betas`` and ``eps``) instead of the gradient, and step with
     ``direction_optimizer()``; ``overlap``: exchange each group on the
     hook's own thread as soon as it is complete, beside backward (False:
-    on backward's thread; the results are the same). Raises ValueError for
-    an unknown method or option."""
+    on backward's thread; the results are the same); ``selection``: where
+    the method selects, ``"host"`` (the C++ schemes, every method, CPU
+    gradients), ``"device"`` (on the gradients' device, topk and
+    threshold, the exchange through the group's all_gather) or ``"auto"``
+    (the device for gradients off the CPU). Raises ValueError for an
+    unknown method or option."""
     return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb, compress,
-                     betas, eps, overlap, **options), _hook
+                     betas, eps, overlap, selection, **options), _hook
 
 
 def direction_optimizer(parameters, lr, weight_decay=0.01):

@@ -26,8 +26,9 @@ ExchangeWorker::~ExchangeWorker() {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> ExchangeWorker::bucket_future(
-    c10::IValue value, std::vector<WeakStorage> storages, std::vector<std::int64_t> groups) {
-  auto future = c10::make_intrusive<c10::ivalue::Future>(value.type());
+    c10::IValue value, std::vector<WeakStorage> storages, std::vector<c10::Device> devices,
+    std::vector<std::int64_t> groups) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(value.type(), std::move(devices));
   std::exception_ptr error;
   std::vector<c10::IValue> released;  // destroyed here, on the caller's thread
   {

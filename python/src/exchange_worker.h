@@ -59,8 +59,11 @@ class ExchangeWorker {
   // submitting any of those groups. `storages`: those of the tensors in
   // `value`, so that completing it never inspects a Python object.
   using WeakStorage = c10::ivalue::Future::WeakStorage;
+  // `devices`: where those tensors are (none: the CPU); completing the
+  // future then marks the worker's streams on them for its waiters.
   c10::intrusive_ptr<c10::ivalue::Future> bucket_future(c10::IValue value,
                                                         std::vector<WeakStorage> storages,
+                                                        std::vector<c10::Device> devices,
                                                         std::vector<std::int64_t> groups);
 
   // Queues group `group`'s exchange of step `step`. `gradients`: the views

@@ -44,6 +44,8 @@
 #include <vector>
 
 #include <pybind11/stl.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/jit/python/python_ivalue.h>
@@ -51,7 +53,9 @@
 #include <torch/python.h>
 #include <nlohmann/json.hpp>
 
+#include "device_sync.h"
 #include "exchange_worker.h"
+#include "group_sync.h"
 #include "process_group_communicator.h"
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
@@ -128,6 +132,13 @@ StepContext context_of(const Communicator& comm, std::int64_t step, double epoch
   return ctx;
 }
 
+// One group's step, its tensors checked against the gradient's length.
+GroupStep group_step_of(std::int64_t numel, std::int64_t step, double epoch, std::int64_t bucket,
+                        const std::optional<std::vector<std::int64_t>>& layers,
+                        const std::optional<std::vector<std::int64_t>>& rows) {
+  return {step, epoch, bucket, layer_spans(layers, static_cast<std::size_t>(numel), rows)};
+}
+
 // A copy of `values` as a float32 tensor.
 at::Tensor tensor_copy(std::span<const float> values) {
   return torch::from_blob(const_cast<float*>(values.data()),
@@ -166,7 +177,7 @@ class SingleRankCommunicator final : public Communicator {
 // One flat gradient's synchronization by any of the CLI's methods (dense,
 // skipreduce, or a registry scheme with its error feedback), with the CLI's
 // names and -o options.
-class Synchronizer {
+class Synchronizer final : public GroupSync {
  public:
   Synchronizer(std::shared_ptr<Communicator> comm, const std::string& method,
                const std::map<std::string, std::string>& options, const std::string& nonfinite)
@@ -182,24 +193,19 @@ class Synchronizer {
                           std::int64_t bucket,
                           const std::optional<std::vector<std::int64_t>>& layers,
                           const std::optional<std::vector<std::int64_t>>& rows) {
-    const std::span<float> values = floats_of(gradient, "the gradient");
-    const StepContext ctx = context(values.size(), step, epoch, bucket, layers, rows);
+    check(gradient);
+    const GroupStep group_step = group_step_of(gradient.numel(), step, epoch, bucket, layers, rows);
     const py::gil_scoped_release release;
-    return to_json_line(run(values, ctx));
+    return to_json_line(run(gradient, group_step));
   }
 
-  // The checked context of one synchronize() call.
-  StepContext context(std::size_t numel, std::int64_t step, double epoch, std::int64_t bucket,
-                      const std::optional<std::vector<std::int64_t>>& layers,
-                      const std::optional<std::vector<std::int64_t>>& rows) const {
-    StepContext ctx = context_of(*comm_, step, epoch, bucket);
-    ctx.layers = layer_spans(layers, numel, rows);
-    return ctx;
-  }
+  void check(const at::Tensor& gradient) const override { floats_of(gradient, "the gradient"); }
 
-  // synchronize() without the checks and the GIL (the hook's worker).
-  StepMetrics run(std::span<float> gradient, const StepContext& ctx) {
-    return sync_->synchronize(gradient, ctx, *comm_);
+  StepMetrics run(const at::Tensor& gradient, const GroupStep& step) override {
+    StepContext ctx = context_of(*comm_, step.step, step.epoch, step.bucket);
+    ctx.layers = step.layers;
+    return sync_->synchronize(
+        {gradient.data_ptr<float>(), static_cast<std::size_t>(gradient.numel())}, ctx, *comm_);
   }
 
   // A copy of what error feedback kept after the last step (the
@@ -399,8 +405,11 @@ class HookWorker {
     c10::IValue value(c10::ivalue::ConcretePyObjectHolder::create(buffer));
     std::vector<ExchangeWorker::WeakStorage> storages{
         tensor.storage().getWeakStorageImpl()};
-    return py::cast(std::make_shared<torch::jit::PythonFutureWrapper>(
-        worker_->bucket_future(std::move(value), std::move(storages), std::move(groups))));
+    // A device's future: DDP's wait then waits for the worker's stream.
+    std::vector<c10::Device> devices;
+    if (!tensor.device().is_cpu()) devices.push_back(tensor.device());
+    return py::cast(std::make_shared<torch::jit::PythonFutureWrapper>(worker_->bucket_future(
+        std::move(value), std::move(storages), std::move(devices), std::move(groups))));
   }
 
   // Group `group` of step `step`: `flat` holds the concatenated `views`
@@ -408,22 +417,37 @@ class HookWorker {
   // direction first (None: the gradient itself); the average goes back
   // into the views.
   void submit(std::int64_t group, std::int64_t step, double epoch,
-              std::shared_ptr<Synchronizer> synchronizer,
-              std::shared_ptr<UpdateDirection> moments, const at::Tensor& flat,
-              std::vector<at::Tensor> views,
+              std::shared_ptr<GroupSync> synchronizer, std::shared_ptr<UpdateDirection> moments,
+              const at::Tensor& flat, std::vector<at::Tensor> views,
               const std::optional<std::vector<std::int64_t>>& layers,
               const std::optional<std::vector<std::int64_t>>& rows, bool ends_step) {
-    const std::span<float> values = floats_of(flat, "the gathered gradient");
+    synchronizer->check(flat);
+    if (moments) floats_of(flat, "the gathered gradient of compress='update'");
     std::int64_t numel = 0;
     for (const at::Tensor& view : views) numel += view.numel();
     if (numel != flat.numel()) {
       throw InvalidArgument("[python] the hook's views hold " + std::to_string(numel) +
                             " elements, the gathered gradient " + std::to_string(flat.numel()));
     }
-    const StepContext ctx = synchronizer->context(values.size(), step, epoch, group, layers, rows);
-    ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, values, ctx] {
-      if (moments) moments->apply(values);
-      StepMetrics metrics = synchronizer->run(values, ctx);
+    GroupStep group_step = group_step_of(flat.numel(), step, epoch, group, layers, rows);
+    // A device's work is queued on streams: the worker's stream waits for
+    // what backward's had queued when the group was handed in.
+    std::shared_ptr<c10::Event> handed_in;
+    if (!flat.device().is_cpu()) {
+      const c10::impl::VirtualGuardImpl guard(flat.device().type());
+      handed_in = std::make_shared<c10::Event>(flat.device().type());
+      handed_in->record(guard.getStream(flat.device()));
+    }
+    ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, handed_in,
+                                         group_step = std::move(group_step)] {
+      if (handed_in) {
+        const c10::impl::VirtualGuardImpl guard(flat.device().type());
+        handed_in->block(guard.getStream(flat.device()));
+      }
+      if (moments) {
+        moments->apply({flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel())});
+      }
+      StepMetrics metrics = synchronizer->run(flat, group_step);
       std::int64_t offset = 0;
       for (const at::Tensor& view : views) {
         view.copy_(flat.narrow(0, offset, view.numel()).view_as(view));
@@ -556,7 +580,8 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def_property_readonly("size", &Communicator::size);
 
   using Sizes = std::optional<std::vector<std::int64_t>>;
-  py::class_<Synchronizer, std::shared_ptr<Synchronizer>>(m, "Synchronizer")
+  py::class_<GroupSync, std::shared_ptr<GroupSync>>(m, "_GroupSync");
+  py::class_<Synchronizer, GroupSync, std::shared_ptr<Synchronizer>>(m, "Synchronizer")
       .def(py::init<std::shared_ptr<Communicator>, const std::string&,
                     const std::map<std::string, std::string>&, const std::string&>(),
            py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
@@ -568,6 +593,30 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def_property_readonly("bucketable", &Synchronizer::bucketable)
       .def("state", &Synchronizer::state)
       .def("load_state", &Synchronizer::load_state, py::arg("state"));
+
+  py::class_<DeviceSynchronizer, GroupSync, std::shared_ptr<DeviceSynchronizer>>(
+      m, "DeviceSynchronizer")
+      .def(py::init([](c10::intrusive_ptr<c10d::ProcessGroup> group, const std::string& method,
+                       const std::map<std::string, std::string>& options,
+                       const std::string& nonfinite) {
+             return std::make_shared<DeviceSynchronizer>(std::move(group), method, options,
+                                                         nonfinite);
+           }),
+           py::arg("group"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
+      .def(
+          "synchronize",
+          [](DeviceSynchronizer& self, const at::Tensor& gradient, std::int64_t step,
+             double epoch) {
+            self.check(gradient);
+            const py::gil_scoped_release release;
+            return to_json_line(self.run(gradient, GroupStep{step, epoch, 0, {}}));
+          },
+          py::arg("gradient"), py::arg("step"), py::arg("epoch") = 0.0)
+      .def("_select", &DeviceSynchronizer::select, py::arg("accumulated"), py::arg("k"))
+      .def("kept", &DeviceSynchronizer::kept)
+      .def_property_readonly("method", &DeviceSynchronizer::method)
+      .def("state", &DeviceSynchronizer::state)
+      .def("load_state", &DeviceSynchronizer::load_state, py::arg("state"));
 
   py::class_<StandaloneSparsifier>(m, "Sparsifier")
       .def(py::init<std::shared_ptr<Communicator>, const std::string&,
