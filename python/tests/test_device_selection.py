@@ -20,14 +20,17 @@ def _heavy_tailed(n, seed):
     return torch.randn(n, generator=generator) * torch.rand(n, generator=generator) ** 4
 
 
+_ONE_PROCESS_GROUP = []
+
+
 def _single():
-    """A gloo group of this process alone."""
-    if not dist.is_initialized():
+    """A gloo group of this process alone, made once; not torch.distributed's
+    default group, so later tests in this process see none."""
+    if not _ONE_PROCESS_GROUP:
         store = tempfile.NamedTemporaryFile(prefix="sparsecomm-store-", delete=False)
         store.close()
-        dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0,
-                                world_size=1)
-    return dist.distributed_c10d._get_default_group()
+        _ONE_PROCESS_GROUP.append(dist.ProcessGroupGloo(dist.FileStore(store.name, 1), 0, 1))
+    return _ONE_PROCESS_GROUP[0]
 
 
 @pytest.mark.parametrize("n, k", [(100_000, 100), (100_000, 5_000), (1_000, 999), (50, 50)])
