@@ -16,7 +16,9 @@
 #     (python/CMakeLists.txt: torch's CMake prefix, pybind11 and C++ ABI);
 #  3. the package's tests on that torch (gloo, 2 and 4 processes: the DDP
 #     hook's density-1 equality with DDP's default, overlap, resume, ...);
-#  4. selection on the GPU against its copy bandwidth and torch.topk, at
+#  4. the CNN example with ExDyna on 2 processes for one epoch, on the GPU
+#     and on the CPU;
+#  5. selection on the GPU against its copy bandwidth and torch.topk, at
 #     25M, 100M and 1B elements (scripts/gpu-selection-bench.py).
 # Everything goes to OUT/ (a log per step, OUT/summary.txt).
 set -uo pipefail
@@ -74,6 +76,20 @@ step build build
 
 step tests env PYTHONPATH="$OUT/build/python" OMP_NUM_THREADS=1 \
   "$PYTHON" -m pytest -q -rs -p no:cacheprovider "$ROOT/python/tests"
+
+# The CNN example with ExDyna 1% on 2 processes, one epoch, on the GPU (the
+# gradients selected on the host) and on the CPU: the same accuracy within
+# the seeds' spread (docs/benchmarks.md: about 0.1-0.3 points).
+example() {
+  local device
+  for device in cuda cpu; do
+    env PYTHONPATH="$OUT/build/python" OMP_NUM_THREADS=4 "$PYTHON" \
+      "$ROOT/examples/ddp_fashion_mnist/train.py" --processes 2 --hook exdyna --epochs 1 \
+      --device "$device" --out "$OUT/example-$device" || return 1
+  done
+}
+step example example
+grep -h "test accuracy" "$OUT"/example.log | sed 's/^/    example: /' >> "$SUMMARY"
 
 step selection-bench "$PYTHON" "$ROOT/scripts/gpu-selection-bench.py" --sizes 25e6,100e6,1e9
 cat "$OUT/selection-bench.log" >> "$SUMMARY"

@@ -155,6 +155,11 @@ def main():
     parser.add_argument("--ddp-bucket-mb", type=float, default=25.0,
                         help="DDP's own bucket size (bucket_cap_mb): a hook's group is exchanged "
                              "once DDP has handed in every bucket holding its gradients")
+    parser.add_argument("--device", default="cpu",
+                        help="where the model trains: cpu, or cuda (every process on GPU 0 "
+                             "unless LOCAL_RANK says otherwise; gloo carries CUDA tensors)")
+    parser.add_argument("--selection", default="auto", choices=["auto", "host", "device"],
+                        help="sparsecomm hooks: where the method selects (docs/python.md)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="sparsecomm hooks: exchange on backward's thread instead of beside "
                              "it (overlap is the default; it changes no result)")
@@ -188,7 +193,15 @@ def train(spawned_rank, spawned_world, args):
     rank, world = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(args.seed)
-    model = DDP(MODELS[args.model](), bucket_cap_mb=args.ddp_bucket_mb)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("ddp example: --device cuda, but torch sees no CUDA device")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    model = MODELS[args.model]().to(device)
+    model = DDP(model, bucket_cap_mb=args.ddp_bucket_mb,
+                device_ids=[device.index] if device.type == "cuda" else None)
     state = None
     if args.hook == "torch-fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -207,7 +220,8 @@ def train(spawned_rank, spawned_world, args):
             options.setdefault("density", args.density)
         state = sparsecomm.register(model, args.hook, exclude=args.exclude,
                                     min_numel=args.min_numel, bucket_mb=args.bucket_mb,
-                                    overlap=not args.no_overlap, **options)
+                                    overlap=not args.no_overlap, selection=args.selection,
+                                    **options)
 
     train_x, train_y = load("train")
     if args.limit > 0:
@@ -240,7 +254,7 @@ def train(spawned_rank, spawned_world, args):
             sent_before = nic_bytes_sent()
             t0 = time.perf_counter()
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(train_x[rows]), train_y[rows])
+            loss = F.cross_entropy(model(train_x[rows].to(device)), train_y[rows].to(device))
             loss.backward()
             optimizer.step()
             if log:
@@ -256,7 +270,8 @@ def train(spawned_rank, spawned_world, args):
         model.eval()
         with torch.no_grad():  # every process evaluates a slice; the counts are summed
             lo, hi = len(test_x) * rank // world, len(test_x) * (rank + 1) // world
-            correct = torch.tensor([(model(test_x[lo:hi]).argmax(1) == test_y[lo:hi]).sum().item()])
+            predicted = model(test_x[lo:hi].to(device)).argmax(1).cpu()
+            correct = torch.tensor([(predicted == test_y[lo:hi]).sum().item()])
         dist.all_reduce(correct)
         accuracy = 100.0 * correct.item() / len(test_x)
         if log:
@@ -272,6 +287,7 @@ def train(spawned_rank, spawned_world, args):
         summary = {"hook": args.hook, "density": args.density, "options": args.option,
                    "exclude": args.exclude, "min_numel": args.min_numel,
                    "bucket_mb": args.bucket_mb, "ddp_bucket_mb": args.ddp_bucket_mb,
+                   "device": args.device, "selection": args.selection,
                    "overlap": not args.no_overlap,
                    "model": args.model, "processes": world, "epochs": args.epochs, "steps": step, "final_test_accuracy": accuracy,
                    "wall_s": time.perf_counter() - start}

@@ -76,27 +76,30 @@ def _split(parameters, cap_bytes):
     return [parameters[begin:end] for begin, end in tensor_buckets(sizes, cap_bytes or 0)]
 
 
-def _selection_for(selection, named, compress):
+# The methods DeviceSynchronizer runs on the gradient's device.
+_DEVICE_METHODS = ("topk", "threshold")
+
+
+def _selection_for(selection, method, named, compress):
     """Where the hook selects: 'host' (sparsecomm's C++ schemes, every
-    method, float32 CPU gradients) or 'device' (on the gradients' own
-    device, DeviceSynchronizer: topk, threshold); 'auto' picks the device
-    for gradients off the CPU."""
+    method; a device's gradients cross to the host and back) or 'device'
+    (on the gradients' own device, DeviceSynchronizer: topk, threshold);
+    'auto' picks the device for gradients off the CPU where the method has
+    a device path."""
     if selection not in ("auto", "host", "device"):
         raise ValueError(f"sparsecomm: selection={selection!r}: valid are 'auto', 'host' (the "
-                         "C++ schemes on CPU tensors) and 'device' (on the gradient's device)")
+                         "C++ schemes, on the host) and 'device' (on the gradient's device)")
     devices = {parameter.device for _, parameter in named}
     if len(devices) > 1:
         raise ValueError(f"sparsecomm: the model's parameters are on {sorted(map(str, devices))}; "
                          "the hook takes a model on one device")
     on_cpu = next(iter(devices)).type == "cpu"
     if selection == "auto":
-        selection = "host" if on_cpu else "device"
-    if selection == "host" and not on_cpu:
-        raise ValueError(f"sparsecomm: selection='host' takes CPU gradients, the model is on "
-                         f"{next(iter(devices))}; use selection='device' (or 'auto')")
+        device_path = not on_cpu and method in _DEVICE_METHODS and compress == "gradient"
+        selection = "device" if device_path else "host"
     if selection == "device" and compress == "update":
         raise ValueError("sparsecomm: compress='update' keeps the AdamW moments on the host; use "
-                         "selection='host' with CPU gradients")
+                         "selection='host'")
     return selection
 
 
@@ -116,6 +119,7 @@ class _Group:
         self.dense = dense
         self.moments = moments  # compress="update": this rank's AdamW moments
         self.flat = None  # the gathered gradients, made once
+        self.staging = None  # host selection of a device's gradients: their CPU copy
 
     def flatten(self, views):
         numel = sum(v.numel() for v in views)
@@ -124,6 +128,16 @@ class _Group:
             self.flat = torch.empty(numel, dtype=views[0].dtype, device=views[0].device)
         torch.cat([v.reshape(-1) for v in views], out=self.flat)
         return self.flat
+
+    def staging_for(self, flat, selection):
+        """The CPU buffer a host selection of a device's gradients runs on
+        (pinned where CUDA is, for the copies); None on the CPU."""
+        if selection != "host" or flat.device.type == "cpu":
+            return None
+        if self.staging is None or self.staging.numel() != flat.numel():
+            self.staging = torch.empty(flat.numel(), dtype=flat.dtype,
+                                       pin_memory=torch.cuda.is_available())
+        return self.staging
 
 
 # Metrics that add up over groups; the rest are taken from the first group.
@@ -178,7 +192,7 @@ class HookState:
                  if parameter.requires_grad]
         if not named:
             raise ValueError("sparsecomm: the model has no parameter that requires grad")
-        self.selection = _selection_for(selection, named, compress)
+        self.selection = _selection_for(selection, method, named, compress)
         self.comm = Communicator(group) if self.selection == "host" else None
         # The CLI's rule (--min-numel, --exclude): ValueError for a pattern
         # that matches nothing or a rule that leaves nothing to sparsify.
@@ -358,12 +372,13 @@ class HookState:
         flat = g.flatten(views)
         self._submitted += 1
         ends_step = self._submitted == len(self._groups)
+        staging = g.staging_for(flat, self.selection)
         if g.synchronizer is not None:
             self._worker.submit(index, self.step, self.epoch, g.synchronizer, g.moments, flat,
-                                views, g.layers, g.rows, ends_step)
+                                views, g.layers, g.rows, ends_step, staging)
         else:
             self._worker.submit(index, self.step, self.epoch, g.dense, g.moments, flat, views,
-                                None, None, ends_step)
+                                None, None, ends_step, staging)
         self._step_order.append(index)
         if ends_step:
             self._finished_order = self._step_order  # what metrics pairs with the lines

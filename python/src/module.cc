@@ -420,9 +420,18 @@ class HookWorker {
               std::shared_ptr<GroupSync> synchronizer, std::shared_ptr<UpdateDirection> moments,
               const at::Tensor& flat, std::vector<at::Tensor> views,
               const std::optional<std::vector<std::int64_t>>& layers,
-              const std::optional<std::vector<std::int64_t>>& rows, bool ends_step) {
-    synchronizer->check(flat);
-    if (moments) floats_of(flat, "the gathered gradient of compress='update'");
+              const std::optional<std::vector<std::int64_t>>& rows, bool ends_step,
+              std::optional<at::Tensor> staging) {
+    // `staging`: a CPU buffer of flat's size where a host synchronization
+    // of a device's gradient runs (the gradient crosses to the host and back).
+    const at::Tensor& synchronized = staging ? *staging : flat;
+    if (staging && staging->numel() != flat.numel()) {
+      throw InvalidArgument("[python] the hook's staging buffer has " +
+                            std::to_string(staging->numel()) + " elements, the gradient " +
+                            std::to_string(flat.numel()));
+    }
+    synchronizer->check(synchronized);
+    if (moments) floats_of(synchronized, "the gathered gradient of compress='update'");
     std::int64_t numel = 0;
     for (const at::Tensor& view : views) numel += view.numel();
     if (numel != flat.numel()) {
@@ -438,16 +447,20 @@ class HookWorker {
       handed_in = std::make_shared<c10::Event>(flat.device().type());
       handed_in->record(guard.getStream(flat.device()));
     }
-    ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, handed_in,
+    ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, handed_in, staging,
                                          group_step = std::move(group_step)] {
       if (handed_in) {
         const c10::impl::VirtualGuardImpl guard(flat.device().type());
         handed_in->block(guard.getStream(flat.device()));
       }
+      if (staging) staging->copy_(flat);  // to the host (waits for the copy)
+      const at::Tensor& on_host_or_device = staging ? *staging : flat;
       if (moments) {
-        moments->apply({flat.data_ptr<float>(), static_cast<std::size_t>(flat.numel())});
+        moments->apply({on_host_or_device.data_ptr<float>(),
+                        static_cast<std::size_t>(on_host_or_device.numel())});
       }
-      StepMetrics metrics = synchronizer->run(flat, group_step);
+      StepMetrics metrics = synchronizer->run(on_host_or_device, group_step);
+      if (staging) flat.copy_(*staging);  // and back
       std::int64_t offset = 0;
       for (const at::Tensor& view : views) {
         view.copy_(flat.narrow(0, offset, view.numel()).view_as(view));
@@ -669,7 +682,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
       .def("submit", &HookWorker::submit, py::arg("group"), py::arg("step"), py::arg("epoch"),
            py::arg("synchronizer"), py::arg("moments").none(true), py::arg("flat"),
            py::arg("views"), py::arg("layers") = Sizes{}, py::arg("rows") = Sizes{},
-           py::arg("ends_step") = false)
+           py::arg("ends_step") = false, py::arg("staging") = std::optional<at::Tensor>{})
       .def("finished_step", &HookWorker::finished_step)
       .def("finished_times", &HookWorker::finished_times)
       .def_property_readonly("overlap", &HookWorker::overlap)

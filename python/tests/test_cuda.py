@@ -63,3 +63,24 @@ def _gpu_hook(rank, world):
 
 def test_the_hook_on_cuda_gradients_matches_ddp_and_conserves_mass(run_world):
     run_world(2, _gpu_hook)
+
+
+def _host_selection_of_cuda_gradients(rank, world):
+    # ExDyna has no device path: "auto" selects on the host, the gradients
+    # crossing to it and back; the result is the CPU run's, within the
+    # rounding of the GPU's forward and backward.
+    state, on_gpu = _train_on_gpu(rank, 4, "exdyna", density=0.1)
+    assert state.selection == "host"
+    torch.manual_seed(0)
+    model = DDP(_model())
+    sparsecomm.register(model, "exdyna", density=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in _batches(rank, 4):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    assert torch.allclose(on_gpu, _parameters(model), rtol=1e-4, atol=1e-5)
+
+
+def test_a_method_without_a_device_path_selects_cuda_gradients_on_the_host(run_world):
+    run_world(2, _host_selection_of_cuda_gradients)
