@@ -258,12 +258,13 @@ def test_excluded_layers_are_averaged_densely(run_world):
     run_world(2, _excluded_layers_are_averaged_densely)
 
 
-def _nonfinite_dense_group(rank, world, nonfinite):
+def _nonfinite_dense_group(rank, world, nonfinite, selection):
     """A NaN in an excluded (densely averaged) tensor on one rank: the dense
     group checks it like the method's groups do, and the whole step is
-    skipped or stopped on every rank."""
+    skipped or stopped on every rank; on the host and on the device path."""
     model = DDP(_model())
-    state = sparsecomm.register(model, "topk", density=0.5, min_numel=100, nonfinite=nonfinite)
+    state = sparsecomm.register(model, "topk", density=0.5, min_numel=100, nonfinite=nonfinite,
+                                selection=selection)
     if rank == 0:
         model.module[2].bias.register_hook(lambda g: g * float("nan"))
     x, y = _batches(rank, 1)[0]
@@ -279,9 +280,11 @@ def _nonfinite_dense_group(rank, world, nonfinite):
         assert torch.count_nonzero(parameter.grad) == 0, name
 
 
+@pytest.mark.parametrize("selection", ["host", "device"])
 @pytest.mark.parametrize("nonfinite", ["skip", "stop"])
-def test_a_nonfinite_excluded_tensor_skips_or_stops_the_whole_step(run_world, nonfinite):
-    run_world(2, _nonfinite_dense_group, nonfinite)
+def test_a_nonfinite_excluded_tensor_skips_or_stops_the_whole_step(run_world, nonfinite,
+                                                                   selection):
+    run_world(2, _nonfinite_dense_group, nonfinite, selection)
 
 
 def _sparse_steps_send_their_density(rank, world):

@@ -152,26 +152,3 @@ def _device_hook_resumes_and_refuses(rank, world):
 
 def test_a_device_hook_resumes_bit_for_bit_and_refuses_what_it_cannot_do(run_world):
     run_world(2, _device_hook_resumes_and_refuses)
-
-
-def _device_nonfinite(rank, world, nonfinite):
-    model = DDP(_model())
-    state = sparsecomm.register(model, "topk", density=0.5, selection="device",
-                                nonfinite=nonfinite)
-    if rank == 0:
-        model.module[2].bias.register_hook(lambda g: g * float("nan"))
-    x, y = _batches(rank, 1)[0]
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    if nonfinite == "stop":
-        with pytest.raises(sparsecomm.HookError, match="NaN or inf"):
-            loss.backward()
-        return
-    loss.backward()
-    assert state.metrics["skipped_nonfinite"]
-    for name, parameter in model.named_parameters():
-        assert torch.count_nonzero(parameter.grad) == 0, name
-
-
-@pytest.mark.parametrize("nonfinite", ["skip", "stop"])
-def test_a_nonfinite_gradient_skips_or_stops_the_device_step(run_world, nonfinite):
-    run_world(2, _device_nonfinite, nonfinite)
