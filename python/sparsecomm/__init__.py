@@ -24,6 +24,7 @@ pilot runs of one's own loop write with ``PilotRun`` and
 from ._sparsecomm import (  # noqa: F401  (the package's API)
     CommError,
     Communicator,
+    DeviceSynchronizer,
     InvalidArgument,
     Synchronizer,
     UpdateDirection,
