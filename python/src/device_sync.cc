@@ -34,7 +34,6 @@ DeviceSynchronizer::DeviceSynchronizer(c10::intrusive_ptr<c10d::ProcessGroup> gr
                                        const std::map<std::string, std::string>& options,
                                        const std::string& nonfinite)
     : group_(std::move(group)), method_(method), policy_(parse_nonfinite_policy(nonfinite)) {
-  if (!group_) throw InvalidArgument("[device] the process group is None");
   if (method_ != "topk" && method_ != "threshold" && method_ != "dense") {
     throw InvalidArgument("[device] '" + method_ +
                           "' has no device path: on the gradient's device sparsecomm runs topk, "
@@ -121,9 +120,11 @@ at::Tensor DeviceSynchronizer::select(const at::Tensor& accumulated, std::int64_
 bool DeviceSynchronizer::all_finite(const at::Tensor& gradient, StepMetrics& metrics) {
   const Clock::time_point begin = Clock::now();
   std::vector<at::Tensor> flag{at::logical_not(at::isfinite(gradient)).any().to(at::kFloat).reshape({1})};
-  c10d::AllreduceOptions options;
-  options.reduceOp = c10d::ReduceOp::MAX;
-  group_->allreduce(flag, options)->wait();
+  if (group_) {
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    group_->allreduce(flag, options)->wait();
+  }
   const bool finite = flag[0].item<float>() == 0.0f;
   metrics.agreement_s = seconds_since(begin);
   return finite;
@@ -131,7 +132,7 @@ bool DeviceSynchronizer::all_finite(const at::Tensor& gradient, StepMetrics& met
 
 void DeviceSynchronizer::sum_selections(const at::Tensor& indices, const at::Tensor& values,
                                         at::Tensor& out, StepMetrics& metrics) {
-  const int world = group_->getSize();
+  const int world = world_size();
   const auto index_type =
       out.numel() <= std::numeric_limits<std::int32_t>::max() ? at::kInt : at::kLong;
   const std::int64_t index_bytes = index_type == at::kInt ? 4 : 8;
@@ -139,8 +140,8 @@ void DeviceSynchronizer::sum_selections(const at::Tensor& indices, const at::Ten
   // largest count: all_gather takes equal sizes.
   std::vector<at::Tensor> count{at::full({1}, indices.numel(), indices.options())};
   std::vector<std::vector<at::Tensor>> counts(1);
-  for (int r = 0; r < world; ++r) counts[0].push_back(at::empty_like(count[0]));
-  group_->allgather(counts, count)->wait();
+  for (int r = 0; r < world; ++r) counts[0].push_back(group_ ? at::empty_like(count[0]) : count[0]);
+  if (group_) group_->allgather(counts, count)->wait();
   std::vector<std::int64_t> per_rank;
   for (const at::Tensor& c : counts[0]) per_rank.push_back(c.item<std::int64_t>());
   const std::int64_t widest = *std::max_element(per_rank.begin(), per_rank.end());
@@ -150,12 +151,17 @@ void DeviceSynchronizer::sum_selections(const at::Tensor& indices, const at::Ten
   mine_indices[0].narrow(0, 0, indices.numel()).copy_(indices);
   mine_values[0].narrow(0, 0, values.numel()).copy_(values);
   std::vector<std::vector<at::Tensor>> all_indices(1), all_values(1);
-  for (int r = 0; r < world; ++r) {
-    all_indices[0].push_back(at::empty_like(mine_indices[0]));
-    all_values[0].push_back(at::empty_like(mine_values[0]));
+  if (group_) {
+    for (int r = 0; r < world; ++r) {
+      all_indices[0].push_back(at::empty_like(mine_indices[0]));
+      all_values[0].push_back(at::empty_like(mine_values[0]));
+    }
+    group_->allgather(all_indices, mine_indices)->wait();
+    group_->allgather(all_values, mine_values)->wait();
+  } else {
+    all_indices[0] = mine_indices;
+    all_values[0] = mine_values;
   }
-  group_->allgather(all_indices, mine_indices)->wait();
-  group_->allgather(all_values, mine_values)->wait();
 
   out.zero_();
   at::Tensor touched = at::zeros({out.numel()}, out.options().dtype(at::kBool));
@@ -195,10 +201,10 @@ StepMetrics DeviceSynchronizer::run(const at::Tensor& gradient, const GroupStep&
     metrics.exchange_s = seconds_since(begin);
     return metrics;
   }
-  const int world = group_->getSize();
+  const int world = world_size();
   if (method_ == "dense") {
     std::vector<at::Tensor> tensors{gradient};
-    group_->allreduce(tensors)->wait();
+    if (group_) group_->allreduce(tensors)->wait();
     gradient.div_(world);
     metrics.exchange_s = seconds_since(begin);
     metrics.bytes_sent = metrics.bytes_received =

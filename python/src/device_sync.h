@@ -33,8 +33,8 @@ namespace sparsecomm::python {
 
 class DeviceSynchronizer final : public GroupSync {
  public:
-  // InvalidArgument for another method, an unknown option or a density
-  // outside (0, 1].
+  // `group` null: this process alone. InvalidArgument for another method,
+  // an unknown option or a density outside (0, 1].
   DeviceSynchronizer(c10::intrusive_ptr<c10d::ProcessGroup> group, const std::string& method,
                      const std::map<std::string, std::string>& options,
                      const std::string& nonfinite);
@@ -58,6 +58,7 @@ class DeviceSynchronizer final : public GroupSync {
 
  private:
   std::int64_t target(std::int64_t numel) const;
+  int world_size() const { return group_ ? group_->getSize() : 1; }
   // Every rank's gradient finite? (one all_reduce of a flag).
   bool all_finite(const at::Tensor& gradient, StepMetrics& metrics);
   // The sum over ranks of their (indices, values) into `out` (zeroed here).

@@ -615,7 +615,8 @@ PYBIND11_MODULE(_sparsecomm, m) {
              return std::make_shared<DeviceSynchronizer>(std::move(group), method, options,
                                                          nonfinite);
            }),
-           py::arg("group"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
+           py::arg("group").none(true), py::arg("method"), py::arg("options"),
+           py::arg("nonfinite") = "stop")
       .def(
           "synchronize",
           [](DeviceSynchronizer& self, const at::Tensor& gradient, std::int64_t step,

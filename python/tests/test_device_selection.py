@@ -2,8 +2,6 @@
 selection="device"): the same ATen code that runs on a CUDA device, run
 here on CPU tensors over gloo and held against the host schemes."""
 
-import tempfile
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,17 +18,9 @@ def _heavy_tailed(n, seed):
     return torch.randn(n, generator=generator) * torch.rand(n, generator=generator) ** 4
 
 
-_ONE_PROCESS_GROUP = []
-
-
 def _single():
-    """A gloo group of this process alone, made once; not torch.distributed's
-    default group, so later tests in this process see none."""
-    if not _ONE_PROCESS_GROUP:
-        store = tempfile.NamedTemporaryFile(prefix="sparsecomm-store-", delete=False)
-        store.close()
-        _ONE_PROCESS_GROUP.append(dist.ProcessGroupGloo(dist.FileStore(store.name, 1), 0, 1))
-    return _ONE_PROCESS_GROUP[0]
+    """No process group: a DeviceSynchronizer of this process alone."""
+    return None
 
 
 @pytest.mark.parametrize("n, k", [(100_000, 100), (100_000, 5_000), (1_000, 999), (50, 50)])
