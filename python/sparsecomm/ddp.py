@@ -45,6 +45,7 @@ import math
 import weakref
 
 import torch
+import torch.distributed as dist
 
 from ._sparsecomm import (Communicator, DeviceSynchronizer, Synchronizer, UpdateDirection,
                           _fail_future, _HookWorker, dense_tensors, tensor_buckets)
@@ -193,6 +194,12 @@ class HookState:
         if not named:
             raise ValueError("sparsecomm: the model has no parameter that requires grad")
         self.selection = _selection_for(selection, method, named, compress)
+        if self.selection == "host" and dist.get_backend(group) == "nccl":
+            raise ValueError(
+                f"sparsecomm: {method} selects on the host, whose exchange sends CPU tensors, "
+                "which NCCL cannot carry; pass group=torch.distributed.new_group(backend='gloo') "
+                "to the hook (DDP keeps its NCCL group), or use a method with a device path "
+                f"({', '.join(_DEVICE_METHODS)})")
         self.comm = Communicator(group) if self.selection == "host" else None
         # The CLI's rule (--min-numel, --exclude): ValueError for a pattern
         # that matches nothing or a rule that leaves nothing to sparsify.

@@ -84,3 +84,19 @@ def _host_selection_of_cuda_gradients(rank, world):
 
 def test_a_method_without_a_device_path_selects_cuda_gradients_on_the_host(run_world):
     run_world(2, _host_selection_of_cuda_gradients)
+
+
+def _host_selection_refuses_nccl(rank, world):
+    nccl = dist.new_group(backend="nccl")
+    torch.cuda.set_device(0)
+    model = DDP(_model().cuda(), device_ids=[0], process_group=nccl)
+    with pytest.raises(ValueError, match="NCCL cannot carry"):
+        sparsecomm.register(model, "exdyna", group=nccl)
+    state = sparsecomm.register(model, "topk", group=nccl, density=0.1)  # the device path
+    x, y = _batches(rank, 1)[0]
+    torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+    assert state.selection == "device" and state.metrics["selected"] > 0
+
+
+def test_an_nccl_group_takes_the_device_path_and_refuses_the_host_one(run_world):
+    run_world(1, _host_selection_refuses_nccl)
