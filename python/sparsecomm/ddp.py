@@ -28,11 +28,20 @@ density controller, partitions) belongs to groups of named parameters,
 new DDP builds. Nothing Python runs on the worker but the making of a
 failed exchange's ``HookError``.
 
-With AdamW, ``compress="update"`` (docs/algorithms.md, "Optimizers and
-compression"): each group keeps this rank's AdamW moments (C++
-``UpdateDirection``) and the method synchronizes the direction AdamW would
-apply instead of the raw gradient; the optimizer then only applies the
-average, ``p -= lr * (u + wd * p)``: ``direction_optimizer()`` makes it.
+Hooks that hand DDP a step direction rather than a gradient need an
+optimizer that applies it as it is, ``p -= lr * (u + wd * p)`` (SGD without
+momentum: ``direction_optimizer()`` makes one and pairs it):
+
+- ``compress="update"`` (AdamW; docs/algorithms.md, "Optimizers and
+  compression"): each group keeps this rank's AdamW moments (C++
+  ``UpdateDirection``) and the method synchronizes the direction AdamW
+  would apply instead of the raw gradient;
+- ``"demo"`` (docs/algorithms.md, "DeMo"): each rank's own momentum, the
+  sign of the ranks' mean of its largest DCT components.
+
+Their first backward fails with a ``HookError`` until ``pair()`` has
+accepted the optimizer; ``pair()`` refuses one that would apply momentum
+or Adam's scaling on top, or that misses parameters of the model.
 
 Parameters excluded from sparsification (``exclude`` name patterns,
 ``min_numel``: the CLI's rule, called from C++) form their own groups, averaged by sparsecomm's dense ring
@@ -226,9 +235,19 @@ class HookState:
         # the hook: the optimizer must then run without it.
         self.applies_momentum = self.selection == "host" and first.applies_momentum
         if compress == "update" and self.applies_momentum:
+            owner, fix = (("its own decoupled momentum", "leave compress unset")
+                          if method == "demo" else ("memory=momentum", "give memory='ef'"))
+            raise ValueError(f"sparsecomm: {method} applies momentum itself ({owner}), which an "
+                             f"AdamW direction cannot follow; {fix} or compress the gradient")
+        # What the hook hands DDP: a step direction (DeMo's signs, the mean
+        # AdamW direction) that only SGD without momentum applies as meant.
+        self.hands_direction = compress == "update" or method == "demo"
+        if method == "demo" and dense:
             raise ValueError(
-                f"sparsecomm: {method} applies momentum itself (memory=momentum), which an AdamW "
-                "direction cannot follow; give memory='ef' or compress the gradient")
+                "sparsecomm: demo hands DDP signs, which densely averaged gradients would join "
+                f"at another scale; drop exclude and min_numel (they excluded "
+                f"{', '.join(name for name, _ in dense)})")
+        self._paired = None  # the optimizer pair() accepted
 
         def moments():
             return UpdateDirection(*betas, eps) if compress == "update" else None
@@ -256,6 +275,39 @@ class HookState:
             return state._failed(cause, step)
         self._worker = _HookWorker(bool(overlap), on_error)
         self._begin_step()
+
+    def pair(self, optimizer):
+        """Checks that ``optimizer`` steps on what this hook hands DDP, and
+        returns it. With a direction (``compress="update"``, ``"demo"``) or
+        the hook's own momentum (``memory="momentum"``) that is SGD without
+        momentum over every parameter of the model (``direction_optimizer()``
+        makes one); any optimizer pairs with a hook that hands DDP a
+        gradient. ValueError saying what is wrong otherwise."""
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"sparsecomm: pair() takes a torch.optim.Optimizer, got "
+                             f"{type(optimizer).__name__}")
+        if self.hands_direction or self.applies_momentum:
+            what = ("the sign of the ranks' mean momentum (DeMo)" if self.method == "demo"
+                    else "the ranks' mean AdamW direction" if self.compress == "update"
+                    else "a gradient with momentum already applied (memory=momentum)")
+            fix = ("use sparsecomm.direction_optimizer(model.parameters(), lr, weight_decay, "
+                   "hook=state)")
+            if not isinstance(optimizer, torch.optim.SGD):
+                raise ValueError(
+                    f"sparsecomm: this {self.method} hook hands DDP {what}, which "
+                    f"{type(optimizer).__name__} would rescale or smooth again; {fix}")
+            for group in optimizer.param_groups:
+                if group.get("momentum", 0.0) != 0.0:
+                    raise ValueError(
+                        f"sparsecomm: this {self.method} hook hands DDP {what}; SGD with "
+                        f"momentum={group['momentum']} would add momentum on top; {fix}")
+        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        missing = [name for name, p in self.sparse + self.dense if id(p) not in stepped]
+        if missing:
+            raise ValueError(f"sparsecomm: the optimizer does not step {', '.join(missing)}, "
+                             "which the hook synchronizes; build it over model.parameters()")
+        self._paired = optimizer
+        return optimizer
 
     @property
     def groups(self):
@@ -353,6 +405,13 @@ class HookState:
         self._step_order = []  # group indices in the order they were exchanged
 
     def _bucket_ready(self, bucket):
+        if self._error is None and self.hands_direction and self._paired is None:
+            # Every rank reaches this at its first bucket: all fail alike.
+            self._error = HookError(
+                f"sparsecomm: this {self.method} hook hands DDP a step direction, not a "
+                "gradient, and no optimizer was paired with it; make the optimizer with "
+                "sparsecomm.direction_optimizer(model.parameters(), lr, weight_decay, "
+                "hook=state), or pass yours to state.pair(optimizer) (SGD without momentum)")
         if self._error is not None:  # the ranks are out of step now: fail, never hang
             future = torch.futures.Future()
             _fail_future(future, self._error)
@@ -419,7 +478,8 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     own scheme instance (None: the whole model at once);
     ``compress="update"``: synchronize each rank's AdamW direction (with
     ``betas`` and ``eps``) instead of the gradient, and step with
-    ``direction_optimizer()``; ``overlap``: exchange each group on the
+    ``direction_optimizer(..., hook=state)`` (so with ``"demo"``);
+    ``overlap``: exchange each group on the
     hook's own thread as soon as it is complete, beside backward (False:
     on backward's thread; the results are the same); ``selection``: where
     the method selects, ``"host"`` (the C++ schemes, every method, CPU
@@ -431,12 +491,16 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
                      betas, eps, overlap, selection, **options), _hook
 
 
-def direction_optimizer(parameters, lr, weight_decay=0.01):
-    """The optimizer of a hook with ``compress="update"``: the gradients it
-    sees are already the average AdamW direction u, so it applies
-    ``p -= lr * (u + weight_decay * p)`` (AdamW's decoupled weight decay):
-    SGD without momentum. Learning-rate schedulers work on it as usual."""
-    return torch.optim.SGD(parameters, lr=lr, momentum=0.0, weight_decay=weight_decay)
+def direction_optimizer(parameters, lr, weight_decay=0.01, hook=None):
+    """The optimizer of a hook that hands DDP a step direction u
+    (``compress="update"``: the mean AdamW direction; ``"demo"``: the sign
+    of the ranks' mean momentum): it applies ``p -= lr * (u + weight_decay
+    * p)`` (AdamW's decoupled weight decay), SGD without momentum, and
+    pairs with ``hook`` (a HookState) when given. With DeMo ``lr`` is the
+    size of every coordinate's step. Learning-rate schedulers work on it as
+    usual."""
+    optimizer = torch.optim.SGD(parameters, lr=lr, momentum=0.0, weight_decay=weight_decay)
+    return hook.pair(optimizer) if hook is not None else optimizer
 
 
 def register(model, method, **kwargs):

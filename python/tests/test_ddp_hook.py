@@ -332,8 +332,9 @@ def _update_direction_at_density_one(rank, world):
     step is minus the direction)."""
     batches = _batches(rank, 4)
     model = DDP(_model(), bucket_cap_mb=0.001)
-    sparsecomm.register(model, "topk", density=1.0, compress="update", betas=(0.9, 0.99))
-    optimizer = sparsecomm.direction_optimizer(model.parameters(), lr=0.01, weight_decay=0.0)
+    state = sparsecomm.register(model, "topk", density=1.0, compress="update", betas=(0.9, 0.99))
+    optimizer = sparsecomm.direction_optimizer(model.parameters(), lr=0.01, weight_decay=0.0,
+                                               hook=state)
     # The reference: a plain copy of the model, a local AdamW per rank for the
     # direction, and an all-reduce of the directions.
     reference = _model()
@@ -372,7 +373,8 @@ def _update_resume_is_exact(rank, world):
     def fresh():
         model = DDP(_model(), bucket_cap_mb=0.001)
         state = sparsecomm.register(model, "topk", **options)
-        return model, state, sparsecomm.direction_optimizer(model.parameters(), lr=0.01)
+        return model, state, sparsecomm.direction_optimizer(model.parameters(), lr=0.01,
+                                                            hook=state)
 
     whole, _, optimizer = fresh()
     _run(whole, optimizer, batches)
@@ -405,6 +407,89 @@ def _bad_update_settings(rank, world):
 
 def test_bad_update_settings_raise_value_errors(run_world):
     run_world(2, _bad_update_settings)
+
+
+def _demo_steps_by_signs(rank, world):
+    """DeMo through the hook: every coordinate moves by lr times the sign of
+    the ranks' mean (weight decay 0), the replicas agree, and the step's
+    bytes are the chunks' entries."""
+    model = DDP(_model())
+    state = sparsecomm.register(model, "demo", chunk=16, topk=2)
+    optimizer = sparsecomm.direction_optimizer(model.parameters(), lr=0.01, weight_decay=0.0,
+                                               hook=state)
+    for x, y in _batches(rank, 3):
+        before = _parameters(model)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        moved = (_parameters(model) - before).abs()
+        assert torch.all(((moved - 0.01).abs() < 1e-6) | (moved == 0)), moved
+        assert (moved > 0).float().mean() > 0.9  # the IDCT of a chunk's few entries is dense
+    replicas = [torch.empty_like(_parameters(model)) for _ in range(world)]
+    dist.all_gather(replicas, _parameters(model))
+    assert all(torch.equal(r, replicas[0]) for r in replicas)
+    numel = _parameters(model).numel()
+    chunks = sum(-(-p.numel() // 16) for p in model.parameters())
+    assert state.metrics["selected"] == 2 * chunks and state.metrics["numel"] == numel
+    assert state.metrics["bytes_sent"] == 2 * chunks * 5 * (world - 1)
+
+
+def test_demo_steps_every_coordinate_by_the_sign_of_the_mean(run_world):
+    run_world(2, _demo_steps_by_signs)
+
+
+def _demo_pairing(rank, world):
+    model = DDP(_model())
+    state = sparsecomm.register(model, "demo")
+    with pytest.raises(ValueError, match="AdamW would rescale"):
+        state.pair(torch.optim.AdamW(model.parameters(), lr=1e-3))
+    with pytest.raises(ValueError, match="momentum=0.9 would add momentum"):
+        state.pair(torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+    with pytest.raises(ValueError, match="does not step 2.weight, 2.bias"):
+        state.pair(torch.optim.SGD(list(model.parameters())[:2], lr=1e-3))
+    # Never paired: the first backward says how to pair.
+    x, y = _batches(rank, 1)[0]
+    with pytest.raises(sparsecomm.HookError, match="no optimizer was paired"):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    with pytest.raises(ValueError, match="drop exclude and min_numel"):
+        sparsecomm.ddp_comm_hook(DDP(_model()), "demo", min_numel=50)
+    with pytest.raises(ValueError, match="leave compress unset"):
+        sparsecomm.ddp_comm_hook(DDP(_model()), "demo", compress="update")
+    # A hook that hands DDP a gradient takes any optimizer.
+    other = DDP(_model())
+    plain = sparsecomm.ddp_comm_hook(other, "topk")[0]
+    adamw = torch.optim.AdamW(other.parameters(), lr=1e-3)
+    assert plain.pair(adamw) is adamw
+
+
+def test_demo_refuses_an_optimizer_that_does_not_pair(run_world):
+    run_world(2, _demo_pairing)
+
+
+def _demo_resume_is_exact(rank, world):
+    batches = _batches(rank, 6)
+
+    def fresh():
+        model = DDP(_model(), bucket_cap_mb=0.001)
+        state = sparsecomm.register(model, "demo", chunk=8, values="int8-sr", momentum=0.9)
+        return model, state, sparsecomm.direction_optimizer(model.parameters(), lr=0.01,
+                                                            hook=state)
+
+    whole, _, optimizer = fresh()
+    _run(whole, optimizer, batches)
+    first, state, optimizer = fresh()
+    _run(first, optimizer, batches[:3])
+    saved = (first.state_dict(), state.state_dict(), optimizer.state_dict())
+    resumed, state, optimizer = fresh()
+    resumed.load_state_dict(saved[0])
+    state.load_state_dict(saved[1])
+    optimizer.load_state_dict(saved[2])
+    _run(resumed, optimizer, batches[3:])
+    assert torch.equal(_parameters(resumed), _parameters(whole))
+
+
+def test_demo_resumes_bit_for_bit(run_world):
+    run_world(2, _demo_resume_is_exact)
 
 
 def _ef21_at_density_one_matches_default(rank, world):

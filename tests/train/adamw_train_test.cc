@@ -154,6 +154,24 @@ TEST(Trainer, AdamWRunsResumeBitForBit) {
   }
 }
 
+// DeMo's trainer runs SGD without momentum on its signs; a run resumes bit
+// for bit (the momentum in the chunks' DCT basis is in the checkpoint).
+TEST(Trainer, DeMoRunsResumeBitForBit) {
+  const testing::ScratchDir scratch("demo_resume");
+  auto config = [&](const std::string& tail) {
+    TrainConfig c = testing::short_run("demo", scratch.path() / tail);
+    c.lr = 2e-3;
+    c.method_options["chunk"] = "32";
+    c.method_options["values"] = "int8-sr";
+    return c;
+  };
+  const TrainConfig whole = config("whole");
+  testing::expect_resume_matches_uninterrupted(whole, config("half"), 32, "demo");
+  const report::RunData run = report::load_run(whole.out);
+  EXPECT_LT(run.steps.back().loss, run.steps.front().loss);
+  EXPECT_EQ(run.steps.back().bytes_sent, run.steps.front().bytes_sent);  // fixed per step
+}
+
 // With AdamW on the gradient a sparsifier's memory is EF21 unless named
 // (DGC's momentum correction included); not with --compress update, in
 // parameter-server mode, or for dense.
@@ -199,6 +217,17 @@ TEST(Trainer, OptimizerOptionsThatCannotApplyAreRefused) {
   c = testing::short_run("topk", scratch.path() / "e");
   c.freeze_variance_after = 10;
   EXPECT_NE(message(c).find("add --optimizer adamw"), std::string::npos) << message(c);
+  c = testing::short_run("demo", scratch.path() / "f");  // a direction: SGD applies it
+  c.optimizer = "adamw";
+  EXPECT_NE(message(c).find("run it with --optimizer sgd"), std::string::npos) << message(c);
+  c.optimizer = "sgd";
+  c.local_steps = 4;
+  c.out = (scratch.path() / "g").string();
+  EXPECT_NE(message(c).find("use a sparsifier"), std::string::npos) << message(c);
+  c.local_steps = 0;
+  c.min_numel = 100;
+  c.out = (scratch.path() / "h").string();
+  EXPECT_NE(message(c).find("drop --min-numel and --exclude"), std::string::npos) << message(c);
   EXPECT_FALSE(fs::exists(scratch.path() / "a"));  // refused before the run directory exists
 }
 

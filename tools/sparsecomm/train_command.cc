@@ -312,8 +312,9 @@ void add_train_world_flags(CLI::App* cmd, TrainConfig& c) {
 
 void add_train_data_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--model", c.model,
-                  "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm (text) | dlrm (clicks: "
-                  "embedding tables of 169M parameters and MLPs)")
+                  "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm | char-transformer (text; "
+                  "the transformer trains with AdamW) | dlrm (clicks: embedding tables of 169M "
+                  "parameters and MLPs)")
       ->capture_default_str();
   cmd->add_option("--dataset", c.dataset,
                   "fashion-mnist | synthetic (images) | fortunes (text: Debian's fortunes "
@@ -353,10 +354,11 @@ void add_train_data_flags(CLI::App* cmd, TrainConfig& c) {
 
 void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
   TrainConfig& c = flags.config;
-  cmd->add_option("--method,-m", c.method,
-                  "synchronization: " + sync_method_names() +
-                      ", or auto with --density auto (the profile's fastest configuration, its method "
-                      "options included)")
+  cmd->add_option(
+         "--method,-m", c.method,
+         "synchronization: " + sync_method_names() +
+             ", or auto with --density auto (the profile's fastest configuration, its method "
+             "options included)")
       ->capture_default_str();
   cmd->add_option("--density,-d", flags.density,
                   fmt::format("target density for sparsifying methods (0.01 = 1%; default {:g}), "

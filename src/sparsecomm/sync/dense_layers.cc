@@ -242,10 +242,10 @@ std::unique_ptr<GradientSync> with_dense_layers(std::unique_ptr<GradientSync> in
   if (rule.empty() || inner->method() == "dense") return inner;
   if (inner->applies_momentum()) {
     throw InvalidArgument(fmt::format(
-        "[dense layers] {} applies momentum itself (memory=momentum), so the optimizer runs "
-        "without it and tensors sent densely would get no momentum at all; drop --min-numel and "
-        "--exclude, or use memory=ef",
-        inner->method()));
+        "[dense layers] {} applies momentum itself (memory=momentum, or DeMo's own), so the "
+        "optimizer runs without it and tensors sent densely would get no momentum at all; drop "
+        "--min-numel and --exclude{}",
+        inner->method(), inner->method() == "demo" ? "" : ", or use memory=ef"));
   }
   return std::make_unique<DenseLayersSync>(std::move(inner), rule, nonfinite);
 }

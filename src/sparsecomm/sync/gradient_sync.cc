@@ -14,6 +14,7 @@
 #include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/demo.h"
 #include "sparsecomm/sync/powersgd.h"
 #include "sparsecomm/sync/sparsify_exchange_step.h"
 
@@ -232,6 +233,10 @@ const std::vector<SyncMethodInfo>& sync_methods() {
                    "PowerSGD: each matrix as a rank-r product P Q^T, two all-reduces, error "
                    "feedback, warm start; vectors and small tensors averaged whole",
                    powersgd_option_specs()});
+    out.push_back({"demo",
+                   "DeMo: each rank's own momentum, the topk largest DCT coefficients of every "
+                   "chunk sent (allgather), the sign of their mean applied; SGD without momentum",
+                   demo_option_specs()});
     for (const SchemeInfo& scheme : scheme_registry()) {
       out.push_back({scheme.name, scheme.summary, scheme.options,
                      !scheme.traits.every_coordinate});
@@ -270,6 +275,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
   if (method == "dense") return std::make_unique<DenseSync>(options, nonfinite);
   if (method == "skipreduce") return std::make_unique<SkipReduceSync>(options, nonfinite);
   if (method == "powersgd") return make_powersgd(options, nonfinite);
+  if (method == "demo") return make_demo(options, nonfinite);
   return std::make_unique<SparsifyExchangeStep>(make_scheme(method, options), nonfinite);
 }
 

@@ -128,6 +128,16 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
   return parallel_module;
 }
 
+namespace {
+
+// Why a method applies momentum itself, for the refusals below.
+std::string_view momentum_owner(std::string_view method) {
+  return method == "demo" ? "DeMo keeps each rank's own momentum and sends the sign of a mean"
+                          : "memory=momentum, DGC's momentum correction";
+}
+
+}  // namespace
+
 OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applies_momentum) {
   OptimizerOptions options;
   options.name = config.optimizer;
@@ -141,9 +151,13 @@ OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applie
   options.adamw.freeze_variance_after = config.freeze_variance_after;
   if (method_applies_momentum && options.name != "sgd") {
     throw InvalidArgument(fmt::format(
-        "--method {} applies momentum itself (memory=momentum, DGC's momentum correction), which "
-        "only SGD can follow; with --optimizer {} give the method -o memory=ef",
-        config.method, options.name));
+        "--method {} applies momentum itself ({}), which only SGD without momentum can follow; "
+        "{}",
+        config.method, momentum_owner(config.method),
+        config.method == "demo"
+            ? "run it with --optimizer sgd (its lr is the size of each sign step: start near "
+              "AdamW's)"
+            : fmt::format("with --optimizer {} give the method -o memory=ef", options.name)));
   }
   return options;
 }
@@ -151,10 +165,11 @@ OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applie
 std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync) {
   if (config.local_steps > 0 && sync.applies_momentum()) {
     throw InvalidArgument(fmt::format(
-        "--method {} applies momentum to what it sends (memory=momentum, DGC's momentum "
-        "correction); with --local-steps it would send pseudo-gradients, which carry the inner "
-        "optimizer's momentum already: give the method -o memory=ef",
-        config.method));
+        "--method {} applies momentum to what it sends ({}); with --local-steps it would send "
+        "pseudo-gradients, which carry the inner optimizer's momentum already: {}",
+        config.method, momentum_owner(config.method),
+        config.method == "demo" ? "use a sparsifier (topk, exdyna) on the pseudo-gradient"
+                                : "give the method -o memory=ef"));
   }
   return std::make_unique<UpdateRule>(optimizer_options(config, sync.applies_momentum()),
                                       parse_compress(config.compress));
