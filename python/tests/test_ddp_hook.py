@@ -429,9 +429,11 @@ def _demo_steps_by_signs(rank, world):
     dist.all_gather(replicas, _parameters(model))
     assert all(torch.equal(r, replicas[0]) for r in replicas)
     numel = _parameters(model).numel()
-    chunks = sum(-(-p.numel() // 16) for p in model.parameters())
-    assert state.metrics["selected"] == 2 * chunks and state.metrics["numel"] == numel
-    assert state.metrics["bytes_sent"] == 2 * chunks * 5 * (world - 1)
+    entries = sum(min(2, min(16, p.numel() - at)) for p in model.parameters()
+                  for at in range(0, p.numel(), 16))
+    assert state.metrics["selected"] == entries and state.metrics["numel"] == numel
+    # fp32 values and 4-bit positions, to the other rank
+    assert state.metrics["bytes_sent"] == (4 * entries + (4 * entries + 7) // 8) * (world - 1)
 
 
 def test_demo_steps_every_coordinate_by_the_sign_of_the_mean(run_world):

@@ -93,9 +93,9 @@ TEST(DeMo, KeepsWhatItDidNotSendAndEveryRankAppliesTheSameSigns) {
         step(*signed_, direction, t, comm);
         EXPECT_EQ(m.selected, 8 * 2 + 2 + 2u);
         EXPECT_EQ(m.target, m.selected);
-        // fp32 values and one byte per position, to each of the n - 1 others.
-        EXPECT_EQ(m.bytes_sent, (8 * 2 + 2 + 2u) * 5 * static_cast<std::uint64_t>(n - 1));
-        EXPECT_EQ(m.index_bytes_raw, 8 * 2 + 2 + 2u);
+        // 20 fp32 values and 20 positions of 4 bits, to each of the n - 1 others.
+        EXPECT_EQ(m.bytes_sent, (20 * 4 + 10u) * static_cast<std::uint64_t>(n - 1));
+        EXPECT_EQ(m.index_bytes_raw, 10u);
         // Over the ranks: beta * kept before + g = kept after + sent, and the
         // mean of what was sent is what sign=false applies.
         const std::vector<float> local = input_of(comm.rank(), t);
@@ -123,14 +123,14 @@ TEST(DeMo, KeepsWhatItDidNotSendAndEveryRankAppliesTheSameSigns) {
   }
 }
 
-TEST(DeMo, CodecsAndWidePositionsChangeTheBytes) {
+TEST(DeMo, CodecsAndPositionWidthsSetTheBytes) {
   run_thread_world(2, [](Communicator& comm) {
     auto bf16 = demo({"chunk=16", "topk=1", "values=bf16"});
     std::vector<float> gradient = input_of(comm.rank(), 0);
-    EXPECT_EQ(step(*bf16, gradient, 0, comm).bytes_sent, kChunks * 3u);
-    auto wide = demo({"chunk=300", "topk=1"});  // chunks of 120, 7 and 3: two-byte positions
+    EXPECT_EQ(step(*bf16, gradient, 0, comm).bytes_sent, kChunks * 2 + 5u);  // 10 x 4 bits
+    auto wide = demo({"chunk=300", "topk=1"});  // chunks of 120, 7 and 3: 9-bit positions
     gradient = input_of(comm.rank(), 0);
-    EXPECT_EQ(step(*wide, gradient, 0, comm).bytes_sent, 3u * 6u);
+    EXPECT_EQ(step(*wide, gradient, 0, comm).bytes_sent, 3u * 4u + 4u);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "sparsecomm/sync/demo.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -18,8 +19,9 @@
 // One rank's message, the same size on every rank and every step:
 //   [the values of every chunk's entries, chunk after chunk, encoded with
 //    `values` as one run (encoded_value_bytes of chunks x topk values)]
-//   [their positions inside their chunks, one byte each when chunk <= 256,
-//    else two (little-endian), in the same order]
+//   [their positions inside their chunks, in the same order, packed at
+//    bit_width(chunk - 1) bits each (6 for chunks of 64), least significant
+//    bit first; the last byte's unused bits are 0]
 // A chunk shorter than topk sends all of its coefficients.
 
 namespace sparsecomm {
@@ -73,7 +75,7 @@ class DeMo final : public GradientSync {
     chunk_ = static_cast<std::size_t>(options.integer(kDemo, "chunk", 64, 2, kMaxChunk));
     topk_ = static_cast<std::size_t>(
         options.integer(kDemo, "topk", 1, 1, static_cast<std::int64_t>(chunk_)));
-    beta_ = options.number(kDemo, "momentum", 0.999, 0.0, 1.0, false);
+    beta_ = options.number(kDemo, "momentum", 0.9, 0.0, 1.0, false);
     if (!(beta_ < 1.0)) {
       throw InvalidArgument(
           "[demo] option momentum=1 would keep every gradient forever; give a value in [0, 1)");
@@ -196,7 +198,7 @@ class DeMo final : public GradientSync {
     m.union_size = union_size;
     m.density_ratio =
         entries_ == 0 ? 0.0 : static_cast<double>(union_size) / static_cast<double>(entries_);
-    m.index_bytes_raw = m.index_bytes_encoded = entries_ * position_bytes();
+    m.index_bytes_raw = m.index_bytes_encoded = position_bytes();
     m.value_bits = wire_bits_per_value(values_);
     m.residual_norm = std::sqrt(sum_of_squares(momentum_));
     return m;
@@ -223,7 +225,9 @@ class DeMo final : public GradientSync {
   }
 
  private:
-  std::size_t position_bytes() const { return chunk_ <= 256 ? 1 : 2; }
+  std::size_t position_bits() const { return static_cast<std::size_t>(std::bit_width(chunk_ - 1)); }
+  // Bytes of all the positions of one message.
+  std::size_t position_bytes() const { return (entries_ * position_bits() + 7) / 8; }
 
   const DctBasis& basis_for(std::size_t length) const {
     for (const DctBasis& basis : bases_) {
@@ -272,8 +276,7 @@ class DeMo final : public GradientSync {
     received_values_.assign(entries, 0.0f);
     sent_positions_.assign(entries, 0);
     received_positions_.assign(entries, 0);
-    message_.assign(encoded_value_bytes(values_, entries) + entries * position_bytes(),
-                    std::byte{0});
+    message_.assign(encoded_value_bytes(values_, entries) + position_bytes(), std::byte{0});
     average_.assign(numel, 0.0f);
     if (loaded_) {
       if (momentum_.size() != numel) {
@@ -310,21 +313,29 @@ class DeMo final : public GradientSync {
   }
 
   void write_positions(std::span<std::byte> out) const {
-    const std::size_t width = position_bytes();
+    const std::size_t width = position_bits();
+    std::fill(out.begin(), out.end(), std::byte{0});
     for (std::size_t e = 0; e < entries_; ++e) {
       const std::uint32_t p = sent_positions_[e];
-      out[e * width] = static_cast<std::byte>(p & 0xff);
-      if (width == 2) out[e * width + 1] = static_cast<std::byte>(p >> 8);
+      for (std::size_t b = 0; b < width; ++b) {
+        if (((p >> b) & 1u) != 0) {
+          const std::size_t bit = e * width + b;
+          out[bit / 8] |= static_cast<std::byte>(1u << (bit % 8));
+        }
+      }
     }
   }
 
   // CommError for a position outside its chunk (a malformed message).
   void read_positions(std::span<const std::byte> in, int from) {
-    const std::size_t width = position_bytes();
+    const std::size_t width = position_bits();
     for (const Chunk& c : chunks_) {
       for (std::size_t e = c.entry_at; e < c.entry_at + c.entries; ++e) {
-        std::uint32_t p = std::to_integer<std::uint32_t>(in[e * width]);
-        if (width == 2) p |= std::to_integer<std::uint32_t>(in[e * width + 1]) << 8;
+        std::uint32_t p = 0;
+        for (std::size_t b = 0; b < width; ++b) {
+          const std::size_t bit = e * width + b;
+          p |= ((std::to_integer<std::uint32_t>(in[bit / 8]) >> (bit % 8)) & 1u) << b;
+        }
         if (p >= c.length) {
           throw CommError(fmt::format(
               "[demo] rank {} sent position {} for a chunk of {} coefficients", from, p, c.length));
@@ -337,7 +348,7 @@ class DeMo final : public GradientSync {
   NonFinitePolicy policy_;
   std::size_t chunk_ = 64;
   std::size_t topk_ = 1;
-  double beta_ = 0.999;
+  double beta_ = 0.9;
   ValueEncoding values_ = ValueEncoding::kFloat32;
   bool sign_ = true;
 
@@ -369,7 +380,8 @@ std::vector<OptionSpec> demo_option_specs() {
        "length of the chunks each tensor is cut into, each sent in its DCT basis "
        "(2-4096)"},
       {"topk", "1", "coefficients each chunk sends per step (1-chunk)"},
-      {"momentum", "0.999", "beta of each rank's own momentum M = beta M + DCT(g), in [0, 1)"},
+      {"momentum", "0.9",
+       "beta of each rank's own momentum M = beta M + DCT(g), in [0, 1) (DeMo's paper: 0.999)"},
       {"values", "fp32", "codec of the sent coefficients (fp16, bf16, int8, lloyd2, ...)"},
       {"sign", "true", "apply the sign of the mean (DeMo); false: the mean itself"},
   };
