@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """The DDP hook as a user's training loop meets it (docs/python.md alone):
-a GPT-style transformer with tied embeddings (4 blocks of width 128, 4
-heads, 814 K parameters; not the CLI's char transformer), the next
-character of Python's standard library sources (the first 120 modules of
+a GPT-style transformer with tied embeddings built from torch.nn (by
+default the CLI char transformer's shape, 4 blocks of width 128 with 4
+heads, 814 K parameters; SHAPE sets another), the next character of
+Python's standard library sources (the first 120 modules of
 /usr/lib/python3.11), 2 gloo processes, batch 16 x 64 characters per
-process, constant learning rate.
+process, constant learning rate, the loop and optimizers of a user.
 
     scripts/ddp-transformer-check.py METHOD STEPS [key=value ...]
 
@@ -14,10 +15,10 @@ hook that hands DDP a direction (demo, compress=update) steps with
 sparsecomm.direction_optimizer(lr, 0.01, hook=state), any other with
 AdamW. LR (environment, default 3e-3) sets the learning rate, OUT the
 JSON-lines file the result is appended to (default ddp-check.jsonl), PORT
-the rendezvous port. Prints rank 0's line: the mean training loss of the
-last 20 steps over both ranks, and the hook's bytes per step as a share of
-the dense ring's 4 d 2 (n - 1) / n. PYTHONPATH must reach the package
-(build/python).
+the rendezvous port, SHAPE the width, blocks and heads (default 128,4,4).
+Prints rank 0's line: the mean training loss of the last 20 steps over
+both ranks, and the hook's bytes per step as a share of the dense ring's
+4 d 2 (n - 1) / n. PYTHONPATH must reach the package (build/python).
 """
 import glob
 import json
@@ -59,7 +60,7 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab, d=128, layers=4, heads=4):
+    def __init__(self, vocab, d, layers, heads):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.position = nn.Parameter(torch.zeros(CONTEXT, d))
@@ -84,7 +85,8 @@ def worker(rank, world, name, steps, options, out):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     data, vocab = corpus()
     torch.manual_seed(0)
-    model = DDP(Gpt(vocab))
+    shape = [int(v) for v in os.environ.get("SHAPE", "128,4,4").split(",")]
+    model = DDP(Gpt(vocab, *shape))
     numel = sum(p.numel() for p in model.parameters())
     state = None
     if name == "dense":
@@ -114,7 +116,8 @@ def worker(rank, world, name, steps, options, out):
     dist.all_reduce(tail)
     if rank == 0:
         dense_bytes = 4 * numel * 2 * (world - 1) / world
-        result = {"name": name, "lr": LR, "options": options, "steps": steps, "params": numel,
+        result = {"name": name, "lr": LR, "shape": os.environ.get("SHAPE", "128,4,4"),
+                  "options": options, "steps": steps, "params": numel,
                   "first_loss": losses[0], "last20_loss": tail.item() / world,
                   "bytes_share": (sent / steps / dense_bytes) if state is not None else 1.0}
         print(json.dumps(result))

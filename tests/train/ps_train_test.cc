@@ -340,6 +340,8 @@ TEST(PsTrain, BadOptionsFailClearly) {
   EXPECT_NE(message(c).find("the summed P is orthonormalized before each worker's Q"),
             std::string::npos)
       << message(c);
+  c = ps_run("demo", scratch.path() / "e5", 2, 1);
+  EXPECT_NE(message(c).find("demo is not a push method"), std::string::npos) << message(c);
   c = ps_run("dense", scratch.path() / "f", 2, 1);
   c.sync = "gossip";
   EXPECT_NE(message(c).find("bsp, asp, ssp, dssp"), std::string::npos) << message(c);

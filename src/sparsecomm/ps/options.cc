@@ -50,6 +50,13 @@ void validate_ps_options(const PsOptions& options) {
     }
     return;
   }
+  if (options.push == "demo") {
+    throw InvalidArgument(fmt::format(
+        "[ps] demo is not a push method: every worker applies the sign of the mean of all "
+        "workers' coefficients, which servers that only add do not produce; run it without "
+        "--servers, or push with one of: {}",
+        ps_push_methods()));
+  }
   if (options.push == "powersgd" || options.push == "skipreduce") {
     // Both work on the sum inside an all-reduce among the workers: PowerSGD
     // orthonormalizes the summed P before any worker computes its Q, and
