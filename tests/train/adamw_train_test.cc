@@ -50,6 +50,24 @@ TEST(FlatAdamW, EqualsTorchsAdamWOnTheSameGradients) {
   }
 }
 
+// The size ladder: four blocks of widths 64, 128 and 256 (heads of 32),
+// 12 w^2 + 13 w parameters a block, the token and position embeddings and
+// the last norm; the output layer is the token embedding.
+TEST(CharTransformer, TheSizeLadderHasFourBlocksOfEachWidth) {
+  for (const auto& [name, width] :
+       {std::pair<std::string, std::int64_t>{"char-transformer-w64", 64},
+        {"char-transformer", 128},
+        {"char-transformer-w256", 256}}) {
+    const auto model = make_model(name, kCharVocabulary);
+    std::int64_t count = 0;
+    for (const torch::Tensor& p : model->parameters()) count += p.numel();
+    const std::int64_t w = width;
+    EXPECT_EQ(count, 4 * (12 * w * w + 13 * w) + (kCharVocabulary + 64) * w + 2 * w) << name;
+    const torch::Tensor ids = torch::randint(0, kCharVocabulary, {2, 16}, torch::kInt64);
+    EXPECT_EQ(model->forward(ids).sizes(), (std::vector<std::int64_t>{2, kCharVocabulary}));
+  }
+}
+
 TEST(CharTransformer, MapsIdWindowsToLogitsAndScoresEveryPosition) {
   torch::manual_seed(3);
   const auto model = make_model("char-transformer", kCharVocabulary);

@@ -28,8 +28,15 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names = {
-      "mlp", "cnn", "resnet18", "wide-mlp", "char-lstm", "char-transformer", "dlrm"};
+  static const std::vector<std::string> names = {"mlp",
+                                                 "cnn",
+                                                 "resnet18",
+                                                 "wide-mlp",
+                                                 "char-lstm",
+                                                 "char-transformer",
+                                                 "char-transformer-w64",
+                                                 "char-transformer-w256",
+                                                 "dlrm"};
   return names;
 }
 
@@ -39,8 +46,10 @@ const std::vector<std::string>& dataset_names() {
   return names;
 }
 
+bool is_char_transformer(std::string_view model) { return model.starts_with("char-transformer"); }
+
 InputKind model_input(const std::string& model) {
-  if (model == "char-lstm" || model == "char-transformer") return InputKind::kText;
+  if (model == "char-lstm" || is_char_transformer(model)) return InputKind::kText;
   if (model == "dlrm") return InputKind::kClicks;
   return InputKind::kImages;
 }
@@ -64,7 +73,7 @@ std::string data_dir_of(const TrainConfig& config) {
 
 nlohmann::json model_defaults(const std::string& model) {
   if (model == "dlrm") return {{"dataset", "click-log"}};
-  if (model == "char-transformer") {
+  if (is_char_transformer(model)) {
     return {{"dataset", "fortunes"},
             {"optimizer", "adamw"},
             {"lr", 3e-3},

@@ -134,6 +134,9 @@ Slowdowns parse_slowdowns(const TrainConfig& config);
 
 // The models `make_model` knows, in a fixed order.
 const std::vector<std::string>& model_names();
+// char-transformer and its size ladder (char-transformer-w64, -w256): text,
+// AdamW's defaults.
+bool is_char_transformer(std::string_view model);
 // The datasets, in a fixed order: fashion-mnist and synthetic are images
 // (10 classes), fortunes is text (samples of character ids, see
 // src/sparsecomm/data/text_corpus.h).
