@@ -366,13 +366,16 @@ def test_compressing_the_update_sends_each_ranks_adamw_direction(run_world):
     run_world(2, _update_direction_at_density_one)
 
 
-def _update_resume_is_exact(rank, world):
+def _direction_resume(rank, method, **options):
+    """Six steps of a hook that hands DDP a direction, whole and stopped
+    after three then resumed from the model's, the hook's and the
+    optimizer's state dicts; (resumed model, whole model, the hook's saved
+    state)."""
     batches = _batches(rank, 6)
-    options = {"density": 0.05, "compress": "update", "min_numel": 50}
 
     def fresh():
         model = DDP(_model(), bucket_cap_mb=0.001)
-        state = sparsecomm.register(model, "topk", **options)
+        state = sparsecomm.register(model, method, **options)
         return model, state, sparsecomm.direction_optimizer(model.parameters(), lr=0.01,
                                                             hook=state)
 
@@ -380,15 +383,22 @@ def _update_resume_is_exact(rank, world):
     _run(whole, optimizer, batches)
     first, state, optimizer = fresh()
     _run(first, optimizer, batches[:3])
-    saved = (first.state_dict(), state.state_dict())
+    saved = (first.state_dict(), state.state_dict(), optimizer.state_dict())
     resumed, state, optimizer = fresh()
     resumed.load_state_dict(saved[0])
     state.load_state_dict(saved[1])
+    optimizer.load_state_dict(saved[2])
     _run(resumed, optimizer, batches[3:])
+    return resumed, whole, saved[1]
+
+
+def _update_resume_is_exact(rank, world):
+    resumed, whole, saved = _direction_resume(rank, "topk", density=0.05, compress="update",
+                                              min_numel=50)
     assert torch.equal(_parameters(resumed), _parameters(whole))
     plain = sparsecomm.ddp_comm_hook(resumed, "topk", density=0.05, min_numel=50)[0]
     with pytest.raises(ValueError, match="compress"):
-        plain.load_state_dict(saved[1])
+        plain.load_state_dict(saved)
 
 
 def test_a_compressed_update_resumes_bit_for_bit(run_world):
@@ -469,24 +479,7 @@ def test_demo_refuses_an_optimizer_that_does_not_pair(run_world):
 
 
 def _demo_resume_is_exact(rank, world):
-    batches = _batches(rank, 6)
-
-    def fresh():
-        model = DDP(_model(), bucket_cap_mb=0.001)
-        state = sparsecomm.register(model, "demo", chunk=8, values="int8-sr", momentum=0.9)
-        return model, state, sparsecomm.direction_optimizer(model.parameters(), lr=0.01,
-                                                            hook=state)
-
-    whole, _, optimizer = fresh()
-    _run(whole, optimizer, batches)
-    first, state, optimizer = fresh()
-    _run(first, optimizer, batches[:3])
-    saved = (first.state_dict(), state.state_dict(), optimizer.state_dict())
-    resumed, state, optimizer = fresh()
-    resumed.load_state_dict(saved[0])
-    state.load_state_dict(saved[1])
-    optimizer.load_state_dict(saved[2])
-    _run(resumed, optimizer, batches[3:])
+    resumed, whole, _ = _direction_resume(rank, "demo", chunk=8, values="int8-sr", momentum=0.9)
     assert torch.equal(_parameters(resumed), _parameters(whole))
 
 

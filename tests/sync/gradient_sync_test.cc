@@ -223,7 +223,7 @@ TEST(GradientSync, OptionsAndNamesAreValidated) {
   try {
     make_gradient_sync("nosuch", SchemeOptions{});
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("dense, skipreduce, powersgd, topk"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("dense, skipreduce, powersgd, demo, topk"), std::string::npos);
   }
   SchemeOptions both;
   both.set("memory=ef");

@@ -109,14 +109,8 @@ class DeMo final : public GradientSync {
     StepMetrics m;
     m.step = ctx.step;
     m.numel = gradient.size();
+    if (!begin_finite_step(gradient, ctx, comm, policy_, finite_flags_, m)) return m;
     Stopwatch watch;
-    if (!agree_all_finite(gradient, ctx, comm, policy_, finite_flags_)) {
-      std::fill(gradient.begin(), gradient.end(), 0.0f);
-      m.skipped_nonfinite = true;
-      m.exchange_s = watch.seconds();
-      return m;
-    }
-    m.agreement_s = watch.seconds();
     plan(gradient.size(), ctx.layers);
     m.gradient_norm = std::sqrt(sum_of_squares(gradient));
 

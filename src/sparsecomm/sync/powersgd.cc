@@ -146,14 +146,8 @@ class PowerSgd final : public GradientSync {
     StepMetrics m;
     m.step = ctx.step;
     m.numel = gradient.size();
+    if (!begin_finite_step(gradient, ctx, comm, policy_, finite_flags_, m)) return m;
     Stopwatch watch;
-    if (!agree_all_finite(gradient, ctx, comm, policy_, finite_flags_)) {
-      std::fill(gradient.begin(), gradient.end(), 0.0f);
-      m.skipped_nonfinite = true;
-      m.exchange_s = watch.seconds();
-      return m;
-    }
-    m.agreement_s = watch.seconds();
     plan(gradient.size(), ctx.layers);
     const auto n = static_cast<float>(comm.size());
     // The step's three phases are timed apart, as the performance model

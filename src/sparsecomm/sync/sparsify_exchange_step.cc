@@ -52,6 +52,20 @@ bool agree_all_finite(std::span<const float> gradient, const StepContext& ctx, C
   return false;
 }
 
+bool begin_finite_step(std::span<float> gradient, const StepContext& ctx, Communicator& comm,
+                       NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags,
+                       StepMetrics& metrics) {
+  const Stopwatch agreement;
+  const bool finite = agree_all_finite(gradient, ctx, comm, policy, finite_flags);
+  metrics.agreement_s = agreement.seconds();
+  if (!finite) {
+    std::fill(gradient.begin(), gradient.end(), 0.0f);
+    metrics.skipped_nonfinite = true;
+    metrics.exchange_s = metrics.agreement_s;
+  }
+  return finite;
+}
+
 SparsifyExchangeStep::SparsifyExchangeStep(SchemeParts parts, NonFinitePolicy policy)
     : parts_(std::move(parts)),
       policy_(policy),

@@ -49,6 +49,14 @@ class NonFiniteGradient : public Error {
 // kSkip returns false.
 bool agree_all_finite(std::span<const float> gradient, const StepContext& ctx, Communicator& comm,
                       NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags);
+// The first phase of a step for methods that keep state across steps:
+// agree_all_finite, timed into `metrics.agreement_s`. When some rank's
+// gradient is not finite (policy kSkip) the gradient is zeroed, the
+// metrics say the step was skipped (its exchange time is the agreement)
+// and it returns false: the method must leave its state as it was.
+bool begin_finite_step(std::span<float> gradient, const StepContext& ctx, Communicator& comm,
+                       NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags,
+                       StepMetrics& metrics);
 
 // A scheme's state (memory + sparsifier) in the layout checkpoints use;
 // SparsifyExchangeStep and SelectionStep (selection_step.h) share it.
