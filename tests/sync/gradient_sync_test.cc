@@ -223,7 +223,8 @@ TEST(GradientSync, OptionsAndNamesAreValidated) {
   try {
     make_gradient_sync("nosuch", SchemeOptions{});
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("dense, skipreduce, powersgd, demo, topk"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("dense, skipreduce, powersgd, demo, topk"),
+              std::string::npos);
   }
   SchemeOptions both;
   both.set("memory=ef");

@@ -131,7 +131,8 @@ void add_bench_pipeline_command(CLI::App& bench) {
       "The same training steps synchronized after backward and pipelined in buckets, in one run: "
       "median step times, their ratio, and the share of communication hidden under backward");
   add_world_flags(*cmd, options->world);
-  cmd->add_option("--model", options->model, "mlp | cnn | resnet18 | wide-mlp | char-lstm | char-transformer")
+  cmd->add_option("--model", options->model,
+                  "mlp | cnn | resnet18 | wide-mlp | char-lstm | char-transformer")
       ->capture_default_str();
   cmd->add_option("--method", options->method, "a bucketable method (dense, topk, ...)")
       ->capture_default_str();

@@ -311,11 +311,10 @@ void add_train_world_flags(CLI::App* cmd, TrainConfig& c) {
 }
 
 void add_train_data_flags(CLI::App* cmd, TrainConfig& c) {
-  cmd->add_option("--model", c.model,
-                  "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm | char-transformer (text; "
-                  "the transformer trains with AdamW; char-transformer-w64 and -w256 are its "
-                  "size ladder, widths 64 and 256) | dlrm (clicks: embedding tables of 169M "
-                  "parameters and MLPs)")
+  cmd->add_option(
+         "--model", c.model,
+         "mlp | cnn | resnet18 | wide-mlp (images) | char-lstm | char-transformer[-w64|-w256] "
+         "(text; AdamW; widths 128, 64, 256) | dlrm (clicks: 169M-parameter tables)")
       ->capture_default_str();
   cmd->add_option("--dataset", c.dataset,
                   "fashion-mnist | synthetic (images) | fortunes (text: Debian's fortunes "

@@ -22,10 +22,6 @@ namespace sparsecomm {
 // the step's gradient norm.
 double sum_of_squares(std::span<const float> x);
 
-// sum x_i^2 in double (eight partial sums): the memories' residual norms and
-// the step's gradient norm.
-double sum_of_squares(std::span<const float> x);
-
 class GradientMemory {
  public:
   virtual ~GradientMemory() = default;

@@ -238,8 +238,7 @@ const std::vector<SyncMethodInfo>& sync_methods() {
                    "chunk sent (allgather), the sign of their mean applied; SGD without momentum",
                    demo_option_specs()});
     for (const SchemeInfo& scheme : scheme_registry()) {
-      out.push_back({scheme.name, scheme.summary, scheme.options,
-                     !scheme.traits.every_coordinate});
+      out.push_back({scheme.name, scheme.summary, scheme.options, !scheme.traits.every_coordinate});
     }
     return out;
   }();
