@@ -13,7 +13,8 @@ METHOD dense: DDP's default hook with torch.optim.AdamW(lr, weight decay
 0.01). Otherwise the hook of sparsecomm METHOD with the options given; a
 hook that hands DDP a direction (demo, compress=update) steps with
 sparsecomm.direction_optimizer(lr, 0.01, hook=state), any other with
-AdamW. LR (environment, default 3e-3) sets the learning rate, OUT the
+AdamW (OPTIMIZER=muon: sparsecomm.muon_optimizer, with the same lr and
+weight decay). LR (environment, default 3e-3) sets the learning rate, OUT the
 JSON-lines file the result is appended to (default ddp-check.jsonl), PORT
 the rendezvous port, SHAPE the width, blocks and heads (default 128,4,4).
 Prints rank 0's line: the mean training loss of the last 20 steps over
@@ -89,8 +90,14 @@ def worker(rank, world, name, steps, options, out):
     model = DDP(Gpt(vocab, *shape))
     numel = sum(p.numel() for p in model.parameters())
     state = None
+    def gradient_optimizer():
+        if os.environ.get("OPTIMIZER", "adamw") == "muon":
+            import sparsecomm
+            return sparsecomm.muon_optimizer(model, lr=LR, weight_decay=0.01)
+        return torch.optim.AdamW(model.parameters(), lr=LR)
+
     if name == "dense":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+        optimizer = gradient_optimizer()
     else:
         import sparsecomm
         state = sparsecomm.register(model, name, **options)
@@ -98,7 +105,7 @@ def worker(rank, world, name, steps, options, out):
             optimizer = sparsecomm.direction_optimizer(model.parameters(), lr=LR,
                                                        weight_decay=0.01, hook=state)
         else:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+            optimizer = gradient_optimizer()
     generator = torch.Generator().manual_seed(1000 + rank)
     losses, sent = [], 0
     for step in range(steps):
@@ -116,7 +123,8 @@ def worker(rank, world, name, steps, options, out):
     dist.all_reduce(tail)
     if rank == 0:
         dense_bytes = 4 * numel * 2 * (world - 1) / world
-        result = {"name": name, "lr": LR, "shape": os.environ.get("SHAPE", "128,4,4"),
+        result = {"name": name, "lr": LR, "optimizer": os.environ.get("OPTIMIZER", "adamw"),
+                  "shape": os.environ.get("SHAPE", "128,4,4"),
                   "options": options, "steps": steps, "params": numel,
                   "first_loss": losses[0], "last20_loss": tail.item() / world,
                   "bytes_share": (sent / steps / dense_bytes) if state is not None else 1.0}

@@ -34,5 +34,6 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
 )
 from .ddp import HookError, HookState, ddp_comm_hook, direction_optimizer, register  # noqa: F401
 from .local_steps import LocalSteps  # noqa: F401
+from .muon import Muon, muon_optimizer  # noqa: F401
 from .planning import PilotRun, choose_density, write_convergence_profile  # noqa: F401
 from .sparsifier import Sparsifier, decode  # noqa: F401

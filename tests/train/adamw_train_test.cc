@@ -190,6 +190,66 @@ TEST(Trainer, DeMoRunsResumeBitForBit) {
   EXPECT_EQ(run.steps.back().bytes_sent, run.steps.front().bytes_sent);  // fixed per step
 }
 
+// Muon around a sparsifier resumes bit for bit (the matrices' momentum and
+// the rest's AdamW moments are in the checkpoint).
+TEST(Trainer, MuonRunsResumeBitForBit) {
+  const testing::ScratchDir scratch("muon_resume");
+  auto config = [&](const std::string& tail) {
+    TrainConfig c = testing::short_run("topk", scratch.path() / tail);
+    c.optimizer = "muon";
+    c.lr = 2e-3;
+    return c;
+  };
+  const TrainConfig whole = config("whole");
+  testing::expect_resume_matches_uninterrupted(whole, config("half"), 32, "muon");
+  const report::RunData run = report::load_run(whole.out);
+  EXPECT_LT(run.steps.back().loss, run.steps.front().loss);
+}
+
+// The layers of `model` as DataParallel lays them out (named parameters in order).
+std::vector<LayerSpan> layers_of(torch::nn::Module& model) {
+  std::vector<LayerSpan> layers;
+  std::size_t offset = 0;
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    const auto size = static_cast<std::size_t>(p.numel());
+    layers.push_back(
+        {item.key(), offset, size, p.dim() >= 2 ? static_cast<std::size_t>(p.size(0)) : 0});
+    offset += size;
+  }
+  return layers;
+}
+
+// Muon's matrices: every hidden weight; not the embeddings, not an untied
+// output layer, not the vectors.
+TEST(HiddenMatrices, LeaveTheModelsEndsAndItsVectorsToAdamW) {
+  auto names = [](torch::nn::Module& model, bool tied) {
+    const std::vector<LayerSpan> layers = layers_of(model);
+    std::vector<std::string> out;
+    for (const MatrixBlock& m : hidden_matrices(model, layers, tied)) {
+      for (const LayerSpan& layer : layers) {
+        if (layer.offset == m.offset) {
+          EXPECT_EQ(m.rows * m.cols, layer.size) << layer.name;
+          out.push_back(layer.name);
+        }
+      }
+    }
+    return out;
+  };
+  const auto transformer = make_model("char-transformer", kCharVocabulary);
+  ASSERT_TRUE(transformer->ties_output_to_embedding());
+  const std::vector<std::string> blocks = names(*transformer, true);
+  ASSERT_EQ(blocks.size(), 16u);  // qkv, proj, fc1, fc2 of 4 blocks
+  EXPECT_EQ(blocks.front(), "block0.qkv.weight");
+  EXPECT_EQ(blocks.back(), "block3.fc2.weight");
+  const auto mlp = make_model("mlp", 10);
+  EXPECT_FALSE(mlp->ties_output_to_embedding());
+  EXPECT_EQ(names(*mlp, false), (std::vector<std::string>{"fc1.weight", "fc2.weight"}));
+  const auto cnn = make_model("cnn", 10);
+  EXPECT_EQ(names(*cnn, false),
+            (std::vector<std::string>{"conv1.weight", "conv2.weight", "fc1.weight"}));
+}
+
 // With AdamW on the gradient a sparsifier's memory is EF21 unless named
 // (DGC's momentum correction included); not with --compress update, in
 // parameter-server mode, or for dense.
@@ -231,7 +291,11 @@ TEST(Trainer, OptimizerOptionsThatCannotApplyAreRefused) {
   EXPECT_NE(message(c).find("choose one"), std::string::npos) << message(c);
   c = testing::short_run("topk", scratch.path() / "d");
   c.optimizer = "lamb";
-  EXPECT_NE(message(c).find("valid: sgd, adamw"), std::string::npos) << message(c);
+  EXPECT_NE(message(c).find("valid: sgd, adamw, muon"), std::string::npos) << message(c);
+  c = testing::short_run("topk", scratch.path() / "d2");
+  c.optimizer = "muon";
+  c.servers = 1;
+  EXPECT_NE(message(c).find("shards split them"), std::string::npos) << message(c);
   c = testing::short_run("topk", scratch.path() / "e");
   c.freeze_variance_after = 10;
   EXPECT_NE(message(c).find("add --optimizer adamw"), std::string::npos) << message(c);

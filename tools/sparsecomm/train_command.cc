@@ -393,7 +393,9 @@ void add_train_optimizer_flags(CLI::App* cmd, TrainFlags& flags) {
       ->capture_default_str();
   cmd->add_option("--lr", c.lr, "learning rate (after warm-up)")->capture_default_str();
   cmd->add_option("--optimizer", c.optimizer,
-                  "sgd | adamw (decoupled weight decay; Adam is adamw with --weight-decay 0)")
+                  "sgd | adamw (decoupled weight decay; Adam is adamw with --weight-decay 0) | "
+                  "muon (orthogonalized momentum 0.95 on hidden matrices, adamw on the rest; "
+                  "adamw's --lr and --weight-decay carry over)")
       ->capture_default_str();
   cmd->add_option("--beta1", c.beta1, "adamw: the first moment's decay")->capture_default_str();
   cmd->add_option("--beta2", c.beta2, "adamw: the second moment's decay")->capture_default_str();

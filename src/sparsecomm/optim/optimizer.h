@@ -1,6 +1,6 @@
 #pragma once
 // The optimizers that apply a synchronized gradient to one flat parameter
-// vector, FlatSgd (sgd.h) and FlatAdamW (adamw.h), behind one interface so
+// vector, FlatSgd (sgd.h), FlatAdamW (adamw.h) and FlatMuon (muon.h), behind one interface so
 // that the trainers, the parameter servers and the checkpoints hold either.
 
 #include <cstdint>
@@ -46,10 +46,27 @@ struct AdamWOptions {
   std::int64_t freeze_variance_after = 0;
 };
 
+// A matrix inside a flat parameter vector: rows x cols, row-major from offset.
+struct MatrixBlock {
+  std::size_t offset = 0;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+};
+
+// Muon (muon.h): the matrices it orthogonalizes; AdamW's options (weight
+// decay included) serve every other element and the matrices' weight decay.
+struct MuonOptions {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int ns_steps = 5;
+  std::vector<MatrixBlock> matrices;  // in order of offset, apart
+};
+
 struct OptimizerOptions {
-  std::string name = "sgd";  // sgd | adamw
+  std::string name = "sgd";  // sgd | adamw | muon
   SgdOptions sgd;
   AdamWOptions adamw;
+  MuonOptions muon;
 };
 
 // The optimizers by name, in a fixed order.

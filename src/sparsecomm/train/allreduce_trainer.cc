@@ -36,7 +36,9 @@ class RankTrainer {
         straggler_(plan.config, comm.rank(), comm.size(), plan.threads) {
     model_ = make_seeded_model(config_);
     ddp_ = make_data_parallel(*model_, comm_, plan);
-    update_ = make_update_rule(config_, ddp_->sync());
+    update_ = make_update_rule(
+        config_, ddp_->sync(),
+        hidden_matrices(*model_, ddp_->layers(), model_->ties_output_to_embedding()));
     if (config_.local_steps > 0) {
       outer_ = std::make_unique<OuterLoop>(
           OuterOptions{config_.local_steps, config_.outer_lr, config_.outer_momentum,

@@ -105,7 +105,8 @@ class ClickTrainer {
       tables_ = std::make_unique<EmbeddingTables>(model_->layout(), config_.seed);
     }
     ddp_ = make_data_parallel(*model_, comm_, plan);
-    update_ = make_update_rule(config_, ddp_->sync());
+    update_ = make_update_rule(config_, ddp_->sync(),
+                               hidden_matrices(*model_, ddp_->layers(), /*tied_output=*/false));
     if (config_.embedding_optimizer == "adagrad") {
       adagrad_ = std::make_unique<RowAdagrad>(RowAdagradOptions{});
     } else {

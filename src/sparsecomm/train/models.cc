@@ -1,5 +1,6 @@
 #include "sparsecomm/train/models.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -192,6 +193,7 @@ class CharTransformer final : public Model {
     position_->weight.normal_(0.0, 0.02);
   }
   torch::Tensor forward(torch::Tensor ids) override { return logits(ids).select(1, -1); }
+  bool ties_output_to_embedding() const override { return true; }
   Scores score(const torch::Tensor& ids, const torch::Tensor& labels) override {
     const torch::Tensor all = logits(ids);  // [B, T, V]
     const std::int64_t b = ids.size(0), t = ids.size(1);
@@ -253,6 +255,33 @@ std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes) {
   }
   throw InvalidArgument(
       fmt::format("unknown model '{}'; valid: {}", name, fmt::join(model_names(), ", ")));
+}
+
+}  // namespace sparsecomm
+
+namespace sparsecomm {
+
+std::vector<MatrixBlock> hidden_matrices(torch::nn::Module& module,
+                                         std::span<const LayerSpan> layers, bool tied_output) {
+  std::vector<std::string> ends;  // parameters AdamW steps: embeddings, the output layer
+  std::string last_linear;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    if (item.value()->as<torch::nn::Embedding>() != nullptr ||
+        item.value()->as<torch::nn::EmbeddingBag>() != nullptr) {
+      ends.push_back(item.key() + ".");
+    }
+    if (item.value()->as<torch::nn::Linear>() != nullptr) last_linear = item.key();
+  }
+  if (!tied_output && !last_linear.empty()) ends.push_back(last_linear + ".");
+  std::vector<MatrixBlock> matrices;
+  for (const LayerSpan& layer : layers) {
+    if (layer.rows == 0 || layer.rows == layer.size) continue;  // vectors
+    const bool at_an_end = std::any_of(ends.begin(), ends.end(), [&](const std::string& prefix) {
+      return layer.name.rfind(prefix, 0) == 0;
+    });
+    if (!at_an_end) matrices.push_back({layer.offset, layer.rows, layer.size / layer.rows});
+  }
+  return matrices;
 }
 
 }  // namespace sparsecomm

@@ -21,9 +21,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include <torch/torch.h>
+
+#include "sparsecomm/core/sparse.h"
+#include "sparsecomm/optim/optimizer.h"
 
 namespace sparsecomm {
 
@@ -41,6 +46,10 @@ class Model : public torch::nn::Module {
   // window of the loss of the character after it (the window's own next
   // character, then the label), so that one sample trains T predictions.
   virtual Scores score(const torch::Tensor& inputs, const torch::Tensor& labels);
+
+  // Whether the output layer is the input embedding (weight tying): then
+  // the last linear layer is a hidden one (hidden_matrices below).
+  virtual bool ties_output_to_embedding() const { return false; }
 };
 
 // Builds `name` (see model_names() in train_config.h) for `classes` classes
@@ -48,5 +57,14 @@ class Model : public torch::nn::Module {
 // the current global generator: seed it (torch::manual_seed) first, and build
 // one model at a time per process. InvalidArgument for an unknown name.
 std::shared_ptr<Model> make_model(std::string_view name, std::int64_t classes);
+
+// The matrices Muon orthogonalizes (optim/muon.h), at their offsets in the
+// flat vector of `layers` (DataParallel's, named as module's parameters):
+// the weights of every linear, convolution and recurrent layer, as rows
+// (the first dimension) x the rest, except the model's two ends, which
+// AdamW steps: embedding tables and the last linear layer (unless
+// `tied_output`: then the output is an embedding table).
+std::vector<MatrixBlock> hidden_matrices(torch::nn::Module& module,
+                                         std::span<const LayerSpan> layers, bool tied_output);
 
 }  // namespace sparsecomm

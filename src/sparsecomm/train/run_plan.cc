@@ -162,7 +162,8 @@ OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applie
   return options;
 }
 
-std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync) {
+std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync,
+                                             std::vector<MatrixBlock> matrices) {
   if (config.local_steps > 0 && sync.applies_momentum()) {
     throw InvalidArgument(fmt::format(
         "--method {} applies momentum to what it sends ({}); with --local-steps it would send "
@@ -171,8 +172,9 @@ std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, Gradient
         config.method == "demo" ? "use a sparsifier (topk, exdyna) on the pseudo-gradient"
                                 : "give the method -o memory=ef"));
   }
-  return std::make_unique<UpdateRule>(optimizer_options(config, sync.applies_momentum()),
-                                      parse_compress(config.compress));
+  OptimizerOptions options = optimizer_options(config, sync.applies_momentum());
+  options.muon.matrices = std::move(matrices);
+  return std::make_unique<UpdateRule>(options, parse_compress(config.compress));
 }
 
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {

@@ -129,7 +129,10 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
 // InvalidArgument for such a method with AdamW.
 OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applies_momentum);
 // The update around `sync` (--optimizer, --compress; optim/update_rule.h).
-std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync);
+// `matrices`: what Muon orthogonalizes (hidden_matrices in models.h); unused
+// by the other optimizers.
+std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, GradientSync& sync,
+                                             std::vector<MatrixBlock> matrices);
 
 // What defines a run's future: a checkpoint only resumes a run that agrees
 // (train/checkpoint.h).

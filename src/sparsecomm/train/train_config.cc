@@ -271,6 +271,9 @@ void validate_optimizer(const TrainConfig& c) {
           fmt::format("--compress update synchronizes AdamW's local direction: it needs "
                       "--optimizer adamw (with {} compress the gradient)",
                       c.optimizer));
+  require(c.optimizer != "muon" || !ps_mode(c), "optimizer",
+          "Muon orthogonalizes whole matrices, and a parameter server's shards split them: "
+          "use --optimizer adamw or sgd with --servers");
   require(c.freeze_variance_after >= 0, "freeze-variance-after",
           fmt::format("{}: give 0 (off) or the number of dense steps before AdamW's second "
                       "moment freezes",

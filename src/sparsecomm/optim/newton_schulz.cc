@@ -1,0 +1,92 @@
+#include "sparsecomm/optim/newton_schulz.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm {
+
+namespace {
+
+constexpr float kA = 3.4445f;
+constexpr float kB = -4.7750f;
+constexpr float kC = 2.0315f;
+
+// out (m x n) = left (m x k) * right (k x n), row-major, as rows of axpys:
+// out_i = sum_t left[i][t] * right_t, summed in the order of t, so that
+// vectorizing over a row's n elements changes no element's rounding. This
+// file is compiled without contraction into fused multiply-adds
+// (-ffp-contract=off), so that every instruction set gives the same bits.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void multiply(
+    const float* left, const float* right, float* out, std::size_t m, std::size_t k,
+    std::size_t n) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* row = out + i * n;
+    for (std::size_t j = 0; j < n; ++j) row[j] = 0.0f;
+    for (std::size_t t = 0; t < k; ++t) {
+      const float scale = left[i * k + t];
+      const float* from = right + t * n;
+      for (std::size_t j = 0; j < n; ++j) row[j] += scale * from[j];
+    }
+  }
+}
+
+void transpose(const float* in, float* out, std::size_t rows, std::size_t cols) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t j = 0; j < cols; ++j) out[j * rows + i] = in[i * cols + j];
+  }
+}
+
+}  // namespace
+
+void newton_schulz(std::span<float> matrix, std::size_t rows, std::size_t cols, int steps,
+                   NewtonSchulzScratch& scratch) {
+  if (rows * cols != matrix.size() || rows == 0 || cols == 0) {
+    throw InvalidArgument(fmt::format("[newton_schulz] a {} x {} matrix cannot hold {} elements",
+                                      rows, cols, matrix.size()));
+  }
+  if (steps < 1) {
+    throw InvalidArgument(fmt::format("[newton_schulz] {} iterations: need at least 1", steps));
+  }
+  // Work on the wide orientation r x c with r <= c.
+  const bool tall = rows > cols;
+  const std::size_t r = tall ? cols : rows;
+  const std::size_t c = tall ? rows : cols;
+  scratch.x.resize(r * c);
+  scratch.xt.resize(r * c);
+  scratch.gram.resize(r * r);
+  scratch.gram2.resize(r * r);
+  scratch.next.resize(r * c);
+  float* x = scratch.x.data();
+  if (tall) {
+    transpose(matrix.data(), x, rows, cols);
+  } else {
+    for (std::size_t i = 0; i < matrix.size(); ++i) x[i] = matrix[i];
+  }
+  double squares = 0.0;
+  for (std::size_t i = 0; i < r * c; ++i) squares += static_cast<double>(x[i]) * x[i];
+  const auto inverse_norm = static_cast<float>(1.0 / (std::sqrt(squares) + 1e-7));
+  for (std::size_t i = 0; i < r * c; ++i) x[i] *= inverse_norm;
+
+  float* xt = scratch.xt.data();
+  float* gram = scratch.gram.data();
+  float* gram2 = scratch.gram2.data();
+  float* next = scratch.next.data();
+  for (int step = 0; step < steps; ++step) {
+    transpose(x, xt, r, c);
+    multiply(x, xt, gram, r, c, r);        // A = X X^T
+    multiply(gram, gram, gram2, r, r, r);  // A A
+    for (std::size_t i = 0; i < r * r; ++i) gram2[i] = kB * gram[i] + kC * gram2[i];
+    multiply(gram2, x, next, r, r, c);  // (b A + c A A) X
+    for (std::size_t i = 0; i < r * c; ++i) x[i] = kA * x[i] + next[i];
+  }
+  if (tall) {
+    transpose(x, matrix.data(), r, c);
+  } else {
+    for (std::size_t i = 0; i < matrix.size(); ++i) matrix[i] = x[i];
+  }
+}
+
+}  // namespace sparsecomm
