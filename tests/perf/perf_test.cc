@@ -24,6 +24,7 @@
 #include "sparsecomm/perf/scheme_scaling.h"
 #include "sparsecomm/perf/step_model.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/demo.h"
 
 namespace sparsecomm::perf {
 namespace {
@@ -545,6 +546,38 @@ TEST(StepModel, PowerSgdIsPricedFromTheTensorsShapes) {
   s.low_rank = 0;
   EXPECT_EQ(error_message<InvalidArgument>([&] { predict_step("powersgd", s, p); }),
             "PowerSGD's rank must be >= 1, got 0");
+}
+
+// DeMo at its defaults: an all-gather of one message per rank (a chunk of
+// 64's largest coefficient and its 6-bit position, per chunk of each
+// tensor), and two DCTs of chunk multiply-adds per element.
+TEST(StepModel, DeMoIsPricedAsAnAllGatherOfItsMessage) {
+  CostProfile p = unit_profile();
+  p.low_rank_s_per_element_rank = 6e-10;
+  const std::vector<LayerSpan> tensors = {{"w", 0, 1000 * 64, 1000}, {"b", 0, 100, 0}};
+  Scenario s{.ranks = 8, .numel = 64100, .compute_s = 0.1};
+  s.tensors = tensors;
+  s.values = ValueEncoding::kLloyd2;
+  const StepPrediction x = predict_step("demo", s, p);
+  const std::vector<LayerSpan> laid = {{"w", 0, 64000, 1000}, {"b", 64000, 100, 0}};
+  const auto message =
+      static_cast<double>(demo_message_bytes(64100, laid, 64, 1, ValueEncoding::kLloyd2));
+  EXPECT_EQ(message, static_cast<double>(encoded_value_bytes(ValueEncoding::kLloyd2, 1000 + 2) +
+                                         (1002 * 6 + 7) / 8));
+  const CommCost expected = nonfinite_agreement(p, 8) + ring_allgatherv(p, 8, message, message);
+  EXPECT_DOUBLE_EQ(x.exchange_s, expected.seconds);
+  EXPECT_DOUBLE_EQ(x.bytes_sent, expected.bytes_sent);
+  EXPECT_DOUBLE_EQ(x.selection_s, 2.0 * 64100 * 64 * 6e-10);
+  // Without shapes: the parameters as one tensor (1002 chunks as well here).
+  s.tensors = {};
+  EXPECT_DOUBLE_EQ(predict_step("demo", s, p).bytes_sent, expected.bytes_sent);
+  // Far below the dense ring; refused with local steps, as train refuses it.
+  EXPECT_LT(x.bytes_sent, 0.05 * predict_step("dense", s, p).bytes_sent);
+  s.local_steps = 4;
+  EXPECT_NE(error_message<InvalidArgument>([&] {
+              predict_step("demo", s, p);
+            }).find("refuses it with --local-steps"),
+            std::string::npos);
 }
 
 TEST(StepModel, TheExpectedMaximumOfNormalsMatchesItsClosedForms) {

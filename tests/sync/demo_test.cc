@@ -131,6 +131,11 @@ TEST(DeMo, CodecsAndPositionWidthsSetTheBytes) {
     auto wide = demo({"chunk=300", "topk=1"});  // chunks of 120, 7 and 3: 9-bit positions
     gradient = input_of(comm.rank(), 0);
     EXPECT_EQ(step(*wide, gradient, 0, comm).bytes_sent, 3u * 4u + 4u);
+    // The rule `plan` prices with (one message to the one other rank).
+    EXPECT_EQ(demo_message_bytes(kNumel, kLayers, 16, 1, ValueEncoding::kBFloat16),
+              kChunks * 2 + 5u);
+    EXPECT_EQ(demo_message_bytes(kNumel, kLayers, 300, 1, ValueEncoding::kFloat32), 3u * 4u + 4u);
+    EXPECT_EQ(demo_message_bytes(kNumel, kLayers, 16, 2, ValueEncoding::kFloat32), 20 * 4 + 10u);
   });
 }
 

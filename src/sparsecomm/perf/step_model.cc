@@ -10,6 +10,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/scheme_scaling.h"
 #include "sparsecomm/sparsify/registry.h"
+#include "sparsecomm/sync/demo.h"
 #include "sparsecomm/sync/powersgd.h"
 
 namespace sparsecomm::perf {
@@ -24,6 +25,7 @@ enum class Kind {
   kShared,           // the same k indices everywhere; all-reduce of k values
   kLeader,           // CLT-k: the leader selects, broadcasts k indices, shared all-reduce
   kLowRank,          // PowerSGD: two ring all-reduces of factors (and the tensors sent whole)
+  kCosine,           // DeMo: an all-gather of every chunk's largest DCT coefficient
   kParameterServer,  // dense pushes and pulls under BSP
 };
 
@@ -48,6 +50,7 @@ constexpr MethodShape kSkipReduce = {"skipreduce", Kind::kSkipReduce, true, 0,
                                      "Skip-Reduce (skip n/2)"};
 constexpr MethodShape kPowerSgd = {"powersgd", Kind::kLowRank, false, 1.0,
                                    "PowerSGD, 2 ring all-reduces"};
+constexpr MethodShape kDeMo = {"demo", Kind::kCosine, false, 1.0, "all-gather of DCT coefficients"};
 constexpr MethodShape kParameterServer = {"ps", Kind::kParameterServer, false, 0,
                                           "parameter server, BSP"};
 
@@ -91,7 +94,7 @@ MethodShape shape_of_scheme(const SchemeInfo& info) {
 // schemes but those whose traits say why not, and the parameter server.
 const std::vector<MethodShape>& method_shapes() {
   static const std::vector<MethodShape> shapes = [] {
-    std::vector<MethodShape> out = {kDense, kSkipReduce, kPowerSgd};
+    std::vector<MethodShape> out = {kDense, kSkipReduce, kPowerSgd, kDeMo};
     for (const SchemeInfo& info : scheme_registry()) {
       if (info.traits.unpriced_because.empty()) out.push_back(shape_of_scheme(info));
     }
@@ -226,6 +229,28 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
           z.factorized * p.low_rank_s_per_element + z.products * p.low_rank_s_per_element_rank;
       return call;
     }
+    case Kind::kCosine: {
+      // At its defaults (one coefficient per chunk of 64), in the
+      // scenario's value codec; the chunks follow the tensors where known.
+      // (Scenario::tensors carry sizes, not offsets: laid end to end here.)
+      const auto elements = static_cast<std::size_t>(numel);
+      std::vector<LayerSpan> layers;
+      std::size_t at = 0;
+      for (const LayerSpan& tensor : s.tensors) {
+        if (at + tensor.size > elements) break;
+        layers.push_back({tensor.name, at, tensor.size, tensor.rows});
+        at += tensor.size;
+      }
+      const auto message = static_cast<double>(
+          demo_message_bytes(elements, layers, kDemoDefaultChunk, kDemoDefaultTopk, s.values));
+      call.comm = agreement + ring_allgatherv(p, n, message, message);
+      call.agreement_s = agreement.seconds;
+      // The DCT of the gradient and the inverse DCT of the mean: chunk
+      // multiply-adds per element each, priced as PowerSGD's products.
+      call.selection_s =
+          2.0 * numel * static_cast<double>(kDemoDefaultChunk) * p.low_rank_s_per_element_rank;
+      return call;
+    }
     case Kind::kShared:
     case Kind::kLeader: {
       send.mean_count = send.max_count = send.union_count = k;
@@ -283,6 +308,11 @@ void amortize_over_rounds(const MethodShape& shape, const Scenario& s, const Cos
     throw InvalidArgument(
         "local steps synchronize a pseudo-gradient through an all-reduce method; parameter-server "
         "workers push every step");
+  }
+  if (shape.kind == Kind::kCosine) {
+    throw InvalidArgument(
+        "demo applies momentum to what it sends, and train refuses it with --local-steps: plan "
+        "a sparsifier (topk, exdyna) for the rounds");
   }
   const double h = s.local_steps;
   out.exchange_s -= out.arrival_wait_s;

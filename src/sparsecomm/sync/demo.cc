@@ -72,9 +72,11 @@ class DeMo final : public GradientSync {
  public:
   DeMo(const SchemeOptions& options, NonFinitePolicy policy) : policy_(policy) {
     options.check_known(kDemo, demo_option_specs());
-    chunk_ = static_cast<std::size_t>(options.integer(kDemo, "chunk", 64, 2, kMaxChunk));
-    topk_ = static_cast<std::size_t>(
-        options.integer(kDemo, "topk", 1, 1, static_cast<std::int64_t>(chunk_)));
+    chunk_ = static_cast<std::size_t>(options.integer(
+        kDemo, "chunk", static_cast<std::int64_t>(kDemoDefaultChunk), 2, kMaxChunk));
+    topk_ = static_cast<std::size_t>(options.integer(kDemo, "topk",
+                                                     static_cast<std::int64_t>(kDemoDefaultTopk), 1,
+                                                     static_cast<std::int64_t>(chunk_)));
     beta_ = options.number(kDemo, "momentum", 0.9, 0.0, 1.0, false);
     if (!(beta_ < 1.0)) {
       throw InvalidArgument(
@@ -235,32 +237,16 @@ class DeMo final : public GradientSync {
   void plan(std::size_t numel, std::span<const LayerSpan> layers) {
     if (planned_ && numel == numel_) return;
     chunks_.clear();
-    std::size_t covered = 0;
     std::size_t entries = 0;
-    auto cut = [&](std::size_t begin, std::size_t end) {
-      for (std::size_t at = begin; at < end; at += chunk_) {
-        const std::size_t length = std::min(chunk_, end - at);
-        const std::size_t count = std::min(topk_, length);
-        chunks_.push_back({at, length, count, entries});
-        entries += count;
-        if (std::none_of(bases_.begin(), bases_.end(),
-                         [&](const DctBasis& b) { return b.length() == length; })) {
-          bases_.emplace_back(length);
-        }
+    for_each_demo_chunk(numel, layers, chunk_, [&](std::size_t at, std::size_t length) {
+      const std::size_t count = std::min(topk_, length);
+      chunks_.push_back({at, length, count, entries});
+      entries += count;
+      if (std::none_of(bases_.begin(), bases_.end(),
+                       [&](const DctBasis& b) { return b.length() == length; })) {
+        bases_.emplace_back(length);
       }
-    };
-    for (const LayerSpan& layer : layers) {
-      if (layer.offset < covered || layer.offset + layer.size > numel) {
-        throw InvalidArgument(fmt::format(
-            "[demo] layer '{}' ([{}, {})) is not inside the {}-element gradient after the layers "
-            "before it",
-            layer.name, layer.offset, layer.offset + layer.size, numel));
-      }
-      cut(covered, layer.offset);
-      cut(layer.offset, layer.offset + layer.size);
-      covered = layer.offset + layer.size;
-    }
-    cut(covered, numel);
+    });
     entries_ = entries;
     std::size_t longest = 0;
     for (const Chunk& c : chunks_) longest = std::max(longest, c.length);
@@ -370,15 +356,45 @@ class DeMo final : public GradientSync {
 
 std::vector<OptionSpec> demo_option_specs() {
   return {
-      {"chunk", "64",
+      {"chunk", std::to_string(kDemoDefaultChunk),
        "length of the chunks each tensor is cut into, each sent in its DCT basis "
        "(2-4096)"},
-      {"topk", "1", "coefficients each chunk sends per step (1-chunk)"},
+      {"topk", std::to_string(kDemoDefaultTopk),
+       "coefficients each chunk sends per step (1-chunk)"},
       {"momentum", "0.9",
        "beta of each rank's own momentum M = beta M + DCT(g), in [0, 1) (DeMo's paper: 0.999)"},
       {"values", "fp32", "codec of the sent coefficients (fp16, bf16, int8, lloyd2, ...)"},
       {"sign", "true", "apply the sign of the mean (DeMo); false: the mean itself"},
   };
+}
+
+void for_each_demo_chunk(std::size_t numel, std::span<const LayerSpan> layers, std::size_t chunk,
+                         const std::function<void(std::size_t, std::size_t)>& visit) {
+  std::size_t covered = 0;
+  auto cut = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t at = begin; at < end; at += chunk) visit(at, std::min(chunk, end - at));
+  };
+  for (const LayerSpan& layer : layers) {
+    if (layer.offset < covered || layer.offset + layer.size > numel) {
+      throw InvalidArgument(fmt::format(
+          "[demo] layer '{}' ([{}, {})) is not inside the {}-element gradient after the layers "
+          "before it",
+          layer.name, layer.offset, layer.offset + layer.size, numel));
+    }
+    cut(covered, layer.offset);
+    cut(layer.offset, layer.offset + layer.size);
+    covered = layer.offset + layer.size;
+  }
+  cut(covered, numel);
+}
+
+std::size_t demo_message_bytes(std::size_t numel, std::span<const LayerSpan> layers,
+                               std::size_t chunk, std::size_t topk, ValueEncoding values) {
+  std::size_t entries = 0;
+  for_each_demo_chunk(numel, layers, chunk,
+                      [&](std::size_t, std::size_t length) { entries += std::min(topk, length); });
+  const auto position_bits = static_cast<std::size_t>(std::bit_width(chunk - 1));
+  return encoded_value_bytes(values, entries) + (entries * position_bits + 7) / 8;
 }
 
 std::unique_ptr<GradientSync> make_demo(const SchemeOptions& options, NonFinitePolicy nonfinite) {

@@ -21,10 +21,13 @@
 // gradient: the optimizer must be SGD without momentum (the trainers run
 // it so and refuse AdamW; applies_momentum() says so).
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync_interface.h"
 #include "sparsecomm/sync/sparsify_exchange_step.h"
@@ -49,6 +52,23 @@ class DctBasis {
   std::vector<float> table_;    // C, length x length, row-major
   std::vector<float> columns_;  // C transposed (forward reads C's columns)
 };
+
+// DeMo's defaults (-o chunk, -o topk), which `plan` prices.
+constexpr std::size_t kDemoDefaultChunk = 64;
+constexpr std::size_t kDemoDefaultTopk = 1;
+
+// The chunks DeMo cuts a gradient of `numel` elements into: every layer,
+// and every gap before, between and after the layers, in pieces of `chunk`
+// (each one's last shorter), visited as (begin, length) in order.
+// InvalidArgument for a layer out of order or outside the gradient.
+void for_each_demo_chunk(std::size_t numel, std::span<const LayerSpan> layers, std::size_t chunk,
+                         const std::function<void(std::size_t, std::size_t)>& visit);
+
+// One rank's message: min(topk, length) coefficients of every chunk in
+// `values`, then their positions at bit_width(chunk - 1) bits each. Every
+// rank receives n - 1 of them a step (an all-gather): `plan` prices it so.
+std::size_t demo_message_bytes(std::size_t numel, std::span<const LayerSpan> layers,
+                               std::size_t chunk, std::size_t topk, ValueEncoding values);
 
 // The options `sparsecomm methods` lists for demo.
 std::vector<OptionSpec> demo_option_specs();

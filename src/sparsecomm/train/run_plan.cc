@@ -149,7 +149,14 @@ OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applie
   options.adamw.eps = config.adam_eps;
   options.adamw.weight_decay = config.weight_decay;
   options.adamw.freeze_variance_after = config.freeze_variance_after;
-  if (method_applies_momentum && options.name != "sgd") {
+  if (method_applies_momentum && options.name == "muon") {
+    // The method's momentum is the only one: Muon orthogonalizes what
+    // arrives, and the rest's AdamW normalizes it without a first moment.
+    options.muon.momentum = 0.0;
+    options.muon.nesterov = false;
+    options.adamw.beta1 = 0.0;
+  }
+  if (method_applies_momentum && options.name == "adamw") {
     throw InvalidArgument(fmt::format(
         "--method {} applies momentum itself ({}), which only SGD without momentum can follow; "
         "{}",

@@ -124,9 +124,10 @@ void check_dense_layer_rule(const TrainConfig& config, std::span<const LayerSpan
 // --freeze-variance-after's dense steps) on `comm`.
 std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Communicator& comm,
                                                  const RunPlan& plan);
-// The optimizer's options (--optimizer and its flags). SGD runs without
-// momentum of its own when the method applies momentum itself, as DGC does;
-// InvalidArgument for such a method with AdamW.
+// The optimizer's options (--optimizer and its flags). SGD and Muon run
+// without momentum of their own when the method applies momentum itself,
+// as DGC and DeMo do (Muon's AdamW half then with beta1 0); InvalidArgument
+// for such a method with AdamW.
 OptimizerOptions optimizer_options(const TrainConfig& config, bool method_applies_momentum);
 // The update around `sync` (--optimizer, --compress; optim/update_rule.h).
 // `matrices`: what Muon orthogonalizes (hidden_matrices in models.h); unused
