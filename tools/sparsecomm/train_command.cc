@@ -523,6 +523,17 @@ TrainConfig config_from_flags(const TrainFlags& flags, const CLI::App& cmd) {
           fmt::format("--density '{}' is neither a number (0.01 = 1%) nor auto", flags.density));
     }
     config.density = density;
+    // A density the method would not read is a mistake, not a setting
+    // (--compare's methods take it where they can).
+    const SyncMethodInfo* info = find_sync_method(config.method);
+    if (flags.compare.empty() && info != nullptr &&
+        std::none_of(info->options.begin(), info->options.end(),
+                     [](const OptionSpec& o) { return o.name == "density"; })) {
+      throw InvalidArgument(fmt::format(
+          "--density {} does not apply to -m {}, which has no density (its options: `sparsecomm "
+          "methods`; DeMo sends -o topk coefficients per chunk, PowerSGD -o rank): drop -d",
+          flags.density, config.method));
+    }
   }
   if (!flags.method_options.empty()) {
     SchemeOptions parsed;
