@@ -70,6 +70,43 @@ TEST(NewtonSchulz, ATallMatrixGivesTheTransposeOfTheWideOnesResult) {
   }
 }
 
+// The kernels (vectorized, triangles mirrored) give exactly the bits of
+// plain loops that sum every element in the order of its inner index.
+TEST(NewtonSchulz, EqualsPlainLoopsBitForBit) {
+  const std::size_t r = 9, c = 21;
+  std::vector<float> x = wavy(r * c, 0.7f);
+  std::vector<float> kernel = x;
+  NewtonSchulzScratch scratch;
+  newton_schulz(kernel, r, c, 3, scratch);
+  double squares = 0.0;
+  for (const float v : x) squares += static_cast<double>(v) * v;
+  const auto inverse_norm = static_cast<float>(1.0 / (std::sqrt(squares) + 1e-7));
+  for (float& v : x) v *= inverse_norm;
+  auto product = [](const std::vector<float>& a, const std::vector<float>& b, std::size_t m,
+                    std::size_t k, std::size_t n, bool b_transposed) {
+    std::vector<float> out(m * n);
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        float sum = 0.0f;
+        for (std::size_t t = 0; t < k; ++t) {
+          const float term = a[i * k + t] * (b_transposed ? b[j * k + t] : b[t * n + j]);
+          sum = sum + term;
+        }
+        out[i * n + j] = sum;
+      }
+    }
+    return out;
+  };
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> gram = product(x, x, r, c, r, true);
+    std::vector<float> square = product(gram, gram, r, r, r, false);
+    for (std::size_t i = 0; i < r * r; ++i) square[i] = -4.7750f * gram[i] + 2.0315f * square[i];
+    const std::vector<float> next = product(square, x, r, r, c, false);
+    for (std::size_t i = 0; i < r * c; ++i) x[i] = 3.4445f * x[i] + next[i];
+  }
+  EXPECT_EQ(kernel, x);
+}
+
 TEST(NewtonSchulz, ZerosStayZeroAndBadShapesAreRefused) {
   std::vector<float> zeros(12, 0.0f);
   NewtonSchulzScratch scratch;

@@ -33,6 +33,28 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void multiply(
   }
 }
 
+// out (m x m) = left (m x k) * right (k x m) where the product is known to
+// be symmetric (X X^T, or A A for a symmetric A): only the upper triangle
+// is summed, each row as in multiply(), and mirrored. out[j][i] would sum
+// the same products in the same order (the factors swapped, which IEEE
+// multiplication does not see), so the mirror is exactly what multiply()
+// gives, at about half its work.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void multiply_symmetric(
+    const float* left, const float* right, float* out, std::size_t m, std::size_t k) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* row = out + i * m;
+    for (std::size_t j = i; j < m; ++j) row[j] = 0.0f;
+    for (std::size_t t = 0; t < k; ++t) {
+      const float scale = left[i * k + t];
+      const float* from = right + t * m;
+      for (std::size_t j = i; j < m; ++j) row[j] += scale * from[j];
+    }
+  }
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < i; ++j) out[i * m + j] = out[j * m + i];
+  }
+}
+
 void transpose(const float* in, float* out, std::size_t rows, std::size_t cols) {
   for (std::size_t i = 0; i < rows; ++i) {
     for (std::size_t j = 0; j < cols; ++j) out[j * rows + i] = in[i * cols + j];
@@ -76,8 +98,8 @@ void newton_schulz(std::span<float> matrix, std::size_t rows, std::size_t cols, 
   float* next = scratch.next.data();
   for (int step = 0; step < steps; ++step) {
     transpose(x, xt, r, c);
-    multiply(x, xt, gram, r, c, r);        // A = X X^T
-    multiply(gram, gram, gram2, r, r, r);  // A A
+    multiply_symmetric(x, xt, gram, r, c);        // A = X X^T
+    multiply_symmetric(gram, gram, gram2, r, r);  // A A
     for (std::size_t i = 0; i < r * r; ++i) gram2[i] = kB * gram[i] + kC * gram2[i];
     multiply(gram2, x, next, r, r, c);  // (b A + c A A) X
     for (std::size_t i = 0; i < r * c; ++i) x[i] = kA * x[i] + next[i];
