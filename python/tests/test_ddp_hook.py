@@ -459,6 +459,8 @@ def _demo_pairing(rank, world):
         state.pair(torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
     with pytest.raises(ValueError, match="does not step 2.weight, 2.bias"):
         state.pair(torch.optim.SGD(list(model.parameters())[:2], lr=1e-3))
+    with pytest.raises(ValueError, match="Muon would rescale"):
+        state.pair(sparsecomm.muon_optimizer(model, lr=1e-3))
     # Never paired: the first backward says how to pair.
     x, y = _batches(rank, 1)[0]
     with pytest.raises(sparsecomm.HookError, match="no optimizer was paired"):
@@ -472,6 +474,8 @@ def _demo_pairing(rank, world):
     plain = sparsecomm.ddp_comm_hook(other, "topk")[0]
     adamw = torch.optim.AdamW(other.parameters(), lr=1e-3)
     assert plain.pair(adamw) is adamw
+    muon = sparsecomm.muon_optimizer(other, lr=1e-3)
+    assert plain.pair(muon) is muon
 
 
 def test_demo_refuses_an_optimizer_that_does_not_pair(run_world):
