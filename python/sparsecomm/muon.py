@@ -24,7 +24,8 @@ _COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 def orthogonalize(matrix, steps=5):
     """The Newton-Schulz orthogonalization of a 2-D tensor (float32)."""
     if matrix.dim() != 2:
-        raise ValueError(f"orthogonalize takes a matrix, not a tensor of shape {tuple(matrix.shape)}")
+        raise ValueError(
+            f"orthogonalize takes a matrix, not a tensor of shape {tuple(matrix.shape)}")
     a, b, c = _COEFFICIENTS
     x = matrix.float()
     tall = x.shape[0] > x.shape[1]
@@ -49,7 +50,8 @@ class Muon(torch.optim.Optimizer):
         if not 0 <= momentum < 1:
             raise ValueError(f"Muon: momentum {momentum} must lie in [0, 1)")
         if ns_steps < 1:
-            raise ValueError(f"Muon: {ns_steps} Newton-Schulz iterations: need at least 1 (5 is Muon's)")
+            raise ValueError(
+                f"Muon: {ns_steps} Newton-Schulz iterations: need at least 1 (5 is Muon's)")
         if weight_decay < 0:
             raise ValueError(f"Muon: weight decay {weight_decay} must be >= 0")
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
