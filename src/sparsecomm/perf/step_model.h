@@ -105,7 +105,7 @@ struct StepPrediction {
 double expected_max_of_normals(int n);
 
 // The methods the model predicts, in the order `plan` lists them: dense,
-// skipreduce, powersgd, every sparse scheme with its default pattern, and
+// skipreduce, powersgd, demo, every sparse scheme with its default pattern, and
 // ps (dense pushes under BSP).
 const std::vector<std::string>& modeled_methods();
 
