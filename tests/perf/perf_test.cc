@@ -573,6 +573,8 @@ TEST(StepModel, DeMoIsPricedAsAnAllGatherOfItsMessage) {
   EXPECT_DOUBLE_EQ(predict_step("demo", s, p).bytes_sent, expected.bytes_sent);
   // Far below the dense ring; refused with local steps, as train refuses it.
   EXPECT_LT(x.bytes_sent, 0.05 * predict_step("dense", s, p).bytes_sent);
+  EXPECT_FALSE(takes_local_steps("demo"));
+  EXPECT_TRUE(takes_local_steps("topk"));
   s.local_steps = 4;
   EXPECT_NE(error_message<InvalidArgument>([&] {
               predict_step("demo", s, p);
@@ -632,7 +634,7 @@ TEST(StepModel, EveryMethodWaitsForTheSlowestRanksCompute) {
 TEST(StepModel, LocalStepsAmortizeOneSynchronizationOverARound) {
   const CostProfile p = network_profile(10, 5);
   for (const std::string& method : modeled_methods()) {
-    if (method == "ps") continue;
+    if (!takes_local_steps(method)) continue;
     Scenario s{
         .ranks = 8, .numel = 2.5e7, .density = 0.01, .compute_s = 0.2, .compute_spread_s = 0.01};
     s.tensors = a_matrix();

@@ -268,9 +268,11 @@ std::vector<std::string> check_plan_options(const PlanOptions& o) {
   std::vector<std::string> methods;
   if (o.methods.empty()) {
     // ps runs on hosts of its own (the servers): planned only when asked
-    // for; PowerSGD's cost needs the tensors' shapes (--model).
+    // for; PowerSGD's cost needs the tensors' shapes (--model); rounds of
+    // --local-steps only with the methods that can synchronize them.
     for (const std::string& m : perf::modeled_methods()) {
-      if ((m != "ps" || o.servers > 0) && (!perf::needs_tensor_shapes(m) || !o.model.empty())) {
+      if ((m != "ps" || o.servers > 0) && (!perf::needs_tensor_shapes(m) || !o.model.empty()) &&
+          (o.local_steps == 0 || perf::takes_local_steps(m))) {
         methods.push_back(m);
       }
     }

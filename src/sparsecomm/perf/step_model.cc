@@ -393,6 +393,11 @@ bool has_scheme_statistics(std::string_view method) {
          (shape->kind == Kind::kIndependent || shape->kind == Kind::kPartitioned);
 }
 
+bool takes_local_steps(std::string_view method) {
+  const MethodShape* shape = find_shape(method);
+  return shape != nullptr && shape->kind != Kind::kParameterServer && shape->kind != Kind::kCosine;
+}
+
 bool needs_tensor_shapes(std::string_view method) {
   const MethodShape* shape = find_shape(method);
   return shape != nullptr && shape->kind == Kind::kLowRank;

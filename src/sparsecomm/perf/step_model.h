@@ -116,6 +116,9 @@ bool has_scheme_statistics(std::string_view method);
 // Whether `method`'s cost depends on the tensors' shapes (Scenario::tensors):
 // PowerSGD's.
 bool needs_tensor_shapes(std::string_view method);
+// Whether `method` can synchronize --local-steps' rounds: not ps (its
+// workers push every step) nor demo (train refuses it there).
+bool takes_local_steps(std::string_view method);
 bool selects_independently(std::string_view method);
 
 // The prediction for `method` (a name of modeled_methods()); throws
