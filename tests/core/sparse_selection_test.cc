@@ -66,5 +66,34 @@ TEST(SparseSelection, MalformedSelectionsAreRefusedSayingWhatIsWrong) {
   EXPECT_NO_THROW(selection({1, 7}, {}, {{2, 5}}).check(10));  // values unchecked there
 }
 
+// The walk over layers and gaps covers [0, numel) once, in order, and names a
+// layer that overlaps the one before it or runs past the end.
+TEST(LayersAndGaps, CoverTheVectorInOrderAndRefuseOverlaps) {
+  const std::vector<LayerSpan> layers = {{"a", 2, 3, 0}, {"b", 5, 4, 2}, {"c", 12, 1, 0}};
+  std::vector<std::string> seen;
+  for_each_layer_and_gap("[t]", 15, layers,
+                         [&](std::size_t begin, std::size_t end, const LayerSpan* layer) {
+                           seen.push_back((layer != nullptr ? layer->name : std::string("gap")) +
+                                          " " + std::to_string(begin) + "-" + std::to_string(end));
+                         });
+  EXPECT_EQ(seen, (std::vector<std::string>{"gap 0-2", "a 2-5", "gap 5-5", "b 5-9", "gap 9-12",
+                                            "c 12-13", "gap 13-15"}));
+  auto walk = [](std::vector<LayerSpan> spans, std::size_t numel) {
+    return error_message([&] {
+      for_each_layer_and_gap("[t]", numel, spans,
+                             [](std::size_t, std::size_t, const LayerSpan*) {});
+    });
+  };
+  EXPECT_EQ(walk({{"a", 0, 4, 0}, {"b", 3, 2, 0}}, 10),
+            "[t] layer 'b' ([3, 5)) is not inside the 10-element gradient after the layers "
+            "before it");
+  EXPECT_NE(walk({{"a", 8, 4, 0}}, 10).find("layer 'a' ([8, 12))"), std::string::npos);
+  EXPECT_NE(walk({{"a", 0, std::size_t{1} << 63, 0},
+                  {"b", std::size_t{1} << 63, std::size_t{1} << 63, 0}},
+                 10)
+                .find("layer 'a'"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace sparsecomm

@@ -79,6 +79,24 @@ void SparseSelection::expand_known(std::span<const float> accumulated, SparseSel
   take_selected_before(accumulated.size());
 }
 
+void for_each_layer_and_gap(
+    std::string_view who, std::size_t numel, std::span<const LayerSpan> layers,
+    const std::function<void(std::size_t begin, std::size_t end, const LayerSpan* layer)>& visit) {
+  std::size_t covered = 0;
+  for (const LayerSpan& layer : layers) {
+    if (layer.offset < covered || layer.size > numel || layer.offset > numel - layer.size) {
+      throw InvalidArgument(fmt::format(
+          "{} layer '{}' ([{}, {})) is not inside the {}-element gradient after the layers "
+          "before it",
+          who, layer.name, layer.offset, layer.offset + layer.size, numel));
+    }
+    visit(covered, layer.offset, nullptr);
+    visit(layer.offset, layer.offset + layer.size, &layer);
+    covered = layer.offset + layer.size;
+  }
+  visit(covered, numel, nullptr);
+}
+
 std::size_t target_count(double density, std::size_t numel) {
   if (numel == 0) return 0;
   const double k = std::floor(density * static_cast<double>(numel));

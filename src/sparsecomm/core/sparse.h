@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sparsecomm {
@@ -101,6 +103,14 @@ struct LayerSpan {
   // x size/rows for PowerSGD); 0 for vectors and where it is not known.
   std::size_t rows = 0;
 };
+
+// Walks [0, numel) in order as the layers and the gaps around them:
+// visit(begin, end, layer) with `layer` null for a gap (gaps may be empty).
+// Layers must come in order, not overlapping, inside [0, numel); otherwise
+// throws InvalidArgument naming the layer, prefixed with `who` ("[demo]").
+void for_each_layer_and_gap(
+    std::string_view who, std::size_t numel, std::span<const LayerSpan> layers,
+    const std::function<void(std::size_t begin, std::size_t end, const LayerSpan* layer)>& visit);
 
 // Target global count k = max(1, floor(c * d)) for d >= 1, 0 for d = 0.
 std::size_t target_count(double density, std::size_t numel);

@@ -370,22 +370,12 @@ std::vector<OptionSpec> demo_option_specs() {
 
 void for_each_demo_chunk(std::size_t numel, std::span<const LayerSpan> layers, std::size_t chunk,
                          const std::function<void(std::size_t, std::size_t)>& visit) {
-  std::size_t covered = 0;
-  auto cut = [&](std::size_t begin, std::size_t end) {
-    for (std::size_t at = begin; at < end; at += chunk) visit(at, std::min(chunk, end - at));
-  };
-  for (const LayerSpan& layer : layers) {
-    if (layer.offset < covered || layer.offset + layer.size > numel) {
-      throw InvalidArgument(fmt::format(
-          "[demo] layer '{}' ([{}, {})) is not inside the {}-element gradient after the layers "
-          "before it",
-          layer.name, layer.offset, layer.offset + layer.size, numel));
-    }
-    cut(covered, layer.offset);
-    cut(layer.offset, layer.offset + layer.size);
-    covered = layer.offset + layer.size;
-  }
-  cut(covered, numel);
+  for_each_layer_and_gap("[demo]", numel, layers,
+                         [&](std::size_t begin, std::size_t end, const LayerSpan*) {
+                           for (std::size_t at = begin; at < end; at += chunk) {
+                             visit(at, std::min(chunk, end - at));
+                           }
+                         });
 }
 
 std::size_t demo_message_bytes(std::size_t numel, std::span<const LayerSpan> layers,

@@ -254,32 +254,22 @@ class PowerSgd final : public GradientSync {
     if (numel == numel_ && planned_) return;
     factors_.clear();
     whole_.clear();
-    std::size_t covered = 0;
     std::size_t p_size = 0;
     std::size_t q_size = 0;
-    auto whole = [&](std::size_t begin, std::size_t end) {
-      if (end > begin) whole_.push_back(Range{begin, end});
-    };
-    for (const LayerSpan& layer : layers) {
-      if (layer.offset < covered || layer.offset + layer.size > numel) {
-        throw InvalidArgument(fmt::format(
-            "[powersgd] layer '{}' ([{}, {})) is not inside the {}-element gradient after the "
-            "layers before it",
-            layer.name, layer.offset, layer.offset + layer.size, numel));
-      }
-      whole(covered, layer.offset);
-      covered = layer.offset + layer.size;
-      if (const std::size_t rank = powersgd_factor_rank(layer, rank_); rank > 0) {
-        const std::size_t rows = layer.rows;
-        const std::size_t cols = layer.size / rows;
-        factors_.push_back({layer.offset, rows, cols, rank, p_size, q_size});
-        p_size += rows * rank;
-        q_size += cols * rank;
-      } else {
-        whole(layer.offset, covered);
-      }
-    }
-    whole(covered, numel);
+    for_each_layer_and_gap("[powersgd]", numel, layers,
+                           [&](std::size_t begin, std::size_t end, const LayerSpan* layer) {
+                             const std::size_t rank =
+                                 layer != nullptr ? powersgd_factor_rank(*layer, rank_) : 0;
+                             if (rank == 0) {
+                               if (end > begin) whole_.push_back(Range{begin, end});
+                               return;
+                             }
+                             const std::size_t rows = layer->rows;
+                             const std::size_t cols = layer->size / rows;
+                             factors_.push_back({layer->offset, rows, cols, rank, p_size, q_size});
+                             p_size += rows * rank;
+                             q_size += cols * rank;
+                           });
     p_size_ = p_size;
     std::size_t whole_size = 0;
     for (const Range& r : whole_) whole_size += r.size();
