@@ -12,7 +12,7 @@ cell is the reference. Each run goes to OUT/NAME/seedS; a run whose
 summary.json exists is skipped, so `run` resumes. --common holds flags for
 every cell (the model, steps, batch); --only keeps the named cells of
 CELLS, in its order. SPARSECOMM_BIN names another binary
-than build/sparsecomm. The cells of docs/benchmarks.md are in
+than build/sparsecomm. The cells of the pages of docs/benchmarks/ are in
 scripts/accuracy-cells/.
 """
 

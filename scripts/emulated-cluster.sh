@@ -55,7 +55,7 @@ burst_bytes() {
 # instead of draining the 1 ms bucket at memory speed. Empty above: on the
 # 2-core machine at hand the per-frame timers of a paced link held 500 Mbit/s
 # to 0.27-0.37 Gbit/s and 1 Gbit/s to 0.77, and bent the all-reduce off its
-# line (docs/benchmarks.md, "Pacing the bucket").
+# line (docs/benchmarks/methodology.md, "Pacing the bucket").
 pacing_options() {
   local rate=${1,,}
   [[ $rate =~ ^([0-9]+)(kbit|mbit|gbit)$ ]] || return 1
@@ -73,7 +73,7 @@ up() {
   # The token bucket's queue, in ms of traffic at the link rate: 5 ms is a
   # shallow switch buffer (125 KB at 200 Mbit/s), where TCP can lose the
   # tail of a ~1 MiB burst and stall for its 200 ms retransmission timeout
-  # (docs/benchmarks.md, "Broadcast"); 50 ms is a deep one.
+  # (docs/benchmarks/methodology.md, "Broadcast"); 50 ms is a deep one.
   queue=${3:-5}
   [[ $queue =~ ^[0-9]+$ ]] && ((queue >= 1 && queue <= 1000)) ||
     { echo "emulated-cluster: QUEUE_MS must be 1..1000, got '$queue'" >&2; exit 2; }
@@ -137,7 +137,7 @@ run() {
   # reply, and between two hosts that reply queues behind the bulk data
   # flowing the other way on the same TCP connection: a 16 MiB all-reduce
   # on 2 hosts ran at 0.49 of a 1 Gbit/s link, 0.96 with this setting
-  # (docs/benchmarks.md, "Two hosts").
+  # (docs/benchmarks/methodology.md, "Two hosts").
   exec mpirun --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" \
     --mca btl_tcp_eager_limit 2097152 --mca btl_tcp_max_send_size 2097152 "${app[@]}"
 }

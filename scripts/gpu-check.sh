@@ -79,7 +79,7 @@ step tests env PYTHONPATH="$OUT/build/python" OMP_NUM_THREADS=1 \
 
 # The CNN example with ExDyna 1% on 2 processes, one epoch, on the GPU (the
 # gradients selected on the host) and on the CPU: the same accuracy within
-# the seeds' spread (docs/benchmarks.md: about 0.1-0.3 points).
+# the seeds' spread (docs/benchmarks/accuracy-sgd.md: about 0.1-0.3 points).
 example() {
   local device
   for device in cuda cpu; do

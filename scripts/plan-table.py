@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The crossover tables of docs/benchmarks.md ("What `plan` predicts from 2
-to 4,096 ranks"), from `sparsecomm plan --format json`.
+"""The crossover tables of docs/benchmarks/performance-model.md ("What `plan`
+predicts from 2 to 4,096 ranks"), from `sparsecomm plan --format json`.
 
     scripts/plan-table.py [--bucket-mb 25 | --no-host-costs]
 

@@ -15,7 +15,7 @@
 #                                rate: their step time, for a time composed with the
 #                                steps to the target of the same cell's run elsewhere
 #     --short-steps 60
-#     --queue-ms 50              each link's queue (docs/benchmarks.md, "Broadcast bursts")
+#     --queue-ms 50              each link's queue (docs/benchmarks/methodology.md, "Broadcast bursts")
 #
 # CELLS: lines `NAME FLAGS...` as for scripts/accuracy-table.py; `{network}`
 # in FLAGS becomes the cluster's calibrated profile (for --density auto's

@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
 
 namespace sparsecomm {

@@ -36,8 +36,9 @@
 #include <fmt/format.h>
 
 #include "collectives/collective_checks.h"
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/index_codec.h"
 #include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"

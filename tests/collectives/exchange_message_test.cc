@@ -17,8 +17,9 @@
 
 #include <fmt/format.h>
 
-#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/collectives/exchange_message.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/sparse.h"
 

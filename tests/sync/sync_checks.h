@@ -32,7 +32,7 @@
 
 #include <fmt/format.h>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
@@ -45,7 +45,7 @@ namespace sparsecomm::testing {
 struct SyncCase {
   std::string scheme;
   std::string exchange;            // pattern name
-  std::string values = "fp32";     // a codec.h value encoding
+  std::string values = "fp32";     // a value_codec.h encoding
   std::vector<std::string> extra;  // more key=value options
 };
 

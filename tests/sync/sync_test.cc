@@ -30,7 +30,7 @@ std::vector<SyncCase> all_cases() {
   cases.push_back({"dgc", "allgather", "fp32", {"memory=ef"}});
   cases.push_back({"dgc", "union", "bf16", {"warmup_epochs=2", "momentum=0.5"}});
   cases.push_back({"gaussiank", "allgather", "fp32", {"memory=none"}});
-  // Block-quantized values (codec.h) on the patterns that send them once.
+  // Block-quantized values (value_codec.h) on the patterns that send them once.
   cases.push_back({"topk", "allgather", "int2", {}});
   cases.push_back({"exdyna", "union", "int2", {}});
   cases.push_back({"exdyna", "allgather", "int4", {}});

@@ -192,12 +192,21 @@ TEST(Trainer, DeMoRunsResumeBitForBit) {
 
 // Muon around a sparsifier resumes bit for bit (the matrices' momentum and
 // the rest's AdamW moments are in the checkpoint).
-// Two ranks and 16 steps: the Newton-Schulz products of the MLP's 784 x 256
-// layer dominate, and the sanitizer builds run them at a tenth of the speed.
-TEST(Trainer, MuonRunsResumeBitForBit) {
+// Muon inside rounds of 4 local steps with 4-bit stochastically rounded
+// pseudo-gradients and error feedback (MuLoCo's design), stopped inside a
+// round: the momentum of Muon and of its AdamW half, the anchor and the
+// quantizer's memory all resume. Two ranks and 16 steps: the Newton-Schulz
+// products of the MLP's 784 x 256 layer dominate, and the sanitizer builds
+// run them at a tenth of the speed.
+TEST(Trainer, MuonInsideLowBitRoundsResumesBitForBit) {
   const testing::ScratchDir scratch("muon_resume");
   auto config = [&](const std::string& tail) {
-    TrainConfig c = testing::short_run("topk", scratch.path() / tail);
+    TrainConfig c = testing::short_run("qsgd", scratch.path() / tail);
+    c.method_options = {{"values", "int4-sr"}, {"memory", "ef"}};
+    c.local_steps = 4;
+    c.outer_lr = 1.0;
+    c.outer_momentum = 0.0;
+    c.outer_nesterov = false;
     c.optimizer = "muon";
     c.lr = 2e-3;
     c.workers = 2;
@@ -206,7 +215,7 @@ TEST(Trainer, MuonRunsResumeBitForBit) {
     return c;
   };
   const TrainConfig whole = config("whole");
-  testing::expect_resume_matches_uninterrupted(whole, config("half"), 8, "muon");
+  testing::expect_resume_matches_uninterrupted(whole, config("half"), 6, "muon rounds");
   const report::RunData run = report::load_run(whole.out);
   EXPECT_LT(run.steps.back().loss, run.steps.front().loss);
 }

@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "convergence_command.h"
-#include "sparsecomm/collectives/codec.h"
+
 #include "sparsecomm/comm/launcher.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"

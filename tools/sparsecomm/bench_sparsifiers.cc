@@ -2,7 +2,7 @@
 // their checks, and the run: every scheme through the probes
 // (bench_sparsifiers_probe.h), then the report (bench_sparsifiers_report.h).
 //
-// How it measures (docs/benchmarks.md, "How we measure"):
+// How it measures (docs/benchmarks/methodology.md, "How we measure"):
 //  - The gradients come from a sparsecomm::GradientStream: by default the
 //    project's synthetic stream (make_synthetic_stream: skewed, heavy-tailed,
 //    its scale falling --drift x over the run), or a recorded trace (--trace

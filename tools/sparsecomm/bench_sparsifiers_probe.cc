@@ -1,7 +1,7 @@
-// The probes of `sparsecomm bench sparsifiers` (see bench_sparsifiers.cc,
-// "How it measures", and docs/benchmarks.md, "How we measure"): each rank's
-// sparsifier and memory are wrapped so that its selection is verified, its
-// communication recorded, and on a timed step re-run alone against a replay
+// The probes of `sparsecomm bench sparsifiers` (see bench_sparsifiers.cc, "How
+// it measures", and docs/benchmarks/methodology.md, "How we measure"): each
+// rank's sparsifier and memory are wrapped so that its selection is verified,
+// its communication recorded, and on a timed step re-run alone against a replay
 // of that recording, next to a read pass over the elements it read.
 
 #include "bench_sparsifiers_probe.h"
@@ -22,8 +22,8 @@
 #include <fmt/format.h>
 
 #include "bench_util.h"
-#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/comm/recording.h"
 #include "sparsecomm/comm/thread/thread_world.h"
@@ -54,14 +54,15 @@ struct SkipScheme {
 };
 
 // ---------------------------------------------------------------------------
-// Which elements one rank's select() read, for its floor (docs/benchmarks.md,
-// "How we measure": a read pass over the same elements the kernel touches):
-// what the scheme itself reports (Sparsifier::last_read()) for the selection
-// just made. The whole vector for topk, threshold, dgc, gaussiank and the
-// CLT-k leader; the rank's own partition for micro and exdyna (ExDyna's sizes
-// follow the selected load); DEFT's bin pieces (+ the whole vector on the
-// leader); nothing for Random-k and CLT-k followers (k scattered values).
-// Every timed step checks that the selected indices lie inside those ranges.
+// Which elements one rank's select() read, for its floor
+// (docs/benchmarks/methodology.md, "How we measure": a read pass over the same
+// elements the kernel touches): what the scheme itself reports
+// (Sparsifier::last_read()) for the selection just made. The whole vector for
+// topk, threshold, dgc, gaussiank and the CLT-k leader; the rank's own
+// partition for micro and exdyna (ExDyna's sizes follow the selected load);
+// DEFT's bin pieces (+ the whole vector on the leader); nothing for Random-k
+// and CLT-k followers (k scattered values). Every timed step checks that the
+// selected indices lie inside those ranges.
 // ---------------------------------------------------------------------------
 
 // Sorted, with overlapping or touching ranges merged (for the coverage check

@@ -1,7 +1,8 @@
 #pragma once
 // What `sparsecomm bench sparsifiers` reports: one row per scheme, from its
 // SchemeRun, printed as a table or written as JSON. The columns and JSON
-// keys are part of the command's interface (docs/benchmarks.md quotes them).
+// keys are part of the command's interface (docs/benchmarks/selection.md
+// quotes them).
 
 #include <optional>
 #include <string>

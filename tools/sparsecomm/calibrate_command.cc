@@ -22,7 +22,8 @@
 #include "calibrate_network.h"
 #include "cli_util.h"
 #include "sparsecomm/collectives/allreduce.h"
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/comm/typed.h"
@@ -442,8 +443,8 @@ void warn_about_fit(const Communicator& comm, const Calibration& c) {
             ? " Between two hosts over OpenMPI's TCP transport the usual cause is the "
               "rendezvous reply of each 1 MiB segment queueing behind the bulk data flowing "
               "the other way on the same connection: run with --mca btl_tcp_eager_limit "
-              "2097152 --mca btl_tcp_max_send_size 2097152 (docs/benchmarks.md, \"Two "
-              "hosts\")."
+              "2097152 --mca btl_tcp_max_send_size 2097152 (docs/benchmarks/methodology.md, "
+              "\"Two hosts\")."
             : "");
   }
 }

@@ -15,7 +15,7 @@ namespace sparsecomm::cli {
 // follow one another like this, so a chain gives the per-round latency the
 // model charges. One round alone (rounds = 1) also pays every rank's wake-up
 // from the barrier, which where ranks share cores costs more than a round
-// (docs/benchmarks.md, "Alpha from a chain of rounds").
+// (docs/benchmarks/performance-model.md, "The terms the validation corrected").
 double ring_round_seconds(Communicator& comm, std::size_t bytes, int rounds, int iters);
 
 // The chain that measures alpha: about as many rounds as a sparse step's

@@ -18,7 +18,7 @@
 #include "cli_util.h"
 #include "plan_report.h"
 #include "plan_time_to_target.h"
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/measured_scaling.h"

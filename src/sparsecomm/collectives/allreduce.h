@@ -13,7 +13,7 @@
 #include <span>
 #include <string_view>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/sparse.h"  // chunk_begin
 

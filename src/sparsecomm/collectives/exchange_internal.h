@@ -32,7 +32,7 @@ void decode_block_from(const Communicator& comm, int peer, std::span<const std::
                        const BlockFormat& format, std::span<Index> indices,
                        std::span<float> values);
 
-// The nonce a stochastic value codec draws from (codec.h) for this rank's
+// The nonce a stochastic value codec draws from (value_codec.h) for this rank's
 // `values`: a hash of the rank and the values, so runs repeat bit for bit
 // (and resume from checkpoints) without a counter to keep; 0 for the other
 // codecs.

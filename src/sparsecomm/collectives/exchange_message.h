@@ -6,7 +6,7 @@
 // bounds.
 //
 // A block is what one rank sends about one sorted index list:
-//   [index part: the indices, delta varints (codec.h) or raw uint32]
+//   [index part: the indices, delta varints (index_codec.h) or raw uint32]
 //   [value part: value_count values, encoded_value_bytes(encoding, value_count)]
 // Union all-reduce blocks have no value part; sparse allgather blocks
 // carry one value per index plus the values at the known positions; the
@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <span>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/sparse.h"
 
 namespace sparsecomm {

@@ -1,6 +1,6 @@
 // Row-sparse sums (see row_exchange.h for the contract and the two methods).
 //
-// A block is [the ids, delta varints (codec.h)][their rows, in the value
+// A block is [the ids, delta varints (index_codec.h)][their rows, in the value
 // encoding], the layout exchange_message.h decodes and checks with `width`
 // values per id. Every rank adds the decoded rows of every block, its own
 // included (an allgatherv delivers it too), so a lossy encoding rounds a
@@ -17,8 +17,9 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/collectives/allreduce.h"
-#include "sparsecomm/collectives/codec.h"
 #include "sparsecomm/collectives/exchange_internal.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/typed.h"
 #include "sparsecomm/core/errors.h"
 

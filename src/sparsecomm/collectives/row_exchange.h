@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/row_sparse.h"
 #include "sparsecomm/core/sparse.h"
@@ -63,7 +63,7 @@ struct RowExchangeReport {
 // (InvalidArgument before any message); ranks whose shapes differ all throw
 // InvalidArgument. `sum` must not alias `mine`. The report, when given, is
 // this rank's. `values` other than fp32 send the rows as fp16 or bf16
-// (codec.h; the split all-reduce rounds the owners' sums again): half the
+// (value_codec.h; the split all-reduce rounds the owners' sums again): half the
 // rows' bytes; every rank adds the same rounded rows, so the sum is still
 // the same bits on every rank.
 void row_sparse_sum(Communicator& comm, const RowSparse& mine, RowExchange method, RowSparse& sum,

@@ -16,7 +16,7 @@
 // Every pattern first reads this rank's values a_r[I] (or a_r[U]), encodes
 // them (fp16/bf16 round here, at the source, and the buffer then holds the
 // decoded value), and subtracts the decoded value from `accumulated`.
-// Because a - decoded is exact in float (codec.h), the new residual plus
+// Because a - decoded is exact in float (value_codec.h), the new residual plus
 // what was sent is the old a_r exactly. Sums then only ever add decoded
 // values in float32, so `out` is the mean of exactly what was transmitted,
 // identical on every rank.

@@ -39,7 +39,8 @@
 #include <vector>
 
 #include "sparsecomm/collectives/allreduce.h"
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/sparse.h"
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/json_integer.h"

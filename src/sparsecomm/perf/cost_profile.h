@@ -50,7 +50,7 @@ struct CostProfile {
   double index_decode_s_per_element = 0.0;
   double merge_s_per_element = 0.0;
 
-  // The value codecs (collectives/codec.h), per value, by encoding name:
+  // The value codecs (collectives/value_codec.h), per value, by encoding name:
   // encoding at the sender (with the rounding's nonce, a hash of the
   // values) and decoding one received list. fp32 (a copy) is 0; a codec
   // not listed, as in profiles written before these fields, is 0.

@@ -15,7 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/perf/collective_cost.h"
 #include "sparsecomm/perf/cost_profile.h"

@@ -670,7 +670,7 @@ class Server {
   // step), and the W buffers' mean follows BSP's momentum recursion: with
   // the workers in lockstep (SSP with s = 0) the W pushes of a step move
   // the shard as one BSP step does. One shared buffer, decayed at every
-  // push, cost the CNN 0.7 points at s = 0 (docs/benchmarks.md).
+  // push, cost the CNN 0.7 points at s = 0 (docs/benchmarks/parameter-server.md).
   std::vector<std::unique_ptr<FlatOptimizer>> optimizers_;
   std::vector<float> params_;
   std::vector<float> gradient_;  // dense scratch, all zero between pushes

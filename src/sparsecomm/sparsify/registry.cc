@@ -11,7 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/sparsify/schemes/schemes.h"
 

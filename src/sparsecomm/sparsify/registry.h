@@ -77,7 +77,7 @@ struct SchemeInfo {
 
 // Options every scheme accepts: density (in (0, 1]; not for the schemes
 // that send every coordinate), exchange (pattern name, default: the
-// scheme's own), values (a codec.h value encoding), encode_indices,
+// scheme's own), values (a value_codec.h encoding), encode_indices,
 // memory (ef|none|momentum; DGC defaults to momentum), momentum and
 // clip_norm (memory=momentum only), seed.
 const std::vector<OptionSpec>& common_option_specs();

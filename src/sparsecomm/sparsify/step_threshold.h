@@ -2,8 +2,8 @@
 // Same-step density control for the partition schemes (MiCRO, ExDyna): the
 // global threshold of step t is chosen from step t's own candidates on every
 // rank, so the global count K lands within one histogram bin of k at every
-// step instead of only on average (docs/algorithms.md, "Same-step
-// threshold").
+// step instead of only on average (docs/algorithms.md, "Density control
+// (MiCRO and ExDyna)").
 //
 // Per step, on every rank, in the same order:
 //   1. the scheme collects its candidates: every element of its own

@@ -27,7 +27,7 @@
 #include <span>
 #include <vector>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync_interface.h"
 #include "sparsecomm/sync/sparsify_exchange_step.h"

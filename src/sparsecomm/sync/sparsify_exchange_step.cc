@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "sparsecomm/collectives/codec.h"
+#include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"

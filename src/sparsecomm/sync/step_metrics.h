@@ -31,12 +31,12 @@ struct StepMetrics {
   std::uint64_t bytes_received = 0;
   std::uint64_t index_bytes_raw = 0;
   std::uint64_t index_bytes_encoded = 0;
-  double value_bits = 32.0;        // bits per value on the wire (codec.h: wire_bits_per_value)
-  std::size_t skip_subject = 0;    // Skip-Reduce: elements whose reduction may skip ranks
-  std::size_t dense_numel = 0;     // of numel, averaged densely beside the method (--min-numel,
-                                   // --exclude: sync/dense_layers.h); k counts only the rest
-  double overlapped_s = 0.0;       // pipelined: selection + exchange done before backward ended
-  bool gradient_clipped = false;   // the memory's spike clip scaled this step's gradient down
+  double value_bits = 32.0;       // bits per value on the wire (value_codec.h: wire_bits_per_value)
+  std::size_t skip_subject = 0;   // Skip-Reduce: elements whose reduction may skip ranks
+  std::size_t dense_numel = 0;    // of numel, averaged densely beside the method (--min-numel,
+                                  // --exclude: sync/dense_layers.h); k counts only the rest
+  double overlapped_s = 0.0;      // pipelined: selection + exchange done before backward ended
+  bool gradient_clipped = false;  // the memory's spike clip scaled this step's gradient down
   bool skipped_nonfinite = false;  // the step was skipped: some rank had NaN/inf
 };
 

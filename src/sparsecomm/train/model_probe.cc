@@ -24,8 +24,8 @@ ModelProbe probe_model(const std::string& model, std::int64_t batch, int threads
   if (model_reads_clicks(model)) {
     throw InvalidArgument(fmt::format(
         "the performance model does not cover {}'s row-sparse embedding tables yet; plan its "
-        "MLPs with --params 57361 and --compute-ms (docs/benchmarks.md, \"The click model\", "
-        "measures the tables' exchanges)",
+        "MLPs with --params 57361 and --compute-ms (docs/benchmarks/click-model.md measures "
+        "the tables' exchanges)",
         model));
   }
   if (batch < 1 || threads < 1 || reps < 1) {

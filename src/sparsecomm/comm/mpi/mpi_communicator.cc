@@ -284,7 +284,7 @@ class MpiCommunicator final : public Communicator {
     // Our binomial tree on MPI point-to-point, not MPI_Ibcast: on 4
     // emulated hosts Open MPI 4.1's non-blocking broadcast (libnbc) took
     // 1.3-1.5x the tree's time for 1 and 4 MiB at 200 Mbit/s and 1 Gbit/s
-    // (docs/benchmarks.md, "Allgather and broadcast on the MPI backend";
+    // (docs/benchmarks/collectives.md, "Allgather and broadcast on the MPI backend";
     // the exception, a 1 MiB burst into a shallow 5 ms
     // queue, is a TCP retransmission stall), and the tree is what the
     // performance model prices. Pieces of at most kChunkBytes keep every
@@ -334,7 +334,7 @@ class MpiCommunicator final : public Communicator {
     // Our ring on MPI point-to-point, not MPI_Iallgatherv: Open MPI 4.1's
     // non-blocking allgatherv (libnbc) sends to every peer at once, and on
     // 4 hosts at 200 Mbit/s it took 2.4x the ring's time for 4 MiB
-    // (docs/benchmarks.md, "Allgather and broadcast on the MPI backend");
+    // (docs/benchmarks/collectives.md, "Allgather and broadcast on the MPI backend");
     // the ring is also what the performance model prices.
     Communicator::allgatherv(mine, all, counts);
   }

@@ -29,7 +29,7 @@ Moments moments(std::span<const float> x, SimdLevel level = detected_simd_level(
 // True when no element of x is NaN or infinite (one vectorized read pass).
 bool all_finite(std::span<const float> x, SimdLevel level = detected_simd_level());
 
-// The memory-bandwidth floor (docs/benchmarks.md "How we measure"): one vectorized,
+// The memory-bandwidth floor (docs/benchmarks/methodology.md, "How we measure"): one vectorized,
 // single-threaded read pass over x (a sum of |x| with several accumulators).
 // Returned so the compiler cannot drop the pass.
 float read_pass(std::span<const float> x, SimdLevel level = detected_simd_level());

@@ -1,5 +1,5 @@
 // The dense quantizers: every coordinate every step, compressed by the
-// value codec alone (collectives/codec.h). The selection is one known range
+// value codec alone (collectives/value_codec.h). The selection is one known range
 // [0, d), so no index is computed or sent, and the default "shared"
 // pattern encodes the d values once and all-gathers them (or, in worlds
 // where that moves more bytes than a float32 ring, all-reduces the decoded

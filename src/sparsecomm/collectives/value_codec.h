@@ -1,6 +1,6 @@
 #pragma once
-// Wire encodings of sparse data: delta-encoded sorted indices and reduced-
-// precision values.
+// Wire encodings of gradient values: fp32, the 16-bit floats and the
+// block-quantized codecs (collectives/value_codec.cc gives their layouts).
 
 #include <cstddef>
 #include <cstdint>
@@ -9,25 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "sparsecomm/core/sparse.h"
-
 namespace sparsecomm {
 
-// --- indices: strictly ascending -> LEB128 varints of the gaps ---
-// The first varint is the first index, each next one the gap minus one.
-// Bytes needed for `indices` (ascending), without writing.
-std::size_t encoded_index_bytes(std::span<const Index> indices);
-// Appends the encoding to `out`; returns the bytes appended. Throws
-// InvalidArgument when the indices are not strictly ascending.
-std::size_t encode_indices(std::span<const Index> indices, UninitVector<std::byte>& out);
-// Decodes exactly `count` indices from `in` into `out` (resized); returns the
-// bytes consumed. Throws CommError on truncated or malformed input.
-std::size_t decode_indices(std::span<const std::byte> in, std::size_t count,
-                           UninitVector<Index>& out);
-// The same into a caller-sized span: decodes exactly out.size() indices.
-std::size_t decode_indices(std::span<const std::byte> in, std::span<Index> out);
-
-// --- values ---
 // fp32, fp16 and bf16 send each value alone. The block-quantized codecs
 // (intB: B = 8, 4 or 2 bits) cut the values into blocks of
 // kQuantizationBlock and send each block as a float32 scale (its largest
