@@ -19,9 +19,8 @@ constexpr float kC = 2.0315f;
 // vectorizing over a row's n elements changes no element's rounding. This
 // file is compiled without contraction into fused multiply-adds
 // (-ffp-contract=off), so that every instruction set gives the same bits.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void multiply(
-    const float* left, const float* right, float* out, std::size_t m, std::size_t k,
-    std::size_t n) {
+[[gnu::always_inline]] inline void multiply_body(const float* left, const float* right, float* out,
+                                                 std::size_t m, std::size_t k, std::size_t n) {
   for (std::size_t i = 0; i < m; ++i) {
     float* row = out + i * n;
     for (std::size_t j = 0; j < n; ++j) row[j] = 0.0f;
@@ -35,12 +34,13 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void multiply(
 
 // out (m x m) = left (m x k) * right (k x m) where the product is known to
 // be symmetric (X X^T, or A A for a symmetric A): only the upper triangle
-// is summed, each row as in multiply(), and mirrored. out[j][i] would sum
-// the same products in the same order (the factors swapped, which IEEE
-// multiplication does not see), so the mirror is exactly what multiply()
-// gives, at about half its work.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void multiply_symmetric(
-    const float* left, const float* right, float* out, std::size_t m, std::size_t k) {
+// is summed, each row as in multiply_body(), and mirrored. out[j][i] would
+// sum the same products in the same order (the factors swapped, which IEEE
+// multiplication does not see), so the mirror is exactly what the full
+// product gives, at about half its work.
+[[gnu::always_inline]] inline void multiply_symmetric_body(const float* left, const float* right,
+                                                           float* out, std::size_t m,
+                                                           std::size_t k) {
   for (std::size_t i = 0; i < m; ++i) {
     float* row = out + i * m;
     for (std::size_t j = i; j < m; ++j) row[j] = 0.0f;
@@ -53,6 +53,61 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void multiply_symme
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = 0; j < i; ++j) out[i * m + j] = out[j * m + i];
   }
+}
+
+// The bodies compiled for AVX-512, AVX2 and the baseline, picked once by
+// what the CPU supports. Plain function pointers rather than target_clones:
+// the latter's ifunc resolvers run while the dynamic loader relocates,
+// before a sanitizer's runtime is up, and crash instrumented test binaries.
+struct Kernels {
+  void (*multiply)(const float*, const float*, float*, std::size_t, std::size_t, std::size_t);
+  void (*multiply_symmetric)(const float*, const float*, float*, std::size_t, std::size_t);
+};
+
+[[gnu::target("avx512f")]] void multiply_avx512(const float* l, const float* r, float* o,
+                                                std::size_t m, std::size_t k, std::size_t n) {
+  multiply_body(l, r, o, m, k, n);
+}
+[[gnu::target("avx512f")]] void multiply_symmetric_avx512(const float* l, const float* r, float* o,
+                                                          std::size_t m, std::size_t k) {
+  multiply_symmetric_body(l, r, o, m, k);
+}
+[[gnu::target("avx2")]] void multiply_avx2(const float* l, const float* r, float* o, std::size_t m,
+                                           std::size_t k, std::size_t n) {
+  multiply_body(l, r, o, m, k, n);
+}
+[[gnu::target("avx2")]] void multiply_symmetric_avx2(const float* l, const float* r, float* o,
+                                                     std::size_t m, std::size_t k) {
+  multiply_symmetric_body(l, r, o, m, k);
+}
+void multiply_generic(const float* l, const float* r, float* o, std::size_t m, std::size_t k,
+                      std::size_t n) {
+  multiply_body(l, r, o, m, k, n);
+}
+void multiply_symmetric_generic(const float* l, const float* r, float* o, std::size_t m,
+                                std::size_t k) {
+  multiply_symmetric_body(l, r, o, m, k);
+}
+
+const Kernels& kernels() {
+  static const Kernels chosen = [] {
+    if (__builtin_cpu_supports("avx512f")) {
+      return Kernels{multiply_avx512, multiply_symmetric_avx512};
+    }
+    if (__builtin_cpu_supports("avx2")) return Kernels{multiply_avx2, multiply_symmetric_avx2};
+    return Kernels{multiply_generic, multiply_symmetric_generic};
+  }();
+  return chosen;
+}
+
+void multiply(const float* left, const float* right, float* out, std::size_t m, std::size_t k,
+              std::size_t n) {
+  kernels().multiply(left, right, out, m, k, n);
+}
+
+void multiply_symmetric(const float* left, const float* right, float* out, std::size_t m,
+                        std::size_t k) {
+  kernels().multiply_symmetric(left, right, out, m, k);
 }
 
 void transpose(const float* in, float* out, std::size_t rows, std::size_t cols) {
