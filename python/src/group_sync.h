@@ -1,6 +1,6 @@
 #pragma once
 // What the DDP hook's worker (exchange_worker.h) runs for one group: a
-// synchronization of one flat gradient, on the host (module.cc's
+// synchronization of one flat gradient, on the host (synchronizer.cc's
 // Synchronizer: every method of the CLI, float32 CPU tensors) or on the
 // gradient's device (device_sync.h).
 
