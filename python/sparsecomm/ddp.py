@@ -150,30 +150,6 @@ class _Group:
         return self.staging
 
 
-# Metrics that add up over groups; the rest are taken from the first group.
-_SUMMED = ("numel", "target", "selected", "union_size", "bytes_sent", "bytes_received",
-           "index_bytes_raw", "index_bytes_encoded", "skip_subject", "dense_numel", "accumulate_s",
-           "selection_s", "exchange_s", "agreement_s", "selection_collective_s",
-           "selection_collectives", "candidate_passes", "overlapped_s")
-
-
-def _combined(metrics):
-    """One step's metrics over its groups (the group's own with one)."""
-    if len(metrics) == 1:
-        return metrics[0]
-    out = dict(metrics[0])
-    for key in _SUMMED:
-        if all(key in m for m in metrics):
-            out[key] = sum(m[key] for m in metrics)
-    if out.get("target"):
-        out["density_ratio"] = out["union_size"] / out["target"]
-    out["imbalance"] = max(m.get("imbalance", 0.0) for m in metrics)
-    out["residual_norm"] = math.sqrt(sum(m.get("residual_norm", 0.0) ** 2 for m in metrics))
-    out["skipped_nonfinite"] = any(m.get("skipped_nonfinite", False) for m in metrics)
-    out["groups"] = len(metrics)
-    return out
-
-
 class HookState:
     """What the hook keeps between steps. ``metrics`` holds the last step's
     figures (a dict: K/k, imbalance, bytes, time per phase; see
@@ -379,17 +355,10 @@ class HookState:
     def metrics(self):
         """The last whole step's metrics (None before the first): waits for
         the step's exchanges if they still run."""
-        lines = self._worker.finished_step()
-        if lines is not None:
-            per_group = []
-            for index, line in zip(self._finished_order, lines):
-                metrics = json.loads(line)
-                if self._groups[index].synchronizer is None:
-                    # Counted as dense elements, not as the method's selections (K/k).
-                    metrics["dense_numel"] = metrics["numel"]
-                    metrics["target"] = metrics["selected"] = metrics["union_size"] = 0
-                per_group.append(metrics)
-            self._metrics = _combined(per_group)
+        line = self._worker.finished_step()  # the step's groups combined
+        if line is not None:
+            self._metrics = json.loads(line)
+            self._metrics["groups"] = len(self._finished_order)
             exchange_s, overlapped_s = self._worker.finished_times()
             # The hook's own figures: its exchanges' time on the worker and
             # the part of it spent while backward still ran.
@@ -444,7 +413,7 @@ class HookState:
                                 views, g.layers, g.rows, ends_step, staging)
         else:
             self._worker.submit(index, self.step, self.epoch, g.dense, g.moments, flat, views,
-                                None, None, ends_step, staging)
+                                None, None, ends_step, staging, beside_method=True)
         self._step_order.append(index)
         if ends_step:
             self._finished_order = self._step_order  # what metrics pairs with the lines

@@ -93,13 +93,16 @@ class HookWorker {
   // Group `group` of step `step`: `flat` holds the concatenated `views`
   // (its gradients in DDP's buckets); `moments` turns it into the AdamW
   // direction first (None: the gradient itself); the average goes back
-  // into the views.
+  // into the views. `beside_method`: the group holds parameters averaged
+  // densely beside the method (exclude, min_numel), counted in the step's
+  // metrics as dense_numel rather than as the method's k (as
+  // sync/dense_layers.h counts them in the CLI).
   void submit(std::int64_t group, std::int64_t step, double epoch,
               std::shared_ptr<GroupSync> synchronizer, std::shared_ptr<UpdateDirection> moments,
               const at::Tensor& flat, std::vector<at::Tensor> views,
               const std::optional<std::vector<std::int64_t>>& layers,
               const std::optional<std::vector<std::int64_t>>& rows, bool ends_step,
-              std::optional<at::Tensor> staging) {
+              std::optional<at::Tensor> staging, bool beside_method) {
     // `staging`: a CPU buffer of flat's size where a host synchronization
     // of a device's gradient runs (the gradient crosses to the host and back).
     const at::Tensor& synchronized = staging ? *staging : flat;
@@ -126,7 +129,7 @@ class HookWorker {
       handed_in->record(guard.getStream(flat.device()));
     }
     ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, handed_in, staging,
-                                         group_step = std::move(group_step)] {
+                                         beside_method, group_step = std::move(group_step)] {
       if (handed_in) {
         const c10::impl::VirtualGuardImpl guard(flat.device().type());
         handed_in->block(guard.getStream(flat.device()));
@@ -138,6 +141,11 @@ class HookWorker {
                         static_cast<std::size_t>(on_host_or_device.numel())});
       }
       StepMetrics metrics = synchronizer->run(on_host_or_device, group_step);
+      if (beside_method) {
+        metrics.dense_numel = metrics.numel;
+        metrics.target = metrics.selected = metrics.union_size = 0;
+        metrics.density_ratio = 0.0;
+      }
       if (staging) flat.copy_(*staging);  // and back
       std::int64_t offset = 0;
       for (const at::Tensor& view : views) {
@@ -150,8 +158,9 @@ class HookWorker {
     worker_->submit(group, step, std::move(exchange), std::move(views), ends_step);
   }
 
-  // After every submitted exchange: the last whole step's metrics (JSON
-  // lines, one per group in submission order), once; None otherwise.
+  // After every submitted exchange: the last whole step's metrics over its
+  // groups (sync/step_metrics.h, combined: the CLI's rule for buckets), as
+  // a JSON line, once; None otherwise.
   py::object finished_step() {
     std::optional<std::vector<StepMetrics>> metrics;
     {
@@ -159,9 +168,7 @@ class HookWorker {
       metrics = worker_->finished_step();
     }
     if (!metrics) return py::none();
-    py::list lines;
-    for (const StepMetrics& m : *metrics) lines.append(to_json_line(m));
-    return lines;
+    return py::str(to_json_line(combined(*metrics)));
   }
 
   py::tuple finished_times() const {
@@ -211,7 +218,8 @@ void bind_hook_worker(py::module_& m) {
       .def("submit", &HookWorker::submit, py::arg("group"), py::arg("step"), py::arg("epoch"),
            py::arg("synchronizer"), py::arg("moments").none(true), py::arg("flat"),
            py::arg("views"), py::arg("layers") = Sizes{}, py::arg("rows") = Sizes{},
-           py::arg("ends_step") = false, py::arg("staging") = std::optional<at::Tensor>{})
+           py::arg("ends_step") = false, py::arg("staging") = std::optional<at::Tensor>{},
+           py::arg("beside_method") = false)
       .def("finished_step", &HookWorker::finished_step)
       .def("finished_times", &HookWorker::finished_times)
       .def_property_readonly("overlap", &HookWorker::overlap)

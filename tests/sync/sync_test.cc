@@ -200,6 +200,56 @@ TEST(Metrics, JsonLineHasEveryField) {
   EXPECT_EQ(line.find('\n'), std::string::npos);
 }
 
+// The rule by which a step's parts (buckets, the hook's groups) combine:
+// counts and times add, norms add in squares, the imbalance is the worst,
+// a flag is any part's, K/k is of the totals, and the bits per value are
+// the method's even when a dense part came first.
+TEST(Metrics, PartsCombineIntoTheStepsRecord) {
+  StepMetrics dense;  // a group averaged densely beside the method
+  dense.step = 7;
+  dense.numel = dense.dense_numel = 100;
+  dense.bytes_sent = 400;
+  dense.exchange_s = 0.25;
+  dense.gradient_norm = 3.0;
+  StepMetrics sparse;
+  sparse.step = 7;
+  sparse.numel = 1000;
+  sparse.target = 10;
+  sparse.selected = 12;
+  sparse.union_size = 30;
+  sparse.imbalance = 0.5;
+  sparse.residual_norm = 4.0;
+  sparse.gradient_norm = 4.0;
+  sparse.bytes_sent = 60;
+  sparse.exchange_s = 0.5;
+  sparse.value_bits = 2.0;
+  sparse.gradient_clipped = true;
+  StepMetrics other = sparse;
+  other.imbalance = 0.25;
+  other.gradient_clipped = false;
+  other.skipped_nonfinite = true;
+  const std::vector<StepMetrics> parts{dense, sparse, other};
+  const StepMetrics total = combined(parts);
+  EXPECT_EQ(total.step, 7);
+  EXPECT_EQ(total.numel, 2100u);
+  EXPECT_EQ(total.dense_numel, 100u);
+  EXPECT_EQ(total.target, 20u);
+  EXPECT_EQ(total.selected, 24u);
+  EXPECT_EQ(total.union_size, 60u);
+  EXPECT_DOUBLE_EQ(total.density_ratio, 3.0);
+  EXPECT_DOUBLE_EQ(total.imbalance, 0.5);
+  EXPECT_DOUBLE_EQ(total.residual_norm, std::sqrt(32.0));
+  EXPECT_DOUBLE_EQ(total.gradient_norm, std::sqrt(41.0));
+  EXPECT_EQ(total.bytes_sent, 520u);
+  EXPECT_DOUBLE_EQ(total.exchange_s, 1.25);
+  EXPECT_DOUBLE_EQ(total.value_bits, 2.0);
+  EXPECT_TRUE(total.gradient_clipped);
+  EXPECT_TRUE(total.skipped_nonfinite);
+  // Only dense parts: no k, so no K/k; an empty step is a default record.
+  EXPECT_DOUBLE_EQ(combined(std::vector<StepMetrics>{dense}).density_ratio, 0.0);
+  EXPECT_EQ(combined(std::vector<StepMetrics>{}).numel, 0u);
+}
+
 // Random-k with rescale and no memory: over many seeds the estimate of
 // sum_i gbar_i, (d/k) * sum over the sample of gbar, is unbiased. Its
 // variance for sampling without replacement is d^2 s^2 / k * (d-k)/(d-1),

@@ -1,5 +1,6 @@
 #include "sparsecomm/sync/step_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 
@@ -14,6 +15,51 @@ std::string number(double value) {
 }
 
 }  // namespace
+
+StepMetrics combined(std::span<const StepMetrics> parts) {
+  StepMetrics total;
+  if (parts.empty()) return total;
+  total.step = parts.front().step;
+  total.value_bits = parts.front().value_bits;
+  bool bits_from_method = parts.front().target > 0;
+  double residual_squares = 0.0;
+  double gradient_squares = 0.0;
+  for (const StepMetrics& m : parts) {
+    total.numel += m.numel;
+    total.target += m.target;
+    total.selected += m.selected;
+    total.union_size += m.union_size;
+    total.imbalance = std::max(total.imbalance, m.imbalance);
+    residual_squares += m.residual_norm * m.residual_norm;
+    gradient_squares += m.gradient_norm * m.gradient_norm;
+    total.accumulate_s += m.accumulate_s;
+    total.selection_s += m.selection_s;
+    total.exchange_s += m.exchange_s;
+    total.agreement_s += m.agreement_s;
+    total.selection_collective_s += m.selection_collective_s;
+    total.selection_collectives += m.selection_collectives;
+    total.candidate_passes += m.candidate_passes;
+    total.bytes_sent += m.bytes_sent;
+    total.bytes_received += m.bytes_received;
+    total.index_bytes_raw += m.index_bytes_raw;
+    total.index_bytes_encoded += m.index_bytes_encoded;
+    if (!bits_from_method && m.target > 0) {
+      total.value_bits = m.value_bits;
+      bits_from_method = true;
+    }
+    total.skip_subject += m.skip_subject;
+    total.dense_numel += m.dense_numel;
+    total.overlapped_s += m.overlapped_s;
+    total.gradient_clipped = total.gradient_clipped || m.gradient_clipped;
+    total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;
+  }
+  total.residual_norm = std::sqrt(residual_squares);
+  total.gradient_norm = std::sqrt(gradient_squares);
+  total.density_ratio = total.target == 0 ? 0.0
+                                          : static_cast<double>(total.union_size) /
+                                                static_cast<double>(total.target);
+  return total;
+}
 
 std::string to_json_line(const StepMetrics& m) {
   std::string out;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace sparsecomm {
@@ -39,6 +40,14 @@ struct StepMetrics {
   bool gradient_clipped = false;  // the memory's spike clip scaled this step's gradient down
   bool skipped_nonfinite = false;  // the step was skipped: some rank had NaN/inf
 };
+
+// One step's metrics over the parts that synchronized it (buckets, or the
+// DDP hook's groups): counts, bytes, times and overlapped_s summed; the norms
+// combined as the root of the sum of squares; imbalance the largest; the
+// flags true if any part's is; K/k of the totals (0 when k is 0); step of
+// the first part, value_bits of the first part that selected for the
+// method (k > 0), else of the first. Empty: a default record.
+StepMetrics combined(std::span<const StepMetrics> parts);
 
 // One JSON object (single line) with every field.
 std::string to_json_line(const StepMetrics& metrics);

@@ -30,35 +30,6 @@ std::span<std::byte> tensor_bytes(const torch::Tensor& t) {
   return {static_cast<std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.nbytes())};
 }
 
-// Adds `m` (one bucket's metrics) into `total` (the step's).
-void accumulate(StepMetrics& total, const StepMetrics& m) {
-  total.numel += m.numel;
-  total.target += m.target;
-  total.selected += m.selected;
-  total.union_size += m.union_size;
-  total.imbalance = std::max(total.imbalance, m.imbalance);
-  total.residual_norm =
-      std::sqrt(total.residual_norm * total.residual_norm + m.residual_norm * m.residual_norm);
-  total.gradient_norm =
-      std::sqrt(total.gradient_norm * total.gradient_norm + m.gradient_norm * m.gradient_norm);
-  total.accumulate_s += m.accumulate_s;
-  total.selection_s += m.selection_s;
-  total.exchange_s += m.exchange_s;
-  total.agreement_s += m.agreement_s;
-  total.selection_collective_s += m.selection_collective_s;
-  total.selection_collectives += m.selection_collectives;
-  total.candidate_passes += m.candidate_passes;
-  total.bytes_sent += m.bytes_sent;
-  total.bytes_received += m.bytes_received;
-  total.index_bytes_raw += m.index_bytes_raw;
-  total.index_bytes_encoded += m.index_bytes_encoded;
-  total.value_bits = m.value_bits;  // every bucket runs the same method
-  total.skip_subject += m.skip_subject;
-  total.dense_numel += m.dense_numel;
-  total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;
-  total.gradient_clipped = total.gradient_clipped || m.gradient_clipped;
-}
-
 }  // namespace
 
 // The communication thread of a pipelined DataParallel. Per step: the
@@ -125,12 +96,8 @@ class DataParallel::Pipeline {
     done_changed_.wait(lock, [this] { return done_; });
     active_ = false;
     if (error_) std::rethrow_exception(error_);
-    StepMetrics total;
+    StepMetrics total = combined(metrics_);
     total.step = step_;
-    for (const StepMetrics& m : metrics_) accumulate(total, m);
-    total.density_ratio = total.target == 0 ? 0.0
-                                            : static_cast<double>(total.union_size) /
-                                                  static_cast<double>(total.target);
     total.overlapped_s = overlapped_s_;
     last_hook_arrivals_ = hook_arrivals_;
     return total;
