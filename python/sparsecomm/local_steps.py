@@ -15,7 +15,7 @@ import json
 import torch
 import torch.distributed as dist
 
-from ._sparsecomm import Communicator, OuterLoop, Synchronizer, method_options
+from ._sparsecomm import Communicator, OuterLoop, Synchronizer, round_options
 from ._common import option_texts, process_group
 
 
@@ -57,13 +57,9 @@ class LocalSteps:
         self._gather()
         dist.broadcast(self._flat, 0, group=group)
         self._scatter()
-        # The spike clip is off unless asked for, as with the CLI's
-        # --local-steps: a pseudo-gradient's norm follows the learning rate,
-        # so a clip against recent rounds would fire on a warm-up.
-        if "clip_ratio" in method_options(method) and "clip_ratio" not in options:
-            options["clip_ratio"] = 0
-        self._synchronizer = Synchronizer(Communicator(group), method, option_texts(options),
-                                          nonfinite)
+        # The CLI's rule for rounds (the spike clip off unless asked for).
+        self._synchronizer = Synchronizer(Communicator(group), method,
+                                          round_options(method, option_texts(options)), nonfinite)
         if self._synchronizer.applies_momentum:
             raise ValueError(
                 f"sparsecomm: {method} applies momentum to what it sends (memory=momentum); a "

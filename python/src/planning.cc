@@ -101,6 +101,10 @@ void bind_planning(py::module_& m) {
         return names;
       },
       py::arg("method"));
+
+  m.def("round_options", &round_options, py::arg("method"), py::arg("options"),
+        "The options `method` runs with on local steps' rounds (the CLI's rule: the "
+        "spike clip off unless clip_ratio is given).");
 }
 
 }  // namespace sparsecomm::python

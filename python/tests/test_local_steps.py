@@ -121,3 +121,15 @@ def _local_steps(rank, world):
 
 def test_local_steps(run_world):
     run_world(2, _local_steps)
+
+
+def test_rounds_take_the_clis_option_rule():
+    # The spike clip is off on rounds unless named (sync/gradient_sync.h,
+    # round_options), for LocalSteps as for the CLI's --local-steps.
+    from sparsecomm._sparsecomm import round_options
+
+    assert round_options("topk", {"density": "0.01"}) == {"density": "0.01", "clip_ratio": "0"}
+    assert round_options("topk", {"clip_ratio": "3"}) == {"clip_ratio": "3"}
+    assert round_options("dense", {}) == {}  # takes no clip
+    with pytest.raises(ValueError, match="unknown synchronization method"):
+        round_options("nonesuch", {})

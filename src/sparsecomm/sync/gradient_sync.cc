@@ -267,6 +267,15 @@ const SyncMethodInfo& sync_method(std::string_view name) {
       fmt::format("unknown synchronization method '{}'; valid: {}", name, sync_method_names()));
 }
 
+std::map<std::string, std::string> round_options(std::string_view method,
+                                                 std::map<std::string, std::string> options) {
+  const SyncMethodInfo& info = sync_method(method);
+  const bool takes_clip = std::any_of(info.options.begin(), info.options.end(),
+                                      [](const OptionSpec& s) { return s.name == "clip_ratio"; });
+  if (takes_clip && !options.count("clip_ratio")) options["clip_ratio"] = "0";
+  return options;
+}
+
 std::unique_ptr<GradientSync> make_gradient_sync(std::string_view method,
                                                  const SchemeOptions& options,
                                                  NonFinitePolicy nonfinite) {

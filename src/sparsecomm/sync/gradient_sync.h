@@ -11,6 +11,7 @@
 // and options are InvalidArgument errors that list what is valid.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,6 +46,15 @@ std::string sync_method_names();
 const SyncMethodInfo* find_sync_method(std::string_view name);
 // The method called `name`; InvalidArgument naming the valid ones otherwise.
 const SyncMethodInfo& sync_method(std::string_view name);
+
+// `options` as `method` runs with them on local steps' rounds (their
+// pseudo-gradients; docs/algorithms.md, "Local steps"): the spike clip off
+// unless clip_ratio is named, since a pseudo-gradient's norm follows the
+// learning rate (a round sums H steps of it) and a clip against the recent
+// rounds would fire on the warm-up's growth, not on spikes. The CLI's
+// --local-steps and Python's LocalSteps both take this rule.
+std::map<std::string, std::string> round_options(std::string_view method,
+                                                 std::map<std::string, std::string> options);
 
 std::unique_ptr<GradientSync> make_gradient_sync(
     std::string_view method, const SchemeOptions& options,

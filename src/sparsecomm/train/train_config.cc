@@ -453,13 +453,8 @@ std::map<std::string, std::string> effective_method_options(const TrainConfig& c
       config.local_steps == 0 && takes("memory") && !options.count("memory")) {
     options["memory"] = "ef21";
   }
-  // A pseudo-gradient's norm follows the learning rate (a round sums H
-  // steps of it), so a clip against the recent rounds' norms would fire on
-  // the warm-up's growth, not on spikes: with local steps it is off unless
-  // asked for (clip_ratio).
-  if (config.local_steps > 0 && takes("clip_ratio") && !options.count("clip_ratio")) {
-    options["clip_ratio"] = "0";
-  }
+  // Rounds of local steps: the spike clip off unless asked for.
+  if (config.local_steps > 0) return round_options(config.method, std::move(options));
   return options;
 }
 
