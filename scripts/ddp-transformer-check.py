@@ -14,11 +14,17 @@ METHOD dense: DDP's default hook with torch.optim.AdamW(lr, weight decay
 hook that hands DDP a direction (demo, compress=update) steps with
 sparsecomm.direction_optimizer(lr, 0.01, hook=state), any other with
 AdamW (OPTIMIZER=muon: sparsecomm.muon_optimizer, with the same lr and
-weight decay). LR (environment, default 3e-3) sets the learning rate, OUT the
+weight decay). LOCAL_STEPS=H (environment) trains in rounds of H local
+steps instead, through sparsecomm.LocalSteps (METHOD dense included: the
+rounds' pseudo-gradients averaged whole), the model unwrapped, each rank
+with its own AdamW; OUTER=lr,momentum,nesterov sets the outer step (default
+LocalSteps's). LR (environment, default 3e-3) sets the learning rate, OUT the
 JSON-lines file the result is appended to (default ddp-check.jsonl), PORT
-the rendezvous port, SHAPE the width, blocks and heads (default 128,4,4).
+the rendezvous port, SEED the initialization's and data's seed (default 0),
+SHAPE the width, blocks and heads (default 128,4,4).
 Prints rank 0's line: the mean training loss of the last 20 steps over
-both ranks, and the hook's bytes per step as a share of the dense ring's
+both ranks, the loss of the final (agreed) model on 20 fresh batches
+(final_loss), and the bytes per step as a share of the dense ring's
 4 d 2 (n - 1) / n. PYTHONPATH must reach the package (build/python).
 """
 import glob
@@ -85,18 +91,29 @@ def worker(rank, world, name, steps, options, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("PORT", "29533"))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     data, vocab = corpus()
-    torch.manual_seed(0)
+    seed = int(os.environ.get("SEED", "0"))
+    torch.manual_seed(seed)
     shape = [int(v) for v in os.environ.get("SHAPE", "128,4,4").split(",")]
-    model = DDP(Gpt(vocab, *shape))
+    local_steps = int(os.environ.get("LOCAL_STEPS", "0"))
+    model = Gpt(vocab, *shape) if local_steps else DDP(Gpt(vocab, *shape))
     numel = sum(p.numel() for p in model.parameters())
-    state = None
+    state, outer = None, None
     def gradient_optimizer():
         if os.environ.get("OPTIMIZER", "adamw") == "muon":
             import sparsecomm
             return sparsecomm.muon_optimizer(model, lr=LR, weight_decay=0.01)
         return torch.optim.AdamW(model.parameters(), lr=LR)
 
-    if name == "dense":
+    if local_steps:
+        import sparsecomm
+        outer_step = {}
+        if "OUTER" in os.environ:
+            lr, momentum, nesterov = os.environ["OUTER"].split(",")
+            outer_step = dict(outer_lr=float(lr), outer_momentum=float(momentum),
+                              outer_nesterov=nesterov == "true")
+        outer = sparsecomm.LocalSteps(model, name, local_steps, **outer_step, **options)
+        optimizer = gradient_optimizer()
+    elif name == "dense":
         optimizer = gradient_optimizer()
     else:
         import sparsecomm
@@ -106,7 +123,7 @@ def worker(rank, world, name, steps, options, out):
                                                        weight_decay=0.01, hook=state)
         else:
             optimizer = gradient_optimizer()
-    generator = torch.Generator().manual_seed(1000 + rank)
+    generator = torch.Generator().manual_seed(1000 + 100 * seed + rank)
     losses, sent = [], 0
     for step in range(steps):
         starts = torch.randint(0, data.numel() - CONTEXT - 1, (BATCH,), generator=generator)
@@ -119,6 +136,20 @@ def worker(rank, world, name, steps, options, out):
         losses.append(loss.item())
         if state is not None:
             sent += state.metrics["bytes_sent"]
+        if outer is not None:
+            metrics = outer.step()
+            sent += metrics["bytes_sent"] if metrics else 0
+    if outer is not None and outer.inner_steps % local_steps:
+        sent += outer.synchronize()["bytes_sent"]
+    evaluation = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        final = 0.0
+        for _ in range(20):
+            starts = torch.randint(0, data.numel() - CONTEXT - 1, (BATCH,), generator=evaluation)
+            x = torch.stack([data[s:s + CONTEXT] for s in starts])
+            y = torch.stack([data[s + 1:s + CONTEXT + 1] for s in starts])
+            final += nn.functional.cross_entropy(model(x).reshape(-1, vocab),
+                                                 y.reshape(-1)).item() / 20
     tail = torch.tensor(sum(losses[-20:]) / 20)
     dist.all_reduce(tail)
     if rank == 0:
@@ -126,12 +157,18 @@ def worker(rank, world, name, steps, options, out):
         result = {"name": name, "lr": LR, "optimizer": os.environ.get("OPTIMIZER", "adamw"),
                   "shape": os.environ.get("SHAPE", "128,4,4"),
                   "options": options, "steps": steps, "params": numel,
+                  "seed": seed, "local_steps": local_steps, "outer": os.environ.get("OUTER", ""),
                   "first_loss": losses[0], "last20_loss": tail.item() / world,
-                  "bytes_share": (sent / steps / dense_bytes) if state is not None else 1.0}
+                  "final_loss": final,
+                  "bytes_share": (sent / steps / dense_bytes) if sent else 1.0}
         print(json.dumps(result))
         with open(out, "a") as f:
             f.write(json.dumps(result) + "\n")
     dist.destroy_process_group()
+    # Torch 1.13's DDP can deadlock at exit in its reducer's destructor (the
+    # gloo thread's join against the GIL); the result is written: leave now.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def parse(value):

@@ -5,7 +5,8 @@ Each rank trains on its own data with its own optimizer. Every
 ``local_steps`` calls of :meth:`LocalSteps.step` the ranks synchronize the
 pseudo-gradient (the anchor, the parameters they last agreed on, minus their
 own) through any of the CLI's methods, with its error feedback, and take the
-outer step (SGD with Nesterov momentum by default); every rank then
+outer step (by default the plain average; DiLoCo's Nesterov step with
+``outer_lr=0.7, outer_momentum=0.9, outer_nesterov=True``); every rank then
 restarts from the new anchor. The arithmetic is the C++ ``OuterLoop``
 (optim/outer_loop.h), the exchange a ``Synchronizer``.
 """
@@ -41,8 +42,8 @@ class LocalSteps:
     anchor; the local optimizers keep their state).
     """
 
-    def __init__(self, model, method, local_steps, outer_lr=0.7, outer_momentum=0.9,
-                 outer_nesterov=True, group=None, nonfinite="stop", **options):
+    def __init__(self, model, method, local_steps, outer_lr=1.0, outer_momentum=0.0,
+                 outer_nesterov=False, group=None, nonfinite="stop", **options):
         group = process_group(group)
         self._parameters = [p for p in model.parameters() if p.requires_grad]
         if not self._parameters:

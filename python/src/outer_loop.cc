@@ -56,8 +56,8 @@ class PyOuterLoop {
 void bind_outer_loop(py::module_& m) {
   py::class_<PyOuterLoop>(m, "OuterLoop")
       .def(py::init<const at::Tensor&, std::int64_t, double, double, bool>(), py::arg("parameters"),
-           py::arg("local_steps"), py::arg("lr") = 0.7, py::arg("momentum") = 0.9,
-           py::arg("nesterov") = true)
+           py::arg("local_steps"), py::arg("lr") = OuterOptions{}.lr,
+           py::arg("momentum") = OuterOptions{}.momentum, py::arg("nesterov") = OuterOptions{}.nesterov)
       .def("ends_round", &PyOuterLoop::ends_round, py::arg("step"))
       .def("mark_nonfinite", &PyOuterLoop::mark_nonfinite)
       .def("pseudo_gradient", &PyOuterLoop::pseudo_gradient, py::arg("parameters"), py::arg("out"))

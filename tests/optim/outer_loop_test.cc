@@ -46,7 +46,7 @@ TEST(OuterLoop, ANonFiniteRoundIsMarkedAndADroppedRoundRestartsFromTheAnchor) {
 }
 
 TEST(OuterLoop, SaveLoadContinuesBitExactly) {
-  const OuterOptions options{.local_steps = 3, .lr = 0.7, .momentum = 0.9};
+  const OuterOptions options{.local_steps = 3, .lr = 0.7, .momentum = 0.9, .nesterov = true};
   OuterLoop a(options, std::vector<float>{1.0f, -1.0f, 0.5f});
   std::vector<float> p = {0.9f, -0.8f, 0.4f}, d(3);
   a.pseudo_gradient(p, d);

@@ -89,12 +89,21 @@ TEST(LocalSteps, RoundsSendAtTheirEndAndTheRunEndsInAgreement) {
   EXPECT_GT(summary.at("test_accuracy").get<double>(), 0.6);
 }
 
+// Train's outer step with DiLoCo's Nesterov momentum (the default is the
+// plain average, which keeps no momentum).
+void use_diloco_outer_step(TrainConfig& c) {
+  c.outer_lr = 0.7;
+  c.outer_momentum = 0.9;
+  c.outer_nesterov = true;
+}
+
 // A checkpoint inside a round holds the anchor, the outer momentum and each
 // rank's own parameters: the resumed run ends bit-identical.
 TEST(LocalSteps, ResumingInsideARoundIsExact) {
   const testing::ScratchDir scratch("local_resume");
   TrainConfig whole = short_run("topk", scratch.path() / "whole");
   whole.local_steps = 4;
+  use_diloco_outer_step(whole);
   TrainConfig half = whole;
   half.out = (scratch.path() / "half").string();
   testing::expect_resume_matches_uninterrupted(whole, half, 30, "local steps");
@@ -145,6 +154,7 @@ TEST(LocalSteps, ResumingWithAnOverlappedExchangePendingIsExact) {
   TrainConfig whole = short_run("topk", scratch.path() / "whole");
   whole.local_steps = 5;
   whole.outer_overlap = true;
+  use_diloco_outer_step(whole);
   TrainConfig half = whole;
   half.out = (scratch.path() / "half").string();
   testing::expect_resume_matches_uninterrupted(whole, half, 27, "overlapped local steps");

@@ -61,10 +61,15 @@ std::string setting_text(const nlohmann::json& config, const std::string& key) {
 }
 
 // The settings that set this run's synchronization apart beyond method,
-// density and rounds: every key that is neither shared nor conduct and
-// differs from train's default ("memory=ef,decay=0.95,outer_lr=1").
+// density and rounds: the method's options, every other key that is neither
+// shared nor conduct and differs from train's default, and with local steps
+// the outer step whatever its value ("outer_lr=1.0,outer_momentum=0.0,
+// outer_nesterov=false"), so that a profile's labels keep their meaning when
+// the defaults change.
 std::string variant_of(const nlohmann::json& config) {
   const nlohmann::json defaults = to_json(TrainConfig{});
+  const bool rounds = config.value("local_steps", std::int64_t{0}) > 0;
+  const std::set<std::string> outer_keys = {"outer_lr", "outer_momentum", "outer_nesterov"};
   std::vector<std::string> parts;
   if (const auto options = config.find("method_options");
       options != config.end() && options->is_object()) {
@@ -75,6 +80,10 @@ std::string variant_of(const nlohmann::json& config) {
   for (const auto& [key, value] : config.items()) {
     if (key == "method_options" || conduct_keys().contains(key) ||
         std::find(shared_keys().begin(), shared_keys().end(), key) != shared_keys().end()) {
+      continue;
+    }
+    if (outer_keys.contains(key)) {
+      if (rounds) parts.push_back(fmt::format("{}={}", key, setting_text(config, key)));
       continue;
     }
     const auto fallback = defaults.find(key);

@@ -214,11 +214,12 @@ void add_train_optimizer_flags(CLI::App* cmd, TrainFlags& flags) {
                   "step decay: comma-separated epochs at which lr *= --lr-gamma");
   cmd->add_option("--lr-gamma", c.lr_gamma, "step decay factor")->capture_default_str();
   cmd->add_option("--local-steps", c.local_steps,
-                  "local steps (DiLoCo): each rank takes H optimizer steps on its own data, then "
-                  "the method synchronizes the pseudo-gradient and an outer Nesterov step moves "
-                  "the shared parameters (0: synchronize every step)")
+                  "local steps: each rank takes H optimizer steps on its own data, then the "
+                  "method synchronizes the pseudo-gradient and the outer step moves the shared "
+                  "parameters (by default to the ranks' average; 0: synchronize every step)")
       ->capture_default_str();
-  cmd->add_option("--outer-lr", c.outer_lr, "local steps: the outer step's learning rate")
+  cmd->add_option("--outer-lr", c.outer_lr, "local steps: the outer step's learning rate (DiLoCo's: 0.7 with "
+                  "--outer-momentum 0.9 --outer-nesterov true)")
       ->capture_default_str();
   cmd->add_option("--outer-momentum", c.outer_momentum,
                   "local steps: the outer step's momentum (0: none)")

@@ -25,9 +25,11 @@ namespace sparsecomm {
 
 struct OuterOptions {
   std::int64_t local_steps = 0;  // H >= 1
-  double lr = 0.7;
-  double momentum = 0.9;
-  bool nesterov = true;
+  // The plain average by default (TrainConfig's outer step); DiLoCo's is
+  // lr 0.7, momentum 0.9, Nesterov.
+  double lr = 1.0;
+  double momentum = 0.0;
+  bool nesterov = false;
   // The one-round-delayed variant (train's --outer-overlap): a round's
   // exchange runs during the next round (apply_delayed, begin_overlapped).
   bool overlap = false;

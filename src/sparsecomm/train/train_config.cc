@@ -190,7 +190,7 @@ void validate_local_steps(const TrainConfig& c) {
     return;
   }
   require(c.outer_lr > 0.0 && std::isfinite(c.outer_lr), "outer-lr",
-          fmt::format("{} must be > 0 (DiLoCo uses 0.7)", c.outer_lr));
+          fmt::format("{} must be > 0 (1: the plain average; DiLoCo uses 0.7)", c.outer_lr));
   require(c.outer_momentum >= 0.0 && c.outer_momentum < 1.0, "outer-momentum",
           fmt::format("{} must lie in [0, 1)", c.outer_momentum));
   require(!c.outer_nesterov || c.outer_momentum > 0.0, "outer-nesterov",

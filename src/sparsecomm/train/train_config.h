@@ -56,9 +56,13 @@ struct TrainConfig {
   // synchronizes the pseudo-gradient and an outer SGD step moves the anchor.
   // 0: the method synchronizes every step's gradient.
   std::int64_t local_steps = 0;
-  double outer_lr = 0.7;        // the outer step's learning rate (DiLoCo's 0.7)
-  double outer_momentum = 0.9;  // its momentum (0: none)
-  bool outer_nesterov = true;
+  // The outer step: by default the plain average of the ranks' rounds (lr 1,
+  // no momentum), which beat DiLoCo's Nesterov step (lr 0.7, momentum 0.9)
+  // in rounds of 10-100 on both models (docs/benchmarks/local-steps.md,
+  // "Which outer step").
+  double outer_lr = 1.0;        // the outer step's learning rate
+  double outer_momentum = 0.0;  // its momentum (0: none)
+  bool outer_nesterov = false;
   // The one-round-delayed variant: a round's exchange runs while the next
   // round's local steps do, and its outer step lands at that round's end.
   bool outer_overlap = false;
