@@ -195,7 +195,7 @@ TEST(Trainer, DeMoRunsResumeBitForBit) {
 // Muon inside rounds of 4 local steps with 4-bit stochastically rounded
 // pseudo-gradients and error feedback (MuLoCo's design), stopped inside a
 // round: the momentum of Muon and of its AdamW half, the anchor and the
-// quantizer's memory all resume. Two ranks and 16 steps: the Newton-Schulz
+// quantizer's memory all resume. Two ranks and 8 steps: the Newton-Schulz
 // products of the MLP's 784 x 256 layer dominate, and the sanitizer builds
 // run them at a tenth of the speed.
 TEST(Trainer, MuonInsideLowBitRoundsResumesBitForBit) {
@@ -210,7 +210,7 @@ TEST(Trainer, MuonInsideLowBitRoundsResumesBitForBit) {
     c.optimizer = "muon";
     c.lr = 2e-3;
     c.workers = 2;
-    c.train_samples = 1024;
+    c.train_samples = 512;
     c.epochs = 1;
     return c;
   };
