@@ -17,7 +17,6 @@ scripts/accuracy-cells/.
 """
 
 import argparse
-import json
 import math
 import os
 import shlex
@@ -25,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import run_dirs
 
 
 def read_cells(path):
@@ -45,11 +44,11 @@ def read_cells(path):
 
 
 def run_cells(out, cells, seeds, common):
-    binary = os.environ.get("SPARSECOMM_BIN", os.path.join(ROOT, "build", "sparsecomm"))
+    binary = run_dirs.binary()
     for name, flags in cells:
         for seed in seeds:
             run_dir = os.path.join(out, name, f"seed{seed}")
-            if os.path.exists(os.path.join(run_dir, "summary.json")):
+            if run_dirs.finished(run_dir):
                 continue
             if os.path.exists(run_dir):
                 sys.exit(f"{run_dir} holds an unfinished run: delete it to run it again")
@@ -64,16 +63,6 @@ def run_cells(out, cells, seeds, common):
                 print(f"  failed (exit {code}); see {log}", flush=True)
 
 
-def final_eval(run_dir):
-    last = None
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            record = json.loads(line)
-            if record.get("kind") == "eval":
-                last = record
-    return last
-
-
 def spread(values, digits=4):
     """Mean ± sample standard deviation (the mean alone for one value)."""
     mean = statistics.fmean(values)
@@ -83,22 +72,23 @@ def spread(values, digits=4):
 
 
 def table(out, cells, seeds):
+    runs = {run["dir"]: run for run in run_dirs.load_runs(
+        d for d in (os.path.join(out, name, f"seed{seed}") for name, _ in cells for seed in seeds)
+        if run_dirs.finished(d))}
     rows = []
     for name, flags in cells:
         losses, accuracies, byte_counts, diverged, found = [], [], [], 0, []
         for seed in seeds:
             run_dir = os.path.join(out, name, f"seed{seed}")
-            summary_path = os.path.join(run_dir, "summary.json")
-            if not os.path.exists(summary_path):
+            if run_dir not in runs:
                 if os.path.exists(run_dir + ".log"):
                     # started without a summary: failed, diverged, or still running
                     diverged += 1
                 continue
-            with open(summary_path) as f:
-                summary = json.load(f)
-            last = final_eval(run_dir)
+            summary = runs[run_dir]["summary"]
+            last = runs[run_dir]["evals"][-1] if runs[run_dir]["evals"] else None
             found.append(seed)
-            loss = last["test_loss"] if last else float("nan")
+            loss = last["test_loss"] if last and last["test_loss"] is not None else float("nan")
             if not math.isfinite(loss):
                 diverged += 1
                 continue

@@ -23,9 +23,10 @@ allgather).
   scripts/click-table.py OUT [--skip 3]
 """
 import argparse
-import json
 import pathlib
 import statistics
+
+import run_dirs
 
 
 def read_counters(path):
@@ -44,13 +45,11 @@ def main():
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     rows = []
-    for run in sorted(p.parent for p in out.glob("*/summary.json")):
+    dirs = sorted(p.parent for p in out.glob("*/summary.json"))
+    for run, data in zip(dirs, run_dirs.load_runs(dirs)):
         name = run.name
-        exchange = json.loads((run / "config.json").read_text())["embedding_exchange"]
-        summary = json.loads((run / "summary.json").read_text())
-        steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().split("\n")
-                 if line.strip()]
-        steps = [s for s in steps if s.get("kind") == "step"]
+        config, summary, steps = data["config"], data["summary"], data["steps"]
+        exchange = config["embedding_exchange"]
         e = summary["embedding"]
         n = summary["workers"]
         row_bytes = 4 * e["width"]
@@ -58,7 +57,7 @@ def main():
         union = statistics.mean(s["embedding"]["union_rows"] for s in steps)
         received = statistics.mean(s["embedding"]["bytes_received"] for s in steps)
         sent = statistics.mean(s["embedding"]["bytes_sent"] for s in steps)
-        values = json.loads((run / "config.json").read_text()).get("embedding_values", "fp32")
+        values = config.get("embedding_values", "fp32")
         row_bytes = (4 if values == "fp32" else 2) * e["width"]
         if exchange == "allgather":
             bound = (n - 1) * m * row_bytes

@@ -32,22 +32,9 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import run_dirs
+
 WARMUP_STEPS = 10  # a run's first steps (allocation, first threshold) are not its mean
-
-
-def load_run(run_dir):
-    summary = json.load(open(os.path.join(run_dir, "summary.json")))
-    config = json.load(open(os.path.join(run_dir, "config.json")))
-    steps, evals = [], []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            record = json.loads(line)
-            if record.get("kind") == "step":
-                steps.append(record)
-            elif record.get("kind") == "eval":
-                evals.append(record)
-    return {"dir": run_dir, "summary": summary, "config": config, "steps": steps, "evals": evals}
 
 
 def meets(record, target):
@@ -98,9 +85,9 @@ def pilot_steps(pilots, name, run, target):
     (None, why not)."""
     config = run["config"]
     pilot_dir = os.path.join(pilots, name, f"seed{config.get('seed')}")
-    if not os.path.exists(os.path.join(pilot_dir, "summary.json")):
+    if not run_dirs.finished(pilot_dir):
         return None, f"no pilot {pilot_dir}"
-    pilot = load_run(pilot_dir)
+    pilot = run_dirs.load_run(pilot_dir)
     ranks = lambda r: r["summary"].get("workers")
     differs = [k for k in TRAJECTORY_KEYS if pilot["config"].get(k) != config.get(k)]
     if ranks(pilot) != ranks(run):
@@ -166,7 +153,7 @@ def main():
     args = parser.parse_args()
     target = (("accuracy", args.target_accuracy) if args.target_accuracy is not None else
               ("loss", args.target_loss))
-    binary = os.environ.get("SPARSECOMM_BIN", os.path.join(ROOT, "build", "sparsecomm"))
+    binary = run_dirs.binary()
     if not os.access(binary, os.X_OK):
         sys.exit(f"time-to-target: {binary} is not an executable: build first, or name the "
                  "binary in SPARSECOMM_BIN")
@@ -178,12 +165,8 @@ def main():
     auto_cells = {words[0] for words in lines if words and "auto" in words[1:]}
 
     clusters = sorted(d for d in glob.glob(os.path.join(args.out, "*-h*")) if os.path.isdir(d))
-    runs = {}
-    for cluster_dir in clusters:
-        for name in names:
-            run_dir = os.path.join(cluster_dir, name)
-            if os.path.exists(os.path.join(run_dir, "summary.json")):
-                runs[(cluster_dir, name)] = load_run(run_dir)
+    found = [(c, n) for c in clusters for n in names if run_dirs.finished(os.path.join(c, n))]
+    runs = dict(zip(found, run_dirs.load_runs(os.path.join(c, n) for c, n in found)))
 
     errors = []  # |plan - measured| / measured over every cell of every cluster
     what = (f"test accuracy >= {args.target_accuracy}%" if target[0] == "accuracy" else

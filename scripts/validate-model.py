@@ -47,6 +47,8 @@ import subprocess
 import sys
 import tempfile
 
+import run_dirs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "sparsecomm")
 
@@ -82,11 +84,10 @@ def compute_spread(result, cell, rms=False):
         return result["compute_spread_across_ranks_s"]
     if "compute_spread_s" in result:
         return result["compute_spread_s"]
-    path = os.path.join(cell, "long", "metrics.jsonl")
-    if not os.path.exists(path):
+    run_dir = os.path.join(cell, "long")
+    if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
         return 0.0
-    rows = [json.loads(line) for line in open(path)]
-    times = [r["compute_s"] for r in rows if r.get("kind") == "step" and r["step"] >= 3]
+    times = [r["compute_s"] for r in run_dirs.load_run(run_dir)["steps"] if r["step"] >= 3]
     return statistics.stdev(times) if len(times) >= 2 else 0.0
 
 

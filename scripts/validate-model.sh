@@ -161,19 +161,22 @@ for rate in $RATES; do
         train "$hosts" "$model" "$method" $((3 + STEPS)) "$cell/long"
         after=$(wire_tx "$hosts")
         # The measurement; validate-model.py adds the prediction.
-        /usr/bin/python3 - "$cell" "$hosts" "$method" "$STEPS" "$before" "$middle" "$after" <<'EOF'
-import json, statistics, sys
+        SPARSECOMM_SCRIPTS="$ROOT/scripts" SPARSECOMM_BIN="$BIN" \
+          /usr/bin/python3 - "$cell" "$hosts" "$method" "$STEPS" "$before" "$middle" "$after" <<'EOF'
+import json, os, statistics, sys
+sys.path.insert(0, os.environ["SPARSECOMM_SCRIPTS"])
+import run_dirs
 cell, hosts, spec, steps, before, middle, after = sys.argv[1:]
 method, _, options = spec.partition(":")
 hosts, steps = int(hosts), int(steps)
 wire = ((int(after) - int(middle)) - (int(middle) - int(before))) / steps / hosts
 wire = wire if wire > 0 else None  # threads: no wire
-lines = [json.loads(l) for l in open(f"{cell}/long/metrics.jsonl")]
-rows = [l for l in lines if l.get("kind") == "step"]
+run = run_dirs.load_run(f"{cell}/long")
+rows = run["steps"]
 walls = [r["wall_s"] for r in rows]
 timed = [r for r in rows if r["step"] >= 3]
 step_s = [walls[i] - walls[i - 1] for i in range(1, len(walls)) if rows[i]["step"] >= 3]
-summary = json.load(open(f"{cell}/long/summary.json"))
+summary = run["summary"]
 med = lambda key: statistics.median(r.get(key, 0.0) for r in timed)
 def selected_mean(r):
     # Every rank's mean selection, from rank 0's view of the allgather: it

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/report/compare_table.h"
@@ -25,6 +26,7 @@ struct Options {
   std::string out;
   bool no_plots = false;
   double target_drop = 0.0;  // points below the first run's final accuracy
+  std::string format = "table";
 };
 
 // Where plots go without --out: the run's own directory for one run, else
@@ -36,7 +38,18 @@ fs::path default_out(const std::vector<std::string>& dirs) {
   return first.parent_path() / "compare";
 }
 
+// --format json: every run as report::run_json gives it, one JSON array on
+// stdout (the scripts' one way to read run directories: scripts/run_dirs.py).
+void print_json(const Options& options) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const std::string& dir : options.dirs) {
+    runs.push_back(report::run_json(report::load_run(dir, {.keep_lines = true})));
+  }
+  fmt::print("{}\n", runs.dump());
+}
+
 void run(const Options& options) {
+  if (options.format == "json") return print_json(options);
   std::vector<report::RunData> runs;
   for (const std::string& dir : options.dirs) runs.push_back(report::load_run(dir));
   for (const report::RunData& run : runs) {
@@ -78,6 +91,11 @@ void add_report_command(CLI::App& app) {
                   "this many percentage points (e.g. 0.5: one baseline run is a noisy target)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-plots", options->no_plots, "print the table only (no gnuplot needed)");
+  cmd->add_option("--format", options->format,
+                  "table: the comparison table and plots; json: each run's config, summary, "
+                  "warnings and records as one JSON array on stdout (no plots)")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
   cmd->callback([options] { run(*options); });
 }
 

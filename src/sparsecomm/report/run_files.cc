@@ -128,7 +128,7 @@ EvalRecord parse_eval(const json& o, const std::string& where) {
   return r;
 }
 
-void read_metrics(const fs::path& path, RunData& run) {
+void read_metrics(const fs::path& path, RunData& run, bool keep_lines) {
   const std::string text = read_file(path);
   // Split into lines (the last may lack its '\n'), dropping blank ones.
   std::vector<std::pair<std::size_t, std::string_view>> lines;  // (1-based number, text)
@@ -170,8 +170,10 @@ void read_metrics(const fs::path& path, RunData& run) {
     const auto& name = kind->get_ref<const std::string&>();
     if (name == "step") {
       run.steps.push_back(parse_step(object, where));
+      if (keep_lines) run.step_lines.push_back(std::move(object));
     } else if (name == "eval") {
       run.evals.push_back(parse_eval(object, where));
+      if (keep_lines) run.eval_lines.push_back(std::move(object));
     } else {
       ++unknown_kinds[name];
     }
@@ -314,7 +316,7 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
   return s;
 }
 
-RunData load_run(const fs::path& dir) {
+RunData load_run(const fs::path& dir, const LoadOptions& options) {
   std::error_code error;
   if (!fs::exists(dir, error)) {
     throw InvalidArgument(fmt::format("[report] run directory {} does not exist", dir.string()));
@@ -336,7 +338,7 @@ RunData load_run(const fs::path& dir) {
   RunData run;
   run.dir = dir;
   run.config = parse_json_file(config_path);
-  read_metrics(metrics_path, run);
+  read_metrics(metrics_path, run, options.keep_lines);
   run.summary = derive_summary(run.config, run.steps, run.evals);
   if (fs::is_regular_file(summary_path, error)) {
     run.summary_json = parse_json_file(summary_path);
@@ -357,6 +359,94 @@ RunData load_run(const fs::path& dir) {
         dir.string(), run.steps.size(), run.evals.size()));
   }
   return run;
+}
+
+namespace {
+
+// JSON has no NaN: unknown figures are null.
+json number_or_null(double value) { return std::isfinite(value) ? json(value) : json(nullptr); }
+
+json summary_json_of(const RunSummary& s) {
+  const TimeBreakdown& t = s.time_breakdown_s;
+  return {{"method", s.method},
+          {"model", s.model},
+          {"backend", s.backend},
+          {"sync", s.sync},
+          {"workers", s.workers},
+          {"epochs", number_or_null(s.epochs)},
+          {"steps", s.steps},
+          {"test_accuracy", number_or_null(s.test_accuracy)},
+          {"test_loss", number_or_null(s.test_loss)},
+          {"test_auc", number_or_null(s.test_auc)},
+          {"best_test_accuracy", number_or_null(s.best_test_accuracy)},
+          {"wall_s", number_or_null(s.wall_s)},
+          {"time_breakdown_s",
+           {{"compute", number_or_null(t.compute)},
+            {"selection", number_or_null(t.selection)},
+            {"exchange", number_or_null(t.exchange)},
+            {"update", number_or_null(t.update)}}},
+          {"bytes_per_rank_per_step", number_or_null(s.bytes_per_rank_per_step)},
+          {"density_ratio_mean", number_or_null(s.density_ratio_mean)},
+          {"imbalance_mean", number_or_null(s.imbalance_mean)},
+          {"samples_per_s", number_or_null(s.samples_per_s)}};
+}
+
+json step_json_of(const StepRecord& r) {
+  json o = {{"kind", "step"}, {"step", r.step}, {"synchronized", r.synchronized}};
+  const std::pair<const char*, double> fields[] = {
+      {"epoch", r.epoch},
+      {"wall_s", r.wall_s},
+      {"lr", r.lr},
+      {"loss", r.loss},
+      {"compute_s", r.compute_s},
+      {"selection_s", r.selection_s},
+      {"exchange_s", r.exchange_s},
+      {"update_s", r.update_s},
+      {"density_ratio", r.density_ratio},
+      {"imbalance", r.imbalance},
+      {"bytes_sent", r.bytes_sent},
+      {"bytes_received", r.bytes_received},
+      {"residual_norm", r.residual_norm},
+      {"selected", r.selected},
+      {"union_size", r.union_size},
+      {"target", r.target},
+      {"numel", r.numel},
+      {"overlapped_s", r.overlapped_s}};
+  for (const auto& [key, value] : fields) o[key] = number_or_null(value);
+  return o;
+}
+
+json eval_json_of(const EvalRecord& r) {
+  return {{"kind", "eval"},
+          {"step", r.step},
+          {"epoch", number_or_null(r.epoch)},
+          {"wall_s", number_or_null(r.wall_s)},
+          {"test_accuracy", number_or_null(r.test_accuracy)},
+          {"test_loss", number_or_null(r.test_loss)},
+          {"train_loss", number_or_null(r.train_loss)},
+          {"test_auc", number_or_null(r.test_auc)}};
+}
+
+}  // namespace
+
+json run_json(const RunData& run) {
+  json steps = json::array(), evals = json::array();
+  // The lines when load_run kept them (kept or not, an empty run has none).
+  if (run.step_lines.size() == run.steps.size() && run.eval_lines.size() == run.evals.size()) {
+    steps = run.step_lines;
+    evals = run.eval_lines;
+  } else {
+    for (const StepRecord& r : run.steps) steps.push_back(step_json_of(r));
+    for (const EvalRecord& r : run.evals) evals.push_back(eval_json_of(r));
+  }
+  return {{"dir", run.dir.string()},
+          {"config", run.config},
+          {"summary", run.summary_json ? *run.summary_json : summary_json_of(run.summary)},
+          {"summary_derived", run.summary_derived},
+          {"failure", run.failure ? json(*run.failure) : json(nullptr)},
+          {"warnings", run.warnings},
+          {"steps", std::move(steps)},
+          {"evals", std::move(evals)}};
 }
 
 std::string run_name(const RunSummary& summary) {

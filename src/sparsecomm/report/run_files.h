@@ -88,6 +88,13 @@ struct RunData {
   bool summary_derived = false;        // no summary.json: `summary` is derived
   std::optional<std::string> failure;  // failure.json's error, when the run failed
   std::vector<std::string> warnings;   // e.g. a truncated last line; for the user
+  // The step and eval lines as written (every field, nested ones included),
+  // in the order of `steps` and `evals`; kept only when load_run is asked to.
+  std::vector<nlohmann::json> step_lines, eval_lines;
+};
+
+struct LoadOptions {
+  bool keep_lines = false;  // fill RunData::step_lines and eval_lines
 };
 
 // Reads the run directory `dir`. Throws InvalidArgument when `dir` does not
@@ -96,7 +103,15 @@ struct RunData {
 // line of metrics.jsonl that is not complete JSON (a run killed mid-write) is
 // dropped with a warning in RunData::warnings. Unknown keys are ignored;
 // lines of an unknown "kind" are skipped with one warning.
-RunData load_run(const std::filesystem::path& dir);
+RunData load_run(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+// The run as one JSON object, what `report --format json` prints for the
+// scripts: {"dir", "config", "summary" (summary.json as written, else the
+// derived figures, unknown ones null), "summary_derived", "failure" (null
+// unless the run failed), "warnings", "steps", "evals"}. "steps" and
+// "evals" are the lines as written when `run` kept them, else the parsed
+// records (absent fields null).
+nlohmann::json run_json(const RunData& run);
 
 // The summary computable from config.json and metrics.jsonl alone: method,
 // model, backend and workers from the config; epochs and wall_s of the last
