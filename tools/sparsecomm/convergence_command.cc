@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparsecomm/core/errors.h"
-#include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/core/json_numbers.h"
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/perf/convergence.h"
 #include "sparsecomm/perf/step_model.h"

@@ -11,7 +11,7 @@
 #include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
-#include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/core/json_numbers.h"
 #include "sparsecomm/perf/json_file.h"
 #include "sparsecomm/sync/gradient_sync.h"
 
@@ -76,10 +76,6 @@ double metric_value(const nlohmann::json& value, std::string_view what) {
   if (value.is_null()) return kNaN;
   if (!value.is_number()) throw InvalidArgument(fmt::format("{} is not a number or null", what));
   return value.get<double>();
-}
-
-nlohmann::json metric_json(double value) {
-  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
 ConvergenceRun run_from_json(const nlohmann::json& json, const std::string& origin) {
@@ -290,7 +286,7 @@ nlohmann::json to_json(const ConvergenceProfile& profile) {
   for (const ConvergenceRun& run : profile.runs) {
     nlohmann::json curve = nlohmann::json::array();
     for (const CurvePoint& p : run.curve) {
-      curve.push_back({p.step, metric_json(p.test_loss), metric_json(p.test_accuracy)});
+      curve.push_back({p.step, json_number(p.test_loss), json_number(p.test_accuracy)});
     }
     runs.push_back({{"method", run.method},
                     {"density", run.density},

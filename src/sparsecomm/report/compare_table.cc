@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/core/errors.h"
-#include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/core/json_numbers.h"
 
 namespace sparsecomm::report {
 namespace {

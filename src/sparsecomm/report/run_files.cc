@@ -16,7 +16,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
-#include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/core/json_numbers.h"
 
 namespace sparsecomm::report {
 namespace {
@@ -363,9 +363,6 @@ RunData load_run(const fs::path& dir, const LoadOptions& options) {
 
 namespace {
 
-// JSON has no NaN: unknown figures are null.
-json number_or_null(double value) { return std::isfinite(value) ? json(value) : json(nullptr); }
-
 json summary_json_of(const RunSummary& s) {
   const TimeBreakdown& t = s.time_breakdown_s;
   return {{"method", s.method},
@@ -373,22 +370,22 @@ json summary_json_of(const RunSummary& s) {
           {"backend", s.backend},
           {"sync", s.sync},
           {"workers", s.workers},
-          {"epochs", number_or_null(s.epochs)},
+          {"epochs", json_number(s.epochs)},
           {"steps", s.steps},
-          {"test_accuracy", number_or_null(s.test_accuracy)},
-          {"test_loss", number_or_null(s.test_loss)},
-          {"test_auc", number_or_null(s.test_auc)},
-          {"best_test_accuracy", number_or_null(s.best_test_accuracy)},
-          {"wall_s", number_or_null(s.wall_s)},
+          {"test_accuracy", json_number(s.test_accuracy)},
+          {"test_loss", json_number(s.test_loss)},
+          {"test_auc", json_number(s.test_auc)},
+          {"best_test_accuracy", json_number(s.best_test_accuracy)},
+          {"wall_s", json_number(s.wall_s)},
           {"time_breakdown_s",
-           {{"compute", number_or_null(t.compute)},
-            {"selection", number_or_null(t.selection)},
-            {"exchange", number_or_null(t.exchange)},
-            {"update", number_or_null(t.update)}}},
-          {"bytes_per_rank_per_step", number_or_null(s.bytes_per_rank_per_step)},
-          {"density_ratio_mean", number_or_null(s.density_ratio_mean)},
-          {"imbalance_mean", number_or_null(s.imbalance_mean)},
-          {"samples_per_s", number_or_null(s.samples_per_s)}};
+           {{"compute", json_number(t.compute)},
+            {"selection", json_number(t.selection)},
+            {"exchange", json_number(t.exchange)},
+            {"update", json_number(t.update)}}},
+          {"bytes_per_rank_per_step", json_number(s.bytes_per_rank_per_step)},
+          {"density_ratio_mean", json_number(s.density_ratio_mean)},
+          {"imbalance_mean", json_number(s.imbalance_mean)},
+          {"samples_per_s", json_number(s.samples_per_s)}};
 }
 
 json step_json_of(const StepRecord& r) {
@@ -412,19 +409,19 @@ json step_json_of(const StepRecord& r) {
       {"target", r.target},
       {"numel", r.numel},
       {"overlapped_s", r.overlapped_s}};
-  for (const auto& [key, value] : fields) o[key] = number_or_null(value);
+  for (const auto& [key, value] : fields) o[key] = json_number(value);
   return o;
 }
 
 json eval_json_of(const EvalRecord& r) {
   return {{"kind", "eval"},
           {"step", r.step},
-          {"epoch", number_or_null(r.epoch)},
-          {"wall_s", number_or_null(r.wall_s)},
-          {"test_accuracy", number_or_null(r.test_accuracy)},
-          {"test_loss", number_or_null(r.test_loss)},
-          {"train_loss", number_or_null(r.train_loss)},
-          {"test_auc", number_or_null(r.test_auc)}};
+          {"epoch", json_number(r.epoch)},
+          {"wall_s", json_number(r.wall_s)},
+          {"test_accuracy", json_number(r.test_accuracy)},
+          {"test_loss", json_number(r.test_loss)},
+          {"train_loss", json_number(r.train_loss)},
+          {"test_auc", json_number(r.test_auc)}};
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
-#include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/core/json_numbers.h"
 #include "sparsecomm/traces/gradient_stream.h"
 
 static_assert(std::endian::native == std::endian::little,

@@ -6,7 +6,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
-#include "sparsecomm/core/json_integer.h"
+#include "sparsecomm/core/json_numbers.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/report/run_files.h"
 

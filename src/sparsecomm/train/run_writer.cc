@@ -10,6 +10,7 @@
 
 #include "sparsecomm/core/atomic_file.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/json_numbers.h"
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/report/statistics.h"
 #include "sparsecomm/sync/load_balance.h"
@@ -19,46 +20,41 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// JSON has no NaN/inf: those become null.
-nlohmann::json number(double value) {
-  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
-}
-
 }  // namespace
 
 nlohmann::json step_json(const TrainStep& s) {
   const StepMetrics& m = s.sync;
   nlohmann::json line = {{"kind", "step"},
                          {"step", s.step},
-                         {"epoch", number(s.epoch)},
-                         {"wall_s", number(s.wall_s)},
-                         {"lr", number(s.lr)},
-                         {"loss", number(s.loss)},
-                         {"compute_s", number(s.compute_s)},
-                         {"selection_s", number(s.selection_s)},
-                         {"exchange_s", number(s.exchange_s)},
-                         {"agreement_s", number(m.agreement_s)},
-                         {"selection_collective_s", number(m.selection_collective_s)},
+                         {"epoch", json_number(s.epoch)},
+                         {"wall_s", json_number(s.wall_s)},
+                         {"lr", json_number(s.lr)},
+                         {"loss", json_number(s.loss)},
+                         {"compute_s", json_number(s.compute_s)},
+                         {"selection_s", json_number(s.selection_s)},
+                         {"exchange_s", json_number(s.exchange_s)},
+                         {"agreement_s", json_number(m.agreement_s)},
+                         {"selection_collective_s", json_number(m.selection_collective_s)},
                          {"selection_collectives", m.selection_collectives},
                          {"candidate_passes", m.candidate_passes},
-                         {"update_s", number(s.update_s)},
-                         {"wait_s", number(s.wait_s)},
-                         {"density_ratio", number(m.density_ratio)},
-                         {"imbalance", number(m.imbalance)},
+                         {"update_s", json_number(s.update_s)},
+                         {"wait_s", json_number(s.wait_s)},
+                         {"density_ratio", json_number(m.density_ratio)},
+                         {"imbalance", json_number(m.imbalance)},
                          {"bytes_sent", m.bytes_sent},
                          {"bytes_received", m.bytes_received},
-                         {"residual_norm", number(m.residual_norm)},
-                         {"gradient_norm", number(m.gradient_norm)},
+                         {"residual_norm", json_number(m.residual_norm)},
+                         {"gradient_norm", json_number(m.gradient_norm)},
                          {"selected", m.selected},
                          {"union_size", m.union_size},
                          {"target", m.target},
                          {"numel", m.numel},
                          {"index_bytes_raw", m.index_bytes_raw},
                          {"index_bytes_encoded", m.index_bytes_encoded},
-                         {"value_bits", number(m.value_bits)},
+                         {"value_bits", json_number(m.value_bits)},
                          {"skip_subject", m.skip_subject},
                          {"dense_numel", m.dense_numel},
-                         {"overlapped_s", number(m.overlapped_s)},
+                         {"overlapped_s", json_number(m.overlapped_s)},
                          {"gradient_clipped", m.gradient_clipped},
                          {"skipped_nonfinite", m.skipped_nonfinite},
                          {"synchronized", s.synchronized}};
@@ -70,8 +66,8 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"union_rows", e.union_rows},
                          {"bytes_sent", e.bytes_sent},
                          {"bytes_received", e.bytes_received},
-                         {"exchange_s", number(e.exchange_s)},
-                         {"update_s", number(e.update_s)}};
+                         {"exchange_s", json_number(e.exchange_s)},
+                         {"update_s", json_number(e.update_s)}};
   }
   return line;
 }
@@ -79,11 +75,11 @@ nlohmann::json step_json(const TrainStep& s) {
 nlohmann::json eval_json(const TrainEval& e) {
   nlohmann::json line = {{"kind", "eval"},
                          {"step", e.step},
-                         {"epoch", number(e.epoch)},
-                         {"wall_s", number(e.wall_s)},
-                         {"test_accuracy", number(e.test_accuracy)},
-                         {"test_loss", number(e.test_loss)},
-                         {"train_loss", number(e.train_loss)}};
+                         {"epoch", json_number(e.epoch)},
+                         {"wall_s", json_number(e.wall_s)},
+                         {"test_accuracy", json_number(e.test_accuracy)},
+                         {"test_loss", json_number(e.test_loss)},
+                         {"train_loss", json_number(e.train_loss)}};
   if (std::isfinite(e.test_auc)) line["test_auc"] = e.test_auc;
   return line;
 }
@@ -216,29 +212,29 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
       {"density", config_.density},
       {"numel", info.numel},
       {"embedding_numel", info.embedding_numel},
-      {"epochs", number(s.epochs)},
+      {"epochs", json_number(s.epochs)},
       {"steps", steps},
-      {"test_accuracy", number(s.test_accuracy)},
-      {"best_test_accuracy", number(s.best_test_accuracy)},
-      {"wall_s", number(wall_s)},
+      {"test_accuracy", json_number(s.test_accuracy)},
+      {"best_test_accuracy", json_number(s.best_test_accuracy)},
+      {"wall_s", json_number(wall_s)},
       {"time_breakdown_s",
-       {{"compute", number(s.time_breakdown_s.compute)},
-        {"selection", number(s.time_breakdown_s.selection)},
-        {"exchange", number(s.time_breakdown_s.exchange)},
-        {"update", number(s.time_breakdown_s.update)}}},
-      {"bytes_per_rank_per_step", number(s.bytes_per_rank_per_step)},
-      {"density_ratio_mean", number(report::mean(ratios))},
-      {"density_ratio_p95_deviation", number(report::percentile(deviations, 95))},
+       {{"compute", json_number(s.time_breakdown_s.compute)},
+        {"selection", json_number(s.time_breakdown_s.selection)},
+        {"exchange", json_number(s.time_breakdown_s.exchange)},
+        {"update", json_number(s.time_breakdown_s.update)}}},
+      {"bytes_per_rank_per_step", json_number(s.bytes_per_rank_per_step)},
+      {"density_ratio_mean", json_number(report::mean(ratios))},
+      {"density_ratio_p95_deviation", json_number(report::percentile(deviations, 95))},
       {"density_ratio_from_step", settled ? kSettleSteps : 0},
-      {"imbalance_mean", number(report::mean(imbalances))},
-      {"imbalance_p95", number(report::percentile(imbalances, 95))},
-      {"imbalance_floor", number(floor)},
+      {"imbalance_mean", json_number(report::mean(imbalances))},
+      {"imbalance_p95", json_number(report::percentile(imbalances, 95))},
+      {"imbalance_floor", json_number(floor)},
       {"imbalance_from_step", settled ? kSettleSteps : 0},
-      {"skip_subject_fraction", number(report::mean(skip_fractions))},
+      {"skip_subject_fraction", json_number(report::mean(skip_fractions))},
       {"buckets", info.buckets},
       {"pipelining", info.pipelining},
-      {"overlap_fraction", number(communication > 0 ? overlapped / communication : 0.0)},
-      {"samples_per_s", number(wall_s > 0 ? samples / wall_s : std::nan(""))},
+      {"overlap_fraction", json_number(communication > 0 ? overlapped / communication : 0.0)},
+      {"samples_per_s", json_number(wall_s > 0 ? samples / wall_s : std::nan(""))},
       {"resumed_from_step", info.first_step},
       {"run_dir", dir_.string()},
       {"servers", info.servers},

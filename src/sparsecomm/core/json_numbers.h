@@ -1,9 +1,11 @@
 #pragma once
-// Whole numbers read from JSON that a user or a file wrote. nlohmann's
-// get<T>() casts whatever number it finds: a float past T's range is
-// undefined behaviour, and a large integer wraps. json_integer<T> takes only
-// an integer that T can hold.
+// Numbers between JSON and C++. Whole numbers read from JSON that a user or a
+// file wrote: nlohmann's get<T>() casts whatever number it finds (a float
+// past T's range is undefined behaviour, and a large integer wraps), so
+// json_integer<T> takes only an integer that T can hold. Doubles written to
+// JSON: it has no NaN or inf, so json_number writes them as null.
 
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <optional>
@@ -24,6 +26,11 @@ std::optional<T> json_integer(const nlohmann::json& value) {
     if (std::in_range<T>(v)) return static_cast<T>(v);
   }
   return std::nullopt;
+}
+
+// `value`, or null when it is NaN or infinite.
+inline nlohmann::json json_number(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
 }  // namespace sparsecomm
