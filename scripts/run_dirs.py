@@ -36,7 +36,9 @@ def load_runs(dirs):
     result = subprocess.run([binary(), "report", "--format", "json", *dirs],
                             capture_output=True, text=True)
     if result.returncode != 0:
-        sys.exit(f"sparsecomm report --format json failed:\n{result.stderr.strip()}")
+        hint = ("\n(SPARSECOMM_BIN names a build without `report --format json`: point it at "
+                "a newer one, e.g. build/sparsecomm)" if "--format" in result.stderr else "")
+        sys.exit(f"{binary()} report --format json failed:\n{result.stderr.strip()}{hint}")
     return json.loads(result.stdout)
 
 
