@@ -12,8 +12,9 @@ cell is the reference. Each run goes to OUT/NAME/seedS; a run whose
 summary.json exists is skipped, so `run` resumes. --common holds flags for
 every cell (the model, steps, batch); --only keeps the named cells of
 CELLS, in its order. SPARSECOMM_BIN names another binary
-than build/sparsecomm. The cells of the pages of docs/benchmarks/ are in
-scripts/accuracy-cells/.
+than build/sparsecomm (the table reads the runs through its `report
+--format json`: scripts/run_dirs.py). The cells of the pages of
+docs/benchmarks/ are in scripts/accuracy-cells/.
 """
 
 import argparse
