@@ -57,7 +57,8 @@ void bind_outer_loop(py::module_& m) {
   py::class_<PyOuterLoop>(m, "OuterLoop")
       .def(py::init<const at::Tensor&, std::int64_t, double, double, bool>(), py::arg("parameters"),
            py::arg("local_steps"), py::arg("lr") = OuterOptions{}.lr,
-           py::arg("momentum") = OuterOptions{}.momentum, py::arg("nesterov") = OuterOptions{}.nesterov)
+           py::arg("momentum") = OuterOptions{}.momentum,
+           py::arg("nesterov") = OuterOptions{}.nesterov)
       .def("ends_round", &PyOuterLoop::ends_round, py::arg("step"))
       .def("mark_nonfinite", &PyOuterLoop::mark_nonfinite)
       .def("pseudo_gradient", &PyOuterLoop::pseudo_gradient, py::arg("parameters"), py::arg("out"))

@@ -175,7 +175,7 @@ void describe(const std::vector<std::string>& dirs) {
     nlohmann::json line = {
         {"dir", dir},
         {"method", method},
-        {"density", method == "dense"                                   ? nlohmann::json(1.0)
+        {"density", method == "dense"                                 ? nlohmann::json(1.0)
                     : density != config.end() && density->is_number() ? *density
                                                                       : nlohmann::json()},
         {"local_steps", config.value("local_steps", nlohmann::json(0))},

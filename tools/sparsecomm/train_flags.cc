@@ -15,9 +15,9 @@
 
 #include "cli_util.h"
 #include "sparsecomm/comm/launcher.h"
+#include "sparsecomm/core/errors.h"
 #include "sparsecomm/data/fashion_mnist.h"
 #include "sparsecomm/data/text_corpus.h"
-#include "sparsecomm/core/errors.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "world_flags.h"
@@ -218,7 +218,8 @@ void add_train_optimizer_flags(CLI::App* cmd, TrainFlags& flags) {
                   "method synchronizes the pseudo-gradient and the outer step moves the shared "
                   "parameters (by default to the ranks' average; 0: synchronize every step)")
       ->capture_default_str();
-  cmd->add_option("--outer-lr", c.outer_lr, "local steps: the outer step's learning rate (DiLoCo's: 0.7 with "
+  cmd->add_option("--outer-lr", c.outer_lr,
+                  "local steps: the outer step's learning rate (DiLoCo's: 0.7 with "
                   "--outer-momentum 0.9 --outer-nesterov true)")
       ->capture_default_str();
   cmd->add_option("--outer-momentum", c.outer_momentum,

@@ -390,25 +390,24 @@ json summary_json_of(const RunSummary& s) {
 
 json step_json_of(const StepRecord& r) {
   json o = {{"kind", "step"}, {"step", r.step}, {"synchronized", r.synchronized}};
-  const std::pair<const char*, double> fields[] = {
-      {"epoch", r.epoch},
-      {"wall_s", r.wall_s},
-      {"lr", r.lr},
-      {"loss", r.loss},
-      {"compute_s", r.compute_s},
-      {"selection_s", r.selection_s},
-      {"exchange_s", r.exchange_s},
-      {"update_s", r.update_s},
-      {"density_ratio", r.density_ratio},
-      {"imbalance", r.imbalance},
-      {"bytes_sent", r.bytes_sent},
-      {"bytes_received", r.bytes_received},
-      {"residual_norm", r.residual_norm},
-      {"selected", r.selected},
-      {"union_size", r.union_size},
-      {"target", r.target},
-      {"numel", r.numel},
-      {"overlapped_s", r.overlapped_s}};
+  const std::pair<const char*, double> fields[] = {{"epoch", r.epoch},
+                                                   {"wall_s", r.wall_s},
+                                                   {"lr", r.lr},
+                                                   {"loss", r.loss},
+                                                   {"compute_s", r.compute_s},
+                                                   {"selection_s", r.selection_s},
+                                                   {"exchange_s", r.exchange_s},
+                                                   {"update_s", r.update_s},
+                                                   {"density_ratio", r.density_ratio},
+                                                   {"imbalance", r.imbalance},
+                                                   {"bytes_sent", r.bytes_sent},
+                                                   {"bytes_received", r.bytes_received},
+                                                   {"residual_norm", r.residual_norm},
+                                                   {"selected", r.selected},
+                                                   {"union_size", r.union_size},
+                                                   {"target", r.target},
+                                                   {"numel", r.numel},
+                                                   {"overlapped_s", r.overlapped_s}};
   for (const auto& [key, value] : fields) o[key] = json_number(value);
   return o;
 }
