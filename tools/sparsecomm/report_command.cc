@@ -43,7 +43,7 @@ fs::path default_out(const std::vector<std::string>& dirs) {
 void print_json(const Options& options) {
   nlohmann::json runs = nlohmann::json::array();
   for (const std::string& dir : options.dirs) {
-    runs.push_back(report::run_json(report::load_run(dir, {.keep_lines = true})));
+    runs.push_back(report::run_json(dir));
   }
   fmt::print("{}\n", runs.dump());
 }

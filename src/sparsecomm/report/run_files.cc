@@ -388,61 +388,18 @@ json summary_json_of(const RunSummary& s) {
           {"samples_per_s", json_number(s.samples_per_s)}};
 }
 
-json step_json_of(const StepRecord& r) {
-  json o = {{"kind", "step"}, {"step", r.step}, {"synchronized", r.synchronized}};
-  const std::pair<const char*, double> fields[] = {{"epoch", r.epoch},
-                                                   {"wall_s", r.wall_s},
-                                                   {"lr", r.lr},
-                                                   {"loss", r.loss},
-                                                   {"compute_s", r.compute_s},
-                                                   {"selection_s", r.selection_s},
-                                                   {"exchange_s", r.exchange_s},
-                                                   {"update_s", r.update_s},
-                                                   {"density_ratio", r.density_ratio},
-                                                   {"imbalance", r.imbalance},
-                                                   {"bytes_sent", r.bytes_sent},
-                                                   {"bytes_received", r.bytes_received},
-                                                   {"residual_norm", r.residual_norm},
-                                                   {"selected", r.selected},
-                                                   {"union_size", r.union_size},
-                                                   {"target", r.target},
-                                                   {"numel", r.numel},
-                                                   {"overlapped_s", r.overlapped_s}};
-  for (const auto& [key, value] : fields) o[key] = json_number(value);
-  return o;
-}
-
-json eval_json_of(const EvalRecord& r) {
-  return {{"kind", "eval"},
-          {"step", r.step},
-          {"epoch", json_number(r.epoch)},
-          {"wall_s", json_number(r.wall_s)},
-          {"test_accuracy", json_number(r.test_accuracy)},
-          {"test_loss", json_number(r.test_loss)},
-          {"train_loss", json_number(r.train_loss)},
-          {"test_auc", json_number(r.test_auc)}};
-}
-
 }  // namespace
 
-json run_json(const RunData& run) {
-  json steps = json::array(), evals = json::array();
-  // The lines when load_run kept them (kept or not, an empty run has none).
-  if (run.step_lines.size() == run.steps.size() && run.eval_lines.size() == run.evals.size()) {
-    steps = run.step_lines;
-    evals = run.eval_lines;
-  } else {
-    for (const StepRecord& r : run.steps) steps.push_back(step_json_of(r));
-    for (const EvalRecord& r : run.evals) evals.push_back(eval_json_of(r));
-  }
+json run_json(const fs::path& dir) {
+  const RunData run = load_run(dir, {.keep_lines = true});
   return {{"dir", run.dir.string()},
           {"config", run.config},
           {"summary", run.summary_json ? *run.summary_json : summary_json_of(run.summary)},
           {"summary_derived", run.summary_derived},
           {"failure", run.failure ? json(*run.failure) : json(nullptr)},
           {"warnings", run.warnings},
-          {"steps", std::move(steps)},
-          {"evals", std::move(evals)}};
+          {"steps", run.step_lines},
+          {"evals", run.eval_lines}};
 }
 
 std::string run_name(const RunSummary& summary) {

@@ -105,13 +105,12 @@ struct LoadOptions {
 // lines of an unknown "kind" are skipped with one warning.
 RunData load_run(const std::filesystem::path& dir, const LoadOptions& options = {});
 
-// The run as one JSON object, what `report --format json` prints for the
-// scripts: {"dir", "config", "summary" (summary.json as written, else the
-// derived figures, unknown ones null), "summary_derived", "failure" (null
-// unless the run failed), "warnings", "steps", "evals"}. "steps" and
-// "evals" are the lines as written when `run` kept them, else the parsed
-// records (absent fields null).
-nlohmann::json run_json(const RunData& run);
+// The run directory `dir` as one JSON object, what `report --format json`
+// prints for the scripts: {"dir", "config", "summary" (summary.json as
+// written, else the derived figures, unknown ones null), "summary_derived",
+// "failure" (null unless the run failed), "warnings", "steps", "evals" (the
+// metrics lines as written, read and checked as load_run reads them)}.
+nlohmann::json run_json(const std::filesystem::path& dir);
 
 // The summary computable from config.json and metrics.jsonl alone: method,
 // model, backend and workers from the config; epochs and wall_s of the last
