@@ -238,6 +238,23 @@ TEST(Trainer, ACrashBetweenWritingAndCommittingKeepsThePreviousCheckpoint) {
   EXPECT_FALSE(fs::exists(fs::path(faulty.out) / "checkpoints" / "step-48"));
 }
 
+// A commit removes the checkpoints before it and nothing after it: a
+// parameter server's worker does not wait for rank 0's commit and may be
+// writing the next checkpoint meanwhile (its file vanished under it once).
+TEST(Checkpoint, ACommitRemovesOnlyOlderCheckpoints) {
+  const testing::ScratchDir scratch("commit_keeps_newer");
+  const fs::path run = scratch.path() / "run";
+  const std::vector<std::byte> payload(16, std::byte{7});
+  for (const std::int64_t step : {8, 16, 24}) write_rank_checkpoint(run, step, 1, payload);
+  fs::create_directories(run / "checkpoints" / "step-notes");
+  commit_checkpoint(run, 16, 2, nlohmann::json::object());
+  EXPECT_EQ((*latest_checkpoint(run))["step"], 16);
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-8"));
+  EXPECT_EQ(read_rank_checkpoint(run, 16, 1), payload);
+  EXPECT_EQ(read_rank_checkpoint(run, 24, 1), payload);
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step-notes"));
+}
+
 // Every way a checkpoint can be damaged on disk is refused when resuming,
 // with an error that names the damaged file; nothing is trained from it.
 TEST(Trainer, ADamagedCheckpointIsRefusedNamingTheFile) {

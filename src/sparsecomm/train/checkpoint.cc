@@ -1,6 +1,8 @@
 #include "sparsecomm/train/checkpoint.h"
 
+#include <charconv>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -21,6 +23,19 @@ fs::path step_dir(const fs::path& run_dir, std::int64_t step) {
 
 fs::path rank_file(const fs::path& run_dir, std::int64_t step, int rank) {
   return step_dir(run_dir, step) / fmt::format("rank{}.state", rank);
+}
+
+// N of a directory named "step-N"; nullopt for any other name.
+std::optional<std::int64_t> step_of_directory(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return std::nullopt;
+  }
+  std::int64_t step = 0;
+  const char* end = name.data() + name.size();
+  const auto [stop, error] = std::from_chars(name.data() + kPrefix.size(), end, step);
+  if (error != std::errc() || stop != end) return std::nullopt;
+  return step;
 }
 
 constexpr std::uint32_t kCheckpointVersion = 1;
@@ -133,10 +148,8 @@ void commit_checkpoint(const fs::path& run_dir, std::int64_t step, int world,
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(run_dir / "checkpoints", error)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step-", 0) == 0 &&
-        name != step_dir(run_dir, step).filename().string()) {
-      fs::remove_all(entry.path(), error);
-    }
+    const std::optional<std::int64_t> older = step_of_directory(name);
+    if (entry.is_directory() && older && *older < step) fs::remove_all(entry.path(), error);
   }
 }
 

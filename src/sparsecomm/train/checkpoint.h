@@ -56,7 +56,9 @@ double read_checkpoint_header(StateReader& state, const nlohmann::json& fingerpr
 void check_fingerprint(const nlohmann::json& saved, const nlohmann::json& current);
 
 // Rank 0, after every rank has written: makes `step` the latest checkpoint
-// and removes older ones.
+// and removes the older ones. A newer step directory is left alone: once
+// the barrier before the commit is past, a rank that does not wait for rank
+// 0 (a parameter server's worker) may already be writing the next one.
 void commit_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int world,
                        const nlohmann::json& fingerprint);
 
