@@ -165,8 +165,7 @@ class RankTrainer {
     // finite) changes nothing: no update (momentum and weight decay would
     // move the parameters), and its loss is not averaged into train_loss.
     if (!record.sync.skipped_nonfinite) {
-      train_loss_sum_ += record.loss;
-      train_loss_count_ += 1;
+      train_loss_.add(record.loss);
       Stopwatch update;
       update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
       record.update_s = local_update_s + update.seconds();
@@ -182,8 +181,7 @@ class RankTrainer {
     const Stopwatch update;
     if (std::all_of(gradient.begin(), gradient.end(), [](float v) { return std::isfinite(v); })) {
       update_->apply(ddp_->parameters(), gradient, record.lr);
-      train_loss_sum_ += record.loss;
-      train_loss_count_ += 1;
+      train_loss_.add(record.loss);
     } else {
       outer_->mark_nonfinite();
     }
@@ -283,10 +281,9 @@ class RankTrainer {
 
   void evaluate_point(std::int64_t done) {
     ddp_->broadcast_buffers(0);
-    const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_sum_,
-                          train_loss_count_};
-    train_loss_sum_ = 0.0;
-    train_loss_count_ = 0;
+    const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_.sum,
+                          train_loss_.count};
+    train_loss_.clear();
     if (config_.eval_deferred) {
       snapshots_.take(point, ddp_->parameters(), *model_);
     } else {
@@ -341,32 +338,23 @@ class RankTrainer {
   void save_checkpoint(std::int64_t done) {
     if (overlapped_) overlapped_->settle();  // the exchange's residuals are part of the state
     evaluate_snapshots();                    // a checkpoint leaves no evaluation pending
-    StateWriter state;
-    write_checkpoint_header(state, fingerprint_, done, wall());
-    state.array<float>(ddp_->parameters());
-    update_->save(state);
-    ddp_->save(state);
-    if (outer_) outer_->save(state);
-    if (overlapped_) overlapped_->save(state);
-    state.value<double>(train_loss_sum_);
-    state.value<std::int64_t>(train_loss_count_);
-    store_checkpoint(comm_, plan_.run_dir, done, state.bytes(), fingerprint_);
+    save_rank_checkpoint(comm_, plan_.run_dir, done, fingerprint_, wall(), [&](StateWriter& state) {
+      save_replica(state, *ddp_, *update_);
+      if (outer_) outer_->save(state);
+      if (overlapped_) overlapped_->save(state);
+      train_loss_.save(state);
+    });
   }
 
   // Restores everything that defines the run's future; returns its wall time.
   double load_checkpoint(std::int64_t done) {
-    const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
-    StateReader state(bytes);
-    const double wall_s = read_checkpoint_header(state, fingerprint_, done, comm_.rank());
-    state.array_into<float>(ddp_->parameters());
-    update_->load(state);
-    ddp_->load(state);
-    if (outer_) outer_->load(state);
-    if (overlapped_) overlapped_->load(state);
-    train_loss_sum_ = state.value<double>();
-    train_loss_count_ = state.value<std::int64_t>();
-    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
-    return wall_s;
+    return load_rank_checkpoint(plan_.run_dir, done, comm_.rank(), fingerprint_,
+                                [&](StateReader& state) {
+                                  load_replica(state, *ddp_, *update_);
+                                  if (outer_) outer_->load(state);
+                                  if (overlapped_) overlapped_->load(state);
+                                  train_loss_.load(state);
+                                });
   }
 
   void open_trace() {
@@ -405,8 +393,7 @@ class RankTrainer {
   Straggler straggler_;
   EvalSnapshots snapshots_;
   double off_clock_s_ = 0.0;  // spent evaluating snapshots
-  double train_loss_sum_ = 0.0;
-  std::int64_t train_loss_count_ = 0;
+  TrainLossSum train_loss_;
   WorkerPhaseTimes phase_times_;  // this rank's, one per step trained
   TraceWriter* trace_ = nullptr;  // recording gradients, when asked
   std::unique_ptr<TraceWriter> own_trace_;

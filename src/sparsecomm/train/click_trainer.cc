@@ -171,50 +171,41 @@ class ClickTrainer {
   // their optimizer's state, the rows' update counts, the exchange choice's
   // last figures, and (rank 0) the summary's running totals.
   void save_checkpoint(std::int64_t done) {
-    StateWriter state;
-    write_checkpoint_header(state, fingerprint_, done, wall());
-    state.array<float>(ddp_->parameters());
-    update_->save(state);
-    ddp_->save(state);
-    state.tag("click");
-    state.array<float>(tables_->values());
-    if (adagrad_) {
-      adagrad_->save(state);
-    } else {
-      row_sgd_->save(state);
-    }
-    state.array<std::uint16_t>(row_updates_);
-    state.value<std::uint8_t>(rows_updated_ ? 1 : 0);
-    exchange_->save(state);
-    state.value<double>(train_loss_sum_);
-    state.value<std::int64_t>(train_loss_count_);
-    state.string(totals_.to_json().dump());
-    store_checkpoint(comm_, plan_.run_dir, done, state.bytes(), fingerprint_);
+    save_rank_checkpoint(comm_, plan_.run_dir, done, fingerprint_, wall(), [&](StateWriter& state) {
+      save_replica(state, *ddp_, *update_);
+      state.tag("click");
+      state.array<float>(tables_->values());
+      if (adagrad_) {
+        adagrad_->save(state);
+      } else {
+        row_sgd_->save(state);
+      }
+      state.array<std::uint16_t>(row_updates_);
+      state.value<std::uint8_t>(rows_updated_ ? 1 : 0);
+      exchange_->save(state);
+      train_loss_.save(state);
+      state.string(totals_.to_json().dump());
+    });
   }
 
   // Restores what save_checkpoint() wrote; returns the run's wall time then.
   double load_checkpoint(std::int64_t done) {
-    const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
-    StateReader state(bytes);
-    const double wall_s = read_checkpoint_header(state, fingerprint_, done, comm_.rank());
-    state.array_into<float>(ddp_->parameters());
-    update_->load(state);
-    ddp_->load(state);
-    state.expect_tag("click");
-    state.array_into<float>(tables_->values());
-    if (adagrad_) {
-      adagrad_->load(state);
-    } else {
-      row_sgd_->load(state);
-    }
-    row_updates_ = state.array<std::uint16_t>();
-    rows_updated_ = state.value<std::uint8_t>() != 0;
-    exchange_->load(state);
-    train_loss_sum_ = state.value<double>();
-    train_loss_count_ = state.value<std::int64_t>();
-    totals_.from_json(nlohmann::json::parse(state.string()));
-    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
-    return wall_s;
+    return load_rank_checkpoint(plan_.run_dir, done, comm_.rank(), fingerprint_,
+                                [&](StateReader& state) {
+                                  load_replica(state, *ddp_, *update_);
+                                  state.expect_tag("click");
+                                  state.array_into<float>(tables_->values());
+                                  if (adagrad_) {
+                                    adagrad_->load(state);
+                                  } else {
+                                    row_sgd_->load(state);
+                                  }
+                                  row_updates_ = state.array<std::uint16_t>();
+                                  rows_updated_ = state.value<std::uint8_t>() != 0;
+                                  exchange_->load(state);
+                                  train_loss_.load(state);
+                                  totals_.from_json(nlohmann::json::parse(state.string()));
+                                });
   }
 
   static ClickLogOptions click_log_options(const TrainConfig& config) {
@@ -273,8 +264,7 @@ class ClickTrainer {
           comm_.rank(), step));
     }
     if (!record.sync.skipped_nonfinite && tables_finite) {
-      train_loss_sum_ += record.loss;
-      train_loss_count_ += 1;
+      train_loss_.add(record.loss);
       Stopwatch update;
       update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
       record.update_s = update.seconds();
@@ -348,10 +338,9 @@ class ClickTrainer {
       }
       model_->train();
     }
-    allreduce(comm_, sums.finish(train_loss_sum_, train_loss_count_));
+    allreduce(comm_, sums.finish(train_loss_.sum, train_loss_.count));
     const EvalPoint point{done, steps_.epoch_at(done), wall(), 0.0, 0};
-    train_loss_sum_ = 0.0;
-    train_loss_count_ = 0;
+    train_loss_.clear();
     if (comm_.rank() != 0) return;
     const TrainEval eval = sums.eval(point, static_cast<std::int64_t>(count));
     nlohmann::json lookups_by_updates = sums.lookups_by_updates();
@@ -388,8 +377,7 @@ class ClickTrainer {
   ClickBatch batch_;
   ClickBatch eval_batch_;
   WorkerPhaseTimes phase_times_;
-  double train_loss_sum_ = 0.0;
-  std::int64_t train_loss_count_ = 0;
+  TrainLossSum train_loss_;
   nlohmann::json fingerprint_;
   Stopwatch clock_;
   double wall_offset_ = 0.0;  // a resumed run's wall time at its checkpoint

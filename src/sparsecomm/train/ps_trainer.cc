@@ -121,23 +121,20 @@ void run_ps_server(Communicator& comm, RunPlan& plan, const ServerLayout& layout
   const nlohmann::json run_fingerprint = fingerprint(plan, comm.size(), flat->flat->numel());
   std::vector<std::byte> resume;
   if (plan.resume_step) {
-    const std::vector<std::byte> bytes =
-        read_rank_checkpoint(plan.run_dir, *plan.resume_step, comm.rank());
-    StateReader state(bytes);
-    read_checkpoint_header(state, run_fingerprint, *plan.resume_step, comm.rank());
-    state.array<float>();  // the shard, also in the server's own state
-    resume = state.array<std::byte>();
-    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+    load_rank_checkpoint(plan.run_dir, *plan.resume_step, comm.rank(), run_fingerprint,
+                         [&](StateReader& state) {
+                           state.array<float>();  // the shard, also in the server's own state
+                           resume = state.array<std::byte>();
+                         });
   }
   ServerCheckpoints checkpoints;
   checkpoints.resume = resume;
   checkpoints.at_cut = [&](std::int64_t done, std::span<const float> shard_values,
                            std::span<const std::byte> server_state) {
-    StateWriter state;
-    write_checkpoint_header(state, run_fingerprint, done, 0.0);
-    state.array<float>(shard_values);
-    state.array<std::byte>(server_state);
-    store_checkpoint(comm, plan.run_dir, done, state.bytes(), run_fingerprint);
+    save_rank_checkpoint(comm, plan.run_dir, done, run_fingerprint, 0.0, [&](StateWriter& state) {
+      state.array<float>(shard_values);
+      state.array<std::byte>(server_state);
+    });
   };
   const ServerLog log =
       run_server(comm, layout, options, flat->flat->parameters().subspan(shard.begin, shard.size()),
@@ -245,30 +242,26 @@ class PsRankWorker {
                         [&](const EvalPoint& point) { evaluate_now(point); });
     }
     worker_->pause();
-    StateWriter state;
-    write_checkpoint_header(state, fingerprint_, done, wall());
-    state.array<float>(flat_->flat->parameters());
-    worker_->save(state);
-    state.value<double>(train_loss_sum_);
-    state.value<std::int64_t>(train_loss_count_);
-    state.value<double>(bytes_pushed_);
-    state.value<double>(bytes_pulled_);
-    state.value<double>(bytes_to_workers_);
-    store_checkpoint(comm_, plan_.run_dir, done, state.bytes(), fingerprint_);
+    save_rank_checkpoint(comm_, plan_.run_dir, done, fingerprint_, wall(), [&](StateWriter& state) {
+      state.array<float>(flat_->flat->parameters());
+      worker_->save(state);
+      train_loss_.save(state);
+      state.value<double>(bytes_pushed_);
+      state.value<double>(bytes_pulled_);
+      state.value<double>(bytes_to_workers_);
+    });
   }
 
   void load_checkpoint(std::int64_t done) {
-    const std::vector<std::byte> bytes = read_rank_checkpoint(plan_.run_dir, done, comm_.rank());
-    StateReader state(bytes);
-    wall_offset_ = read_checkpoint_header(state, fingerprint_, done, comm_.rank());
-    state.array_into<float>(flat_->flat->parameters());
-    worker_->load(state);
-    train_loss_sum_ = state.value<double>();
-    train_loss_count_ = state.value<std::int64_t>();
-    bytes_pushed_ = state.value<double>();
-    bytes_pulled_ = state.value<double>();
-    bytes_to_workers_ = state.value<double>();
-    if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+    wall_offset_ = load_rank_checkpoint(plan_.run_dir, done, comm_.rank(), fingerprint_,
+                                        [&](StateReader& state) {
+                                          state.array_into<float>(flat_->flat->parameters());
+                                          worker_->load(state);
+                                          train_loss_.load(state);
+                                          bytes_pushed_ = state.value<double>();
+                                          bytes_pulled_ = state.value<double>();
+                                          bytes_to_workers_ = state.value<double>();
+                                        });
   }
 
   void train_step(std::int64_t step) {
@@ -297,8 +290,7 @@ class PsRankWorker {
     record.loss = loss.item<double>();
     straggler_.end_compute();
     record.compute_s = compute.seconds();
-    train_loss_sum_ += record.loss;
-    train_loss_count_ += 1;
+    train_loss_.add(record.loss);
 
     const PushReport push = worker_->push(flat_->flat->gradients(), record.lr, epoch);
     record.selection_s = push.select_s;
@@ -338,10 +330,9 @@ class PsRankWorker {
   // the training loss is rank 0's mean since the previous point.
   void evaluate(std::int64_t done) {
     worker_->pull(flat_->flat->parameters());
-    const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_sum_,
-                          train_loss_count_};
-    train_loss_sum_ = 0.0;
-    train_loss_count_ = 0;
+    const EvalPoint point{done, steps_.plan.epoch_at(done), wall(), train_loss_.sum,
+                          train_loss_.count};
+    train_loss_.clear();
     if (config_.eval_deferred) {
       snapshots_.take(point, flat_->flat->parameters(), *flat_->model);
       return;
@@ -431,8 +422,7 @@ class PsRankWorker {
   EvalSnapshots snapshots_;
   std::unique_ptr<FlatModel> eval_replica_;           // rank 0, evaluating during training
   std::unique_ptr<BackgroundEvaluation> background_;  // after eval_replica_: uses it
-  double train_loss_sum_ = 0.0;
-  std::int64_t train_loss_count_ = 0;
+  TrainLossSum train_loss_;
   double bytes_pushed_ = 0.0;
   double bytes_pulled_ = 0.0;
   double bytes_to_workers_ = 0.0;

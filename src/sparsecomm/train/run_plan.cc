@@ -218,12 +218,49 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   return out;
 }
 
-void store_checkpoint(Communicator& comm, const std::filesystem::path& run_dir, std::int64_t step,
-                      std::span<const std::byte> state, const nlohmann::json& fingerprint) {
-  write_rank_checkpoint(run_dir, step, comm.rank(), state);
+void save_rank_checkpoint(Communicator& comm, const std::filesystem::path& run_dir,
+                          std::int64_t step, const nlohmann::json& fingerprint, double wall_s,
+                          const std::function<void(StateWriter&)>& write_state) {
+  StateWriter state;
+  write_checkpoint_header(state, fingerprint, step, wall_s);
+  write_state(state);
+  write_rank_checkpoint(run_dir, step, comm.rank(), state.bytes());
   run_checkpoint_fault_hook(step, comm.rank());
   comm.barrier();
   if (comm.rank() == 0) commit_checkpoint(run_dir, step, comm.size(), fingerprint);
+}
+
+double load_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int rank,
+                            const nlohmann::json& fingerprint,
+                            const std::function<void(StateReader&)>& read_state) {
+  const std::vector<std::byte> bytes = read_rank_checkpoint(run_dir, step, rank);
+  StateReader state(bytes);
+  const double wall_s = read_checkpoint_header(state, fingerprint, step, rank);
+  read_state(state);
+  if (!state.at_end()) throw Error("the checkpoint has trailing data: a different version?");
+  return wall_s;
+}
+
+void save_replica(StateWriter& state, DataParallel& ddp, const UpdateRule& update) {
+  state.array<float>(ddp.parameters());
+  update.save(state);
+  ddp.save(state);
+}
+
+void load_replica(StateReader& state, DataParallel& ddp, UpdateRule& update) {
+  state.array_into<float>(ddp.parameters());
+  update.load(state);
+  ddp.load(state);
+}
+
+void TrainLossSum::save(StateWriter& state) const {
+  state.value<double>(sum);
+  state.value<std::int64_t>(count);
+}
+
+void TrainLossSum::load(StateReader& state) {
+  sum = state.value<double>();
+  count = state.value<std::int64_t>();
 }
 
 bool ranks_agree_to_stop(Communicator& comm) {

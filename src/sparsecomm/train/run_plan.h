@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/comm/communicator.h"
+#include "sparsecomm/core/state_io.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/optim/update_rule.h"
@@ -139,11 +141,39 @@ std::unique_ptr<UpdateRule> make_update_rule(const TrainConfig& config, Gradient
 // (train/checkpoint.h).
 nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel);
 
-// This rank's part of checkpoint `step` (a collective): writes its state,
+// This rank's part of checkpoint `step` (a collective): writes the header
+// (the run's fingerprint, the step, `wall_s`) and what `write_state` adds,
 // waits at the world's barrier for every rank's, and rank 0 commits the
 // checkpoint (train/checkpoint.h).
-void store_checkpoint(Communicator& comm, const std::filesystem::path& run_dir, std::int64_t step,
-                      std::span<const std::byte> state, const nlohmann::json& fingerprint);
+void save_rank_checkpoint(Communicator& comm, const std::filesystem::path& run_dir,
+                          std::int64_t step, const nlohmann::json& fingerprint, double wall_s,
+                          const std::function<void(StateWriter&)>& write_state);
+// Reads back this rank's part of checkpoint `step`: checks its header
+// against `fingerprint` and lets `read_state` take the rest, which must
+// leave nothing behind (else an Error). Returns the header's wall time.
+double load_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int rank,
+                            const nlohmann::json& fingerprint,
+                            const std::function<void(StateReader&)>& read_state);
+
+// A data-parallel replica's part of a checkpoint, as the all-reduce and
+// click trainers write it: the parameters, the update's state, then the
+// synchronization's (DataParallel::save).
+void save_replica(StateWriter& state, DataParallel& ddp, const UpdateRule& update);
+void load_replica(StateReader& state, DataParallel& ddp, UpdateRule& update);
+
+// The training loss summed since the last evaluation (each trainer reports
+// its mean there), carried by the checkpoints.
+struct TrainLossSum {
+  double sum = 0.0;
+  std::int64_t count = 0;
+  void add(double loss) {
+    sum += loss;
+    count += 1;
+  }
+  void clear() { *this = TrainLossSum{}; }
+  void save(StateWriter& state) const;
+  void load(StateReader& state);
+};
 
 // Whether any rank was asked to stop (core/stop_request.h): the same
 // answer on every rank. A collective: every rank calls it after the same
