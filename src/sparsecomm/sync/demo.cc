@@ -109,8 +109,6 @@ class DeMo final : public GradientSync {
   StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
                           Communicator& comm) override {
     StepMetrics m;
-    m.step = ctx.step;
-    m.numel = gradient.size();
     if (!begin_finite_step(gradient, ctx, comm, policy_, finite_flags_, m)) return m;
     Stopwatch watch;
     plan(gradient.size(), ctx.layers);

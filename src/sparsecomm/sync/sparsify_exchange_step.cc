@@ -55,6 +55,8 @@ bool agree_all_finite(std::span<const float> gradient, const StepContext& ctx, C
 bool begin_finite_step(std::span<float> gradient, const StepContext& ctx, Communicator& comm,
                        NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags,
                        StepMetrics& metrics) {
+  metrics.step = ctx.step;
+  metrics.numel = gradient.size();
   const Stopwatch agreement;
   const bool finite = agree_all_finite(gradient, ctx, comm, policy, finite_flags);
   metrics.agreement_s = agreement.seconds();

@@ -50,7 +50,8 @@ class NonFiniteGradient : public Error {
 bool agree_all_finite(std::span<const float> gradient, const StepContext& ctx, Communicator& comm,
                       NonFinitePolicy policy, std::vector<std::uint8_t>& finite_flags);
 // The first phase of a step for methods that keep state across steps:
-// agree_all_finite, timed into `metrics.agreement_s`. When some rank's
+// sets `metrics.step` and `metrics.numel`, then agree_all_finite, timed
+// into `metrics.agreement_s`. When some rank's
 // gradient is not finite (policy kSkip) the gradient is zeroed, the
 // metrics say the step was skipped (its exchange time is the agreement)
 // and it returns false: the method must leave its state as it was.

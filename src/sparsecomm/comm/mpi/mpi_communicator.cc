@@ -256,21 +256,19 @@ class MpiCommunicator final : public Communicator {
   std::string_view backend() const override { return "mpi"; }
 
   Request isend(std::span<const std::byte> data, int dst, int tag) override {
-    check_peer_and_tag(dst, tag, "isend");
-    const OpInfo op{OpKind::kSend, "send", "MPI_Isend", dst, tag, data.size()};
-    const int count = to_int(data.size(), op);
-    MPI_Request request = MPI_REQUEST_NULL;
-    start(MPI_Isend(data.data(), count, MPI_BYTE, dst, tag, comm_, &request), op);
-    return Request(std::make_unique<MpiRequest>(rank_, size_, request, op), timeout());
+    return point_to_point("isend", {OpKind::kSend, "send", "MPI_Isend", dst, tag, data.size()},
+                          [&](int count, MPI_Request* request) {
+                            return MPI_Isend(data.data(), count, MPI_BYTE, dst, tag, comm_,
+                                             request);
+                          });
   }
 
   Request irecv(std::span<std::byte> data, int src, int tag) override {
-    check_peer_and_tag(src, tag, "irecv");
-    const OpInfo op{OpKind::kRecv, "recv", "MPI_Irecv", src, tag, data.size()};
-    const int count = to_int(data.size(), op);
-    MPI_Request request = MPI_REQUEST_NULL;
-    start(MPI_Irecv(data.data(), count, MPI_BYTE, src, tag, comm_, &request), op);
-    return Request(std::make_unique<MpiRequest>(rank_, size_, request, op), timeout());
+    return point_to_point("irecv", {OpKind::kRecv, "recv", "MPI_Irecv", src, tag, data.size()},
+                          [&](int count, MPI_Request* request) {
+                            return MPI_Irecv(data.data(), count, MPI_BYTE, src, tag, comm_,
+                                             request);
+                          });
   }
 
   void barrier() override {
@@ -418,6 +416,18 @@ class MpiCommunicator final : public Communicator {
       throw CommError(where() + fmt::format("{}: {} failed: {}", describe(op), op.mpi_call,
                                             mpi_error_text(rc)));
     }
+  }
+
+  // Checks the peer and tag (`api` names the call in the error), starts a
+  // point-to-point `op` with `mpi_start(count, &request)` and returns its
+  // pending request.
+  template <class Start>
+  Request point_to_point(std::string_view api, const OpInfo& op, Start mpi_start) {
+    check_peer_and_tag(op.peer, op.tag, api);
+    const int count = to_int(op.bytes, op);
+    MPI_Request request = MPI_REQUEST_NULL;
+    start(mpi_start(count, &request), op);
+    return Request(std::make_unique<MpiRequest>(rank_, size_, request, op), timeout());
   }
 
   // Polls a collective's request against timeout().

@@ -27,7 +27,8 @@ struct MomentSums {
 // Throws NotSupported unless this CPU runs `level`.
 void require_simd_level(SimdLevel level, const char* component);
 
-// Each namespace holds one ISA's kernels, all with the same contracts:
+// Each namespace holds one ISA's kernels, the same set (declared once below),
+// all with the same contracts:
 //   select: writes (base + i, x[i]) for every |x[i]| >= threshold (an ordered
 //     compare: NaN never passes), i < n, to indices/values in ascending i and
 //     returns the count; both outputs need room for n + kSelectSlack
@@ -42,34 +43,25 @@ void require_simd_level(SimdLevel level, const char* component);
 //   all_finite: true when no element is NaN or infinite.
 //   moment_sums: MomentSums of x around `shift`.
 // scalar:: lives in threshold_select.cc and estimate.cc.
+#define SPARSECOMM_DECLARE_SIMD_KERNELS                                               \
+  std::size_t compact(Index* indices, float* values, std::size_t n, float threshold); \
+  std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, \
+                     float threshold, Index base, Index* indices, float* values);     \
+  std::size_t count_at_least(const float* x, std::size_t n, float threshold);         \
+  float abs_sum(const float* x, std::size_t n);                                       \
+  bool all_finite(const float* x, std::size_t n);                                     \
+  MomentSums moment_sums(const float* x, std::size_t n, double shift);
+
 namespace scalar {
-std::size_t compact(Index* indices, float* values, std::size_t n, float threshold);
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
-                   Index base, Index* indices, float* values);
-std::size_t count_at_least(const float* x, std::size_t n, float threshold);
-float abs_sum(const float* x, std::size_t n);
-bool all_finite(const float* x, std::size_t n);
-MomentSums moment_sums(const float* x, std::size_t n, double shift);
+SPARSECOMM_DECLARE_SIMD_KERNELS
 }  // namespace scalar
-
 namespace avx2 {
-std::size_t compact(Index* indices, float* values, std::size_t n, float threshold);
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
-                   Index base, Index* indices, float* values);
-std::size_t count_at_least(const float* x, std::size_t n, float threshold);
-float abs_sum(const float* x, std::size_t n);
-bool all_finite(const float* x, std::size_t n);
-MomentSums moment_sums(const float* x, std::size_t n, double shift);
+SPARSECOMM_DECLARE_SIMD_KERNELS
 }  // namespace avx2
-
 namespace avx512 {
-std::size_t compact(Index* indices, float* values, std::size_t n, float threshold);
-std::size_t select(const float* x, std::size_t n, std::size_t readable, bool dense, float threshold,
-                   Index base, Index* indices, float* values);
-std::size_t count_at_least(const float* x, std::size_t n, float threshold);
-float abs_sum(const float* x, std::size_t n);
-bool all_finite(const float* x, std::size_t n);
-MomentSums moment_sums(const float* x, std::size_t n, double shift);
+SPARSECOMM_DECLARE_SIMD_KERNELS
 }  // namespace avx512
+
+#undef SPARSECOMM_DECLARE_SIMD_KERNELS
 
 }  // namespace sparsecomm::detail

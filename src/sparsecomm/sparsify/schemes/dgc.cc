@@ -70,17 +70,13 @@ class Dgc final : public DensitySparsifier {
 
     const auto too_many = static_cast<double>(k) * kTooMany;
     const auto too_few = static_cast<double>(k) * kTooFew;
-    std::size_t found = 0;
-    int rounds = 0;
-    while (true) {
-      out.clear();
-      found = threshold_select(accumulated, threshold, 0, out);
-      ++rounds;
-      if (static_cast<double>(found) >= too_few || rounds == kMaxRounds) break;
-      threshold *= kLowerFactor;
-    }
-    last_search_ = {rounds, threshold, found};
-    if (static_cast<double>(found) > too_many) keep_top_k(k, out);
+    const ThresholdSearch& search =
+        search_threshold(accumulated, threshold, kMaxRounds, out,
+                         [&](std::size_t found, float current) -> std::optional<float> {
+                           if (static_cast<double>(found) >= too_few) return std::nullopt;
+                           return current * kLowerFactor;
+                         });
+    if (static_cast<double>(search.found) > too_many) keep_top_k(k, out);
   }
 
  private:

@@ -87,21 +87,17 @@ class GaussianK final : public DensitySparsifier {
       if (m.mean != 0.0) first_k(accumulated, k, out);
       return;
     }
-    auto threshold = static_cast<float>(std::abs(m.mean) + m.stddev * z_);
-    std::size_t found = 0;
-    int rounds = 0;
-    while (true) {
-      out.clear();
-      found = threshold_select(accumulated, threshold, 0, out);
-      ++rounds;
-      // [2k/3, 4k/3] in integers: 3 * found against 2k and 4k.
-      const bool too_few = 3 * found < 2 * k;
-      const bool too_many = 3 * found > 4 * k;
-      if ((!too_few && !too_many) || rounds == kMaxRefineRounds) break;
-      threshold *= too_few ? kRefineLowerFactor : kRefineRaiseFactor;
-    }
-    last_search_ = {rounds, threshold, found};
-    if (found == 0) top_k_.select(accumulated, k, 0, out);
+    const auto threshold = static_cast<float>(std::abs(m.mean) + m.stddev * z_);
+    const ThresholdSearch& search =
+        search_threshold(accumulated, threshold, kMaxRefineRounds, out,
+                         [&](std::size_t found, float current) -> std::optional<float> {
+                           // [2k/3, 4k/3] in integers: 3 * found against 2k and 4k.
+                           const bool too_few = 3 * found < 2 * k;
+                           const bool too_many = 3 * found > 4 * k;
+                           if (!too_few && !too_many) return std::nullopt;
+                           return current * (too_few ? kRefineLowerFactor : kRefineRaiseFactor);
+                         });
+    if (search.found == 0) top_k_.select(accumulated, k, 0, out);
   }
 
  private:

@@ -10,12 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/sparsify/kernels/threshold_select.h"
 #include "sparsecomm/sparsify/memory.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sparsify/registry.h"
@@ -106,6 +108,27 @@ class DensitySparsifier : public Sparsifier {
     read_only({0, accumulated.size()});
     last_search_ = {};
     return target(accumulated.size(), ctx);
+  }
+
+  // A threshold search: selects every |v| >= threshold into `out` (cleared
+  // each round), then asks `next(found, threshold)` for the next round's
+  // threshold (nullopt: keep this selection), at most `max_rounds` rounds.
+  // Records the search in last_search_ and returns it.
+  template <class Next>
+  const ThresholdSearch& search_threshold(std::span<const float> accumulated, float threshold,
+                                          int max_rounds, SparseSelection& out, Next next) {
+    ThresholdSearch& search = last_search_;
+    search = {0, threshold, 0};
+    while (true) {
+      out.clear();
+      search.found = threshold_select(accumulated, search.threshold, 0, out);
+      ++search.rounds;
+      if (search.rounds == max_rounds) break;
+      const std::optional<float> next_threshold = next(search.found, search.threshold);
+      if (!next_threshold) break;
+      search.threshold = *next_threshold;
+    }
+    return search;
   }
 
   double density_;
