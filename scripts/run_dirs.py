@@ -23,6 +23,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# A run's first steps (allocation, the first threshold) are not its mean step.
+WARMUP_STEPS = 10
+
 
 def binary():
     return os.environ.get("SPARSECOMM_BIN", os.path.join(ROOT, "build", "sparsecomm"))
@@ -49,3 +52,20 @@ def load_run(run_dir):
 def finished(run_dir):
     """Whether the run wrote its summary (it ended, whatever its outcome)."""
     return os.path.exists(os.path.join(str(run_dir), "summary.json"))
+
+
+def timing_records(steps):
+    """The two step records a run's mean step is measured between: the first
+    after the warm-up and the last ([] with fewer than two after it)."""
+    rows = [r for r in steps if r["step"] >= WARMUP_STEPS]
+    return [rows[0], rows[-1]] if len(rows) >= 2 else []
+
+
+def mean_step_s(run):
+    """Mean wall time per step after the warm-up (rank 0's clock); the
+    summary's mean over every step when the run has too few steps."""
+    timed = timing_records(run["steps"])
+    if not timed:
+        return run["summary"]["wall_s"] / max(1, run["summary"]["steps"])
+    first, last = timed
+    return (last["wall_s"] - first["wall_s"]) / (last["step"] - first["step"])

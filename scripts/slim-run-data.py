@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Slim the per-step output of run directories kept under docs/data/.
 
-    scripts/slim-run-data.py [--dry-run] PATH...
+    scripts/slim-run-data.py [--dry-run] [--timing-only] PATH...
 
 PATH is a run directory (`sparsecomm train --out DIR`: config.json,
 metrics.jsonl, summary.json) or any folder holding run directories; every
@@ -34,6 +34,15 @@ the evaluations are those of the run.
               compute spread for cells that predate result.json's
 - lines of any other kind: whole (no reader of docs/data knows them).
 
+--timing-only goes further, for runs that only a table of time to a target
+reads (the runs on emulated clusters, not the pilots a convergence profile
+is made from): of the step records it keeps the two that
+scripts/time-to-target.py's mean step is measured between (run_dirs.py's
+timing_records: the first after the warm-up and the last), slimmed as
+above; evaluations and other lines stay whole. The step count stays in
+summary.json, which every reader of such a run takes it from. A run with
+fewer than two steps after the warm-up keeps every step record.
+
 The step fields left out are read by no script that tabulates docs/data and
 by no part of `sparsecomm convergence` or `plan`: the phase times other
 than compute, bytes, K/k, imbalance, residual and gradient norms, selection
@@ -55,6 +64,8 @@ import math
 import os
 import sys
 import tempfile
+
+import run_dirs
 
 STEP_FIELDS = ("kind", "step", "wall_s", "compute_s")
 
@@ -130,7 +141,25 @@ def slim_line(line, where):
     return new
 
 
-def slim_file(path, dry_run):
+def timing_only(lines):
+    """`lines` (the file's, slimmed) without the step records the mean step
+    is not measured between."""
+    steps = {}
+    for index, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # blank, or an incomplete last line: kept as is
+        if isinstance(record, dict) and record.get("kind") == "step":
+            steps[index] = record
+    timed = run_dirs.timing_records(list(steps.values()))
+    if not timed:
+        return lines
+    keep = {index for index, record in steps.items() if any(record is t for t in timed)}
+    return [line for index, line in enumerate(lines) if index not in steps or index in keep]
+
+
+def slim_file(path, dry_run, timing):
     """(bytes before, bytes after) of one metrics.jsonl."""
     with open(path, encoding="utf-8", newline="") as f:
         text = f.read()
@@ -154,6 +183,8 @@ def slim_file(path, dry_run):
             print(f"slim-run-data: {path} line {number}: incomplete last line kept as is",
                   file=sys.stderr)
             out.append(line)
+    if timing:
+        out = timing_only(out)
     new_text = "\n".join(out)
     if new_text != text and not dry_run:
         directory = os.path.dirname(path) or "."
@@ -186,6 +217,9 @@ def main():
     parser.add_argument("paths", nargs="+", metavar="PATH")
     parser.add_argument("--dry-run", action="store_true",
                         help="print what each file would shrink to; change nothing")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="keep only the step records the mean step is measured between "
+                        "(runs that no convergence profile is made from)")
     args = parser.parse_args()
     before = after = count = 0
     for path in args.paths:
@@ -195,7 +229,7 @@ def main():
         if not files:
             print(f"slim-run-data: no metrics.jsonl under {path}", file=sys.stderr)
         for file in files:
-            b, a = slim_file(file, args.dry_run)
+            b, a = slim_file(file, args.dry_run, args.timing_only)
             before, after, count = before + b, after + a, count + 1
             print(f"{file}: {b} -> {a} bytes")
     verb = "would be" if args.dry_run else "are"

@@ -34,9 +34,6 @@ import sys
 
 import run_dirs
 
-WARMUP_STEPS = 10  # a run's first steps (allocation, first threshold) are not its mean
-
-
 def meets(record, target):
     kind, value = target
     if kind == "accuracy":
@@ -61,14 +58,6 @@ def to_target(run, target):
             return lerp("step"), lerp("wall_s")
         previous = record
     return None
-
-
-def mean_step_s(run):
-    """Mean wall time per step after the warm-up (rank 0's clock)."""
-    rows = [r for r in run["steps"] if r["step"] >= WARMUP_STEPS]
-    if len(rows) < 2:
-        return run["summary"]["wall_s"] / max(1, run["summary"]["steps"])
-    return (rows[-1]["wall_s"] - rows[0]["wall_s"]) / (rows[-1]["step"] - rows[0]["step"])
 
 
 def is_short(run):
@@ -186,7 +175,7 @@ def main():
         options = {}
         for name in present:
             run = runs[(cluster_dir, name)]
-            step_s = mean_step_s(run)
+            step_s = run_dirs.mean_step_s(run)
             composed = False
             reached = to_target(run, target)
             if is_short(run):

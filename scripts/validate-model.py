@@ -8,7 +8,8 @@ it asks `sparsecomm plan` (with the cluster's calibrated profile, the
 model's parameter count and the cell's measured compute time) for the
 method's exchange time, step time and bytes per rank, and prints them beside
 the measured ones with the relative errors, then the median and worst error
-of each quantity over all cells.
+of each quantity over all cells. SPARSECOMM_BIN names another binary than
+build/sparsecomm.
 
 --measured-stats gives `plan` each cell's own sparsification statistics (its
 K/k, mean per-rank selection, imbalance: `plan --stats`) instead of the
@@ -49,8 +50,7 @@ import tempfile
 
 import run_dirs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "sparsecomm")
+BIN = run_dirs.binary()  # SPARSECOMM_BIN, else build/sparsecomm
 
 
 STATISTICS_SCHEMES = {"topk", "dgc", "gaussiank", "micro", "exdyna", "deft"}
