@@ -4,8 +4,9 @@ seeds, then tabulates each cell's final held-out loss and accuracy (mean and
 spread over seeds) beside its bytes per rank per step as a share of the
 first cell's (dense's).
 
-    scripts/accuracy-table.py run OUT CELLS [--seeds "42 1 2"] [--common "FLAGS"] [--only "NAME..."]
-    scripts/accuracy-table.py table OUT CELLS [--seeds "42 1 2"] [--only "NAME..."]
+    scripts/accuracy-table.py run OUT CELLS [--seeds "42 1 2"] [--common "FLAGS"] [--only "NAME..."] [--save FILE]
+    scripts/accuracy-table.py table OUT CELLS [--seeds "42 1 2"] [--only "NAME..."] [--save FILE]
+    scripts/accuracy-table.py show FILE
 
 CELLS is a file of lines `NAME FLAGS...` (# starts a comment); the first
 cell is the reference. Each run goes to OUT/NAME/seedS; a run whose
@@ -15,9 +16,16 @@ CELLS, in its order. SPARSECOMM_BIN names another binary
 than build/sparsecomm (the table reads the runs through its `report
 --format json`: scripts/run_dirs.py). The cells of the pages of
 docs/benchmarks/ are in scripts/accuracy-cells/.
+
+--save FILE writes what the table is computed from (each cell's flags and,
+per seed, the final held-out loss, test accuracy and bytes per rank per
+step, or that the run has no summary) as a small JSON file: the file
+docs/data keeps for a table instead of its runs. `show FILE` prints the
+table from it, the same table `table` printed.
 """
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -72,31 +80,50 @@ def spread(values, digits=4):
     return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def table(out, cells, seeds):
+def collect(out, cells, seeds):
+    """What the table is computed from: per cell its flags and per seed the
+    run's figures, "no summary" for a run started without one (failed,
+    diverged or still running), or nothing for a run never started."""
     runs = {run["dir"]: run for run in run_dirs.load_runs(
         d for d in (os.path.join(out, name, f"seed{seed}") for name, _ in cells for seed in seeds)
         if run_dirs.finished(d))}
-    rows = []
+    collected = []
     for name, flags in cells:
-        losses, accuracies, byte_counts, diverged, found = [], [], [], 0, []
+        results = {}
         for seed in seeds:
             run_dir = os.path.join(out, name, f"seed{seed}")
             if run_dir not in runs:
                 if os.path.exists(run_dir + ".log"):
-                    # started without a summary: failed, diverged, or still running
-                    diverged += 1
+                    results[str(seed)] = "no summary"
                 continue
             summary = runs[run_dir]["summary"]
             last = runs[run_dir]["evals"][-1] if runs[run_dir]["evals"] else None
+            results[str(seed)] = {
+                "test_loss": last["test_loss"] if last else None,
+                "test_accuracy": summary["test_accuracy"],
+                "bytes_per_rank_per_step": summary["bytes_per_rank_per_step"]}
+        collected.append({"cell": name, "flags": flags, "seeds": results})
+    return collected
+
+
+def table(collected):
+    rows = []
+    for cell in collected:
+        losses, accuracies, byte_counts, diverged, found = [], [], [], 0, []
+        for seed, result in cell["seeds"].items():
+            if result == "no summary":
+                diverged += 1
+                continue
             found.append(seed)
-            loss = last["test_loss"] if last and last["test_loss"] is not None else float("nan")
+            loss = result["test_loss"] if result["test_loss"] is not None else float("nan")
             if not math.isfinite(loss):
                 diverged += 1
                 continue
             losses.append(loss)
-            accuracies.append(100.0 * summary["test_accuracy"])
-            byte_counts.append(summary["bytes_per_rank_per_step"])
-        rows.append((name, flags, losses, accuracies, byte_counts, diverged, found))
+            accuracies.append(100.0 * result["test_accuracy"])
+            byte_counts.append(result["bytes_per_rank_per_step"])
+        rows.append((cell["cell"], cell["flags"], losses, accuracies, byte_counts, diverged,
+                     found))
     reference = rows[0]
     ref_loss = statistics.fmean(reference[2]) if reference[2] else float("nan")
     ref_bytes = statistics.fmean(reference[4]) if reference[4] else float("nan")
@@ -122,13 +149,25 @@ def table(out, cells, seeds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "table"))
-    parser.add_argument("out")
-    parser.add_argument("cells")
+    parser.add_argument("action", choices=("run", "table", "show"))
+    parser.add_argument("out", help="the runs' folder (show: a file --save wrote)")
+    parser.add_argument("cells", nargs="?")
     parser.add_argument("--seeds", default="42 1 2")
     parser.add_argument("--common", default="")
     parser.add_argument("--only", default="", help="names of the cells to keep")
+    parser.add_argument("--save", help="also write what the table is computed from to FILE")
     args = parser.parse_args()
+    if args.action == "show":
+        if args.cells or args.save:
+            sys.exit("show takes only the FILE that --save wrote")
+        try:
+            with open(args.out) as f:
+                table(json.load(f)["cells"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"show: {args.out} is not a file accuracy-table.py --save wrote ({e})")
+        return
+    if not args.cells:
+        sys.exit(f"{args.action} needs OUT and CELLS (a file of lines 'NAME FLAGS...')")
     cells = read_cells(args.cells)
     if args.only:
         names = args.only.split()
@@ -143,7 +182,12 @@ def main():
         sys.exit(f"--seeds takes integers separated by spaces, got '{args.seeds}'")
     if args.action == "run":
         run_cells(args.out, cells, seeds, shlex.split(args.common))
-    table(args.out, cells, seeds)
+    collected = collect(args.out, cells, seeds)
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump({"cells": collected}, f, indent=1)
+            f.write("\n")
+    table(collected)
 
 
 if __name__ == "__main__":
