@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The check for a machine with an NVIDIA GPU and a current PyTorch (issue
 # 42; docs/python.md, "Any PyTorch"). It needs no network: cmake, a C++20
-# compiler, the interpreter's torch (with CUDA), pytest, and the
-# development headers of fmt, spdlog, nlohmann-json and zlib. Each step
+# compiler, the interpreter's torch (with CUDA), pytest, and the headers of
+# fmt, spdlog, nlohmann-json and zlib: the machine's, or those
+# scripts/vendor-deps.sh unpacked into .deps/ on a Debian machine (carry
+# .deps with the working tree; scripts/hidden-deps-check.sh shows the build
+# needs no more). Each step
 # reports on its own line and the script goes on after a failed one; the
 # exit status counts the failed steps. Well under 10 minutes on one H100.
 #
