@@ -62,50 +62,47 @@ profile() {
   fi
 }
 
-tt="$ROOT/scripts/time-to-target.py"
+# tt NAME FOLDER PROFILE PILOTS TARGET VALUE: scripts/time-to-target.py on
+# docs/data/FOLDER with the convergence profile PROFILE.json, the pilots of
+# docs/data/PILOTS ("-": none) and --target-TARGET VALUE.
+tt() {
+  local name="$1" folder="$2" profile="$3" pilots="$4" target="$5" value="$6"
+  local with_pilots=()
+  [[ $pilots == - ]] || with_pilots=(--pilots "$D/$pilots")
+  table "$name" $PY "$ROOT/scripts/time-to-target.py" "$D/$folder" \
+    --convergence "$D/$profile.json" "${with_pilots[@]}" "--target-$target" "$value"
+}
 # docs/benchmarks/time-to-target.md
-table tt-cnn-4hosts $PY "$tt" "$D/time-to-target-2026-11-29" \
-  --convergence "$D/convergence-cnn-5ep.json" --target-accuracy 91.5
-table tt-cnn-8hosts $PY "$tt" "$D/time-to-target-2026-11-29-cnn-8hosts" \
-  --convergence "$D/convergence-cnn-5ep-n8.json" --target-accuracy 90.52
-table tt-cnn-8hosts-lower $PY "$tt" "$D/time-to-target-2026-11-29-cnn-8hosts" \
-  --convergence "$D/convergence-cnn-5ep-n8.json" --target-accuracy 89.52
-table tt-wide-mlp-4hosts $PY "$tt" "$D/time-to-target-2026-11-29-wide-mlp" \
-  --convergence "$D/convergence-wide-mlp-3ep.json" --target-accuracy 87.27 \
-  --pilots "$D/time-to-target-2026-11-29-wide-mlp/pilots"
-table tt-wide-mlp-8hosts $PY "$tt" "$D/time-to-target-2026-12-06-wide-mlp-8hosts" \
-  --convergence "$D/convergence-wide-mlp-3ep-n8.json" --target-accuracy 83.25 \
-  --pilots "$D/pilots-wide-mlp-3ep-n8"
-table tt-char-transformer-4hosts $PY "$tt" "$D/time-to-target-2026-12-01-char-transformer" \
-  --convergence "$D/convergence-char-transformer-300.json" --target-loss 2.33
-table tt-char-transformer-4hosts-higher $PY "$tt" "$D/time-to-target-2026-12-01-char-transformer" \
-  --convergence "$D/convergence-char-transformer-300.json" --target-loss 2.65
-table tt-char-transformer-8hosts $PY "$tt" "$D/time-to-target-2026-12-05-char-transformer-8hosts" \
-  --convergence "$D/convergence-char-transformer-300-n8.json" --target-loss 2.31
-table tt-char-transformer-8hosts-higher $PY "$tt" "$D/time-to-target-2026-12-05-char-transformer-8hosts" \
-  --convergence "$D/convergence-char-transformer-300-n8.json" --target-loss 2.62
+tt tt-cnn-4hosts time-to-target-2026-11-29 convergence-cnn-5ep - accuracy 91.5
+tt tt-cnn-8hosts time-to-target-2026-11-29-cnn-8hosts convergence-cnn-5ep-n8 - accuracy 90.52
+tt tt-cnn-8hosts-lower time-to-target-2026-11-29-cnn-8hosts convergence-cnn-5ep-n8 - accuracy 89.52
+tt tt-wide-mlp-4hosts time-to-target-2026-11-29-wide-mlp convergence-wide-mlp-3ep \
+  time-to-target-2026-11-29-wide-mlp/pilots accuracy 87.27
+tt tt-wide-mlp-8hosts time-to-target-2026-12-06-wide-mlp-8hosts convergence-wide-mlp-3ep-n8 \
+  pilots-wide-mlp-3ep-n8 accuracy 83.25
+tt tt-char-transformer-4hosts time-to-target-2026-12-01-char-transformer \
+  convergence-char-transformer-300 - loss 2.33
+tt tt-char-transformer-4hosts-higher time-to-target-2026-12-01-char-transformer \
+  convergence-char-transformer-300 - loss 2.65
+tt tt-char-transformer-8hosts time-to-target-2026-12-05-char-transformer-8hosts \
+  convergence-char-transformer-300-n8 - loss 2.31
+tt tt-char-transformer-8hosts-higher time-to-target-2026-12-05-char-transformer-8hosts \
+  convergence-char-transformer-300-n8 - loss 2.62
 # docs/benchmarks/local-steps.md
-table tt-cnn-local-8hosts $PY "$tt" "$D/time-to-target-2026-12-06-cnn-local-8hosts" \
-  --convergence "$D/convergence-cnn-5ep-n8-local.json" --pilots "$D/pilots-cnn-5ep-n8-local" \
-  --target-accuracy 90.47
-table tt-cnn-local-8hosts-lower $PY "$tt" "$D/time-to-target-2026-12-06-cnn-local-8hosts" \
-  --convergence "$D/convergence-cnn-5ep-n8-local.json" --pilots "$D/pilots-cnn-5ep-n8-local" \
-  --target-accuracy 89.47
-table tt-char-transformer-local-8hosts $PY "$tt" "$D/time-to-target-2026-12-06-char-transformer-local-8hosts" \
-  --convergence "$D/convergence-char-transformer-300-n8-local.json" \
-  --pilots "$D/pilots-char-transformer-300-n8-local" --target-loss 2.62
-table tt-char-transformer-local-8hosts-lower $PY "$tt" "$D/time-to-target-2026-12-06-char-transformer-local-8hosts" \
-  --convergence "$D/convergence-char-transformer-300-n8-local.json" \
-  --pilots "$D/pilots-char-transformer-300-n8-local" --target-loss 2.31
-table tt-cnn-local-4hosts $PY "$tt" "$D/time-to-target-2026-12-06-cnn-local-4hosts" \
-  --convergence "$D/convergence-cnn-5ep-n4-local.json" --pilots "$D/pilots-cnn-5ep-n4-local" \
-  --target-accuracy 90.63
-table tt-cnn-local-4hosts-lower $PY "$tt" "$D/time-to-target-2026-12-06-cnn-local-4hosts" \
-  --convergence "$D/convergence-cnn-5ep-n4-local.json" --pilots "$D/pilots-cnn-5ep-n4-local" \
-  --target-accuracy 89.63
-table tt-char-transformer-local-4hosts $PY "$tt" "$D/time-to-target-2026-12-06-char-transformer-local-4hosts" \
-  --convergence "$D/convergence-char-transformer-300-n4-local.json" \
-  --pilots "$D/pilots-char-transformer-300-n4-local" --target-loss 2.65
+tt tt-cnn-local-8hosts time-to-target-2026-12-06-cnn-local-8hosts convergence-cnn-5ep-n8-local \
+  pilots-cnn-5ep-n8-local accuracy 90.47
+tt tt-cnn-local-8hosts-lower time-to-target-2026-12-06-cnn-local-8hosts convergence-cnn-5ep-n8-local \
+  pilots-cnn-5ep-n8-local accuracy 89.47
+tt tt-char-transformer-local-8hosts time-to-target-2026-12-06-char-transformer-local-8hosts \
+  convergence-char-transformer-300-n8-local pilots-char-transformer-300-n8-local loss 2.62
+tt tt-char-transformer-local-8hosts-lower time-to-target-2026-12-06-char-transformer-local-8hosts \
+  convergence-char-transformer-300-n8-local pilots-char-transformer-300-n8-local loss 2.31
+tt tt-cnn-local-4hosts time-to-target-2026-12-06-cnn-local-4hosts convergence-cnn-5ep-n4-local \
+  pilots-cnn-5ep-n4-local accuracy 90.63
+tt tt-cnn-local-4hosts-lower time-to-target-2026-12-06-cnn-local-4hosts convergence-cnn-5ep-n4-local \
+  pilots-cnn-5ep-n4-local accuracy 89.63
+tt tt-char-transformer-local-4hosts time-to-target-2026-12-06-char-transformer-local-4hosts \
+  convergence-char-transformer-300-n4-local pilots-char-transformer-300-n4-local loss 2.65
 
 # docs/benchmarks/performance-model.md: every grid against today's model.
 for grid in "$D"/validation-*/; do

@@ -84,11 +84,13 @@ step tests env PYTHONPATH="$OUT/build/python" OMP_NUM_THREADS=1 \
 # gradients selected on the host) and on the CPU: the same accuracy within
 # the seeds' spread (docs/benchmarks/accuracy-sgd.md: about 0.1-0.3 points).
 example() {
-  local device
+  local device data=()
+  # Without Debian's dataset-fashion-mnist: the copy scripts/vendor-deps.sh made.
+  [[ -d $ROOT/.deps/fashion-mnist ]] && data=(--data "$ROOT/.deps/fashion-mnist")
   for device in cuda cpu; do
     env PYTHONPATH="$OUT/build/python" OMP_NUM_THREADS=4 "$PYTHON" \
       "$ROOT/examples/ddp_fashion_mnist/train.py" --processes 2 --hook exdyna --epochs 1 \
-      --device "$device" --out "$OUT/example-$device" || return 1
+      --device "$device" --out "$OUT/example-$device" "${data[@]}" || return 1
   done
 }
 step example example

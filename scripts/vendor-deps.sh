@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Unpacks the headers the Python package's standalone build needs beyond
 # PyTorch, CMake and pybind11 (fmt, spdlog, nlohmann-json, zlib) from their
-# Debian packages into DIR (default .deps/, ignored by git), so that the
+# Debian packages into DIR/include (default DIR .deps/, ignored by git), and
+# copies Fashion-MNIST for the CNN example into DIR/fashion-mnist, so that the
 # working tree carries them to a machine without Debian's packages, e.g. a
 # GPU image with its own PyTorch and no network (scripts/gpu-check.sh; the
 # device tool's `carry` takes .deps). python/CMakeLists.txt uses them when
@@ -45,6 +46,14 @@ for header in fmt/format.h spdlog/spdlog.h nlohmann/json.hpp zlib.h; do
   [[ -f $DIR.new/include/$header ]] ||
     { echo "vendor-deps: the packages left no usr/include/$header" >&2; exit 1; }
 done
+# Fashion-MNIST (Debian's dataset-fashion-mnist) for gpu-check.sh's CNN example.
+DATASET=/usr/share/datasets/fashion-mnist
+if compgen -G "$DATASET/*.gz" > /dev/null; then
+  mkdir -p "$DIR.new/fashion-mnist"
+  cp "$DATASET"/*.gz "$DIR.new/fashion-mnist/"
+else
+  echo "vendor-deps: no $DATASET (dataset-fashion-mnist): gpu-check.sh's example will lack it" >&2
+fi
 rm -rf "$DIR"
 mv "$DIR.new" "$DIR"
-echo "vendor-deps: headers in $DIR/include ($(du -sh "$DIR" | cut -f1))"
+echo "vendor-deps: $DIR ($(du -sh "$DIR" | cut -f1)): $(ls "$DIR" | tr '\n' ' ')"

@@ -51,10 +51,10 @@ def read_idx(path):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def load(split):
+def load(split, data=DATA):
     prefix = "train" if split == "train" else "t10k"
-    images = torch.from_numpy(read_idx(DATA / f"{prefix}-images-idx3-ubyte.gz").copy())
-    labels = torch.from_numpy(read_idx(DATA / f"{prefix}-labels-idx1-ubyte.gz").copy())
+    images = torch.from_numpy(read_idx(data / f"{prefix}-images-idx3-ubyte.gz").copy())
+    labels = torch.from_numpy(read_idx(data / f"{prefix}-labels-idx1-ubyte.gz").copy())
     inputs = (images.float().unsqueeze(1) / 255.0 - PIXEL_MEAN) / PIXEL_STD
     return inputs, labels.long()
 
@@ -173,9 +173,18 @@ def main():
     parser.add_argument("--limit", type=int, default=0,
                         help="use only the first N training images (0: all 60,000)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/ddp-example"))
+    parser.add_argument("--data", type=pathlib.Path, default=DATA,
+                        help="Fashion-MNIST's four .gz files (default: Debian's "
+                        "dataset-fashion-mnist)")
     parser.add_argument("--processes", type=int, default=0,
                         help="start this many worker processes on this machine")
     args = parser.parse_args()
+    missing = [name for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                 "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+               if not (args.data / name).is_file()]
+    if missing:
+        parser.error(f"--data {args.data} lacks {', '.join(missing)}: install Debian's "
+                     "dataset-fashion-mnist, or point --data at a folder with the four files")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.processes > 0:
         for stale in args.out.glob("rendezvous-*"):
@@ -223,10 +232,10 @@ def train(spawned_rank, spawned_world, args):
                                     overlap=not args.no_overlap, selection=args.selection,
                                     **options)
 
-    train_x, train_y = load("train")
+    train_x, train_y = load("train", args.data)
     if args.limit > 0:
         train_x, train_y = train_x[:args.limit], train_y[:args.limit]
-    test_x, test_y = load("test")
+    test_x, test_y = load("test", args.data)
     steps_per_epoch = len(train_x) // (args.batch * world)
     total_steps = steps_per_epoch * args.epochs
     # DGC's momentum correction (memory=momentum) applies the momentum in
