@@ -29,6 +29,7 @@ from ._sparsecomm import (  # noqa: F401  (the package's API)
     Synchronizer,
     UpdateDirection,
     allreduce,
+    device_methods,
     method_options,
     methods,
 )

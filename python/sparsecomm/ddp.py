@@ -57,7 +57,8 @@ import torch
 import torch.distributed as dist
 
 from ._sparsecomm import (Communicator, DeviceSynchronizer, Synchronizer, UpdateDirection,
-                          _fail_future, _HookWorker, dense_tensors, tensor_buckets)
+                          _fail_future, _HookWorker, dense_tensors, device_methods,
+                          tensor_buckets)
 from ._common import option_texts, process_group
 
 
@@ -86,14 +87,10 @@ def _split(parameters, cap_bytes):
     return [parameters[begin:end] for begin, end in tensor_buckets(sizes, cap_bytes or 0)]
 
 
-# The methods DeviceSynchronizer runs on the gradient's device.
-_DEVICE_METHODS = ("topk", "threshold")
-
-
 def _selection_for(selection, method, named, compress):
     """Where the hook selects: 'host' (sparsecomm's C++ schemes, every
     method; a device's gradients cross to the host and back) or 'device'
-    (on the gradients' own device, DeviceSynchronizer: topk, threshold);
+    (on the gradients' own device, DeviceSynchronizer: ``device_methods()``);
     'auto' picks the device for gradients off the CPU where the method has
     a device path."""
     if selection not in ("auto", "host", "device"):
@@ -105,7 +102,7 @@ def _selection_for(selection, method, named, compress):
                          "the hook takes a model on one device")
     on_cpu = next(iter(devices)).type == "cpu"
     if selection == "auto":
-        device_path = not on_cpu and method in _DEVICE_METHODS and compress == "gradient"
+        device_path = not on_cpu and method in device_methods() and compress == "gradient"
         selection = "device" if device_path else "host"
     if selection == "device" and compress == "update":
         raise ValueError("sparsecomm: compress='update' keeps the AdamW moments on the host; use "
@@ -184,7 +181,7 @@ class HookState:
                 f"sparsecomm: {method} selects on the host, whose exchange sends CPU tensors, "
                 "which NCCL cannot carry; pass group=torch.distributed.new_group(backend='gloo') "
                 "to the hook (DDP keeps its NCCL group), or use a method with a device path "
-                f"({', '.join(_DEVICE_METHODS)})")
+                f"({', '.join(device_methods())})")
         self.comm = Communicator(group) if self.selection == "host" else None
         # The CLI's rule (--min-numel, --exclude): ValueError for a pattern
         # that matches nothing or a rule that leaves nothing to sparsify.

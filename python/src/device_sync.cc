@@ -10,6 +10,7 @@
 
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/sparsify/options.h"
+#include "sparsecomm/sync/gradient_sync.h"
 
 namespace sparsecomm::python {
 namespace {
@@ -29,26 +30,34 @@ constexpr double kOctaves = 40.0;
 
 }  // namespace
 
+std::string device_method_names() {
+  std::string names;
+  for (const SyncMethodInfo& info : sync_methods()) {
+    if (info.device_path) names += (names.empty() ? "" : ", ") + info.name;
+  }
+  return names;
+}
+
 DeviceSynchronizer::DeviceSynchronizer(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                        const std::string& method,
                                        const std::map<std::string, std::string>& options,
                                        const std::string& nonfinite)
     : group_(std::move(group)), method_(method), policy_(parse_nonfinite_policy(nonfinite)) {
-  if (method_ != "topk" && method_ != "threshold" && method_ != "dense") {
-    throw InvalidArgument("[device] '" + method_ +
-                          "' has no device path: on the gradient's device sparsecomm runs topk, "
-                          "threshold and dense; use selection='host' (CPU tensors) for the others");
+  const SyncMethodInfo& info = sync_method(method_);  // InvalidArgument for an unknown name
+  if (!info.device_path) {
+    throw InvalidArgument("[device] '" + method_ + "' has no device path: on the gradient's " +
+                          "device sparsecomm runs " + device_method_names() +
+                          "; use selection='host' (CPU tensors) for the others");
   }
   for (const auto& [key, value] : options) {
-    const bool known = (key == "density" && method_ != "dense") ||
-                       (key == "lambda" && method_ == "threshold") ||
-                       (key == "memory" && value == "ef" && method_ != "dense");
-    if (!known) {
+    if (!info.device_takes(key, value)) {
+      std::string takes;
+      for (const std::string& option : info.device_options) {
+        takes += (takes.empty() ? "" : ", ") + option;
+      }
       throw InvalidArgument("[device] " + method_ + " on the gradient's device takes " +
-                            (method_ == "dense" ? std::string("no options")
-                             : method_ == "topk" ? std::string("density (and memory=ef)")
-                                                 : std::string("density and lambda (and memory=ef)")) +
-                            ", not " + key + "=" + value + "; use selection='host' for the others");
+                            (takes.empty() ? std::string("no options") : takes) + ", not " + key +
+                            "=" + value + "; use selection='host' for the others");
     }
   }
   if (method_ != "dense") {
@@ -119,7 +128,8 @@ at::Tensor DeviceSynchronizer::select(const at::Tensor& accumulated, std::int64_
 
 bool DeviceSynchronizer::all_finite(const at::Tensor& gradient, StepMetrics& metrics) {
   const Clock::time_point begin = Clock::now();
-  std::vector<at::Tensor> flag{at::logical_not(at::isfinite(gradient)).any().to(at::kFloat).reshape({1})};
+  std::vector<at::Tensor> flag{
+      at::logical_not(at::isfinite(gradient)).any().to(at::kFloat).reshape({1})};
   if (group_) {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MAX;
@@ -174,7 +184,8 @@ void DeviceSynchronizer::sum_selections(const at::Tensor& indices, const at::Ten
   std::int64_t total = 0;
   for (const std::int64_t c : per_rank) total += c;
   metrics.imbalance = total > 0 ? static_cast<double>(world) * static_cast<double>(widest) /
-                                          static_cast<double>(total) - 1.0
+                                          static_cast<double>(total) -
+                                      1.0
                                 : 0.0;
   // What this rank's all_gathers carry to each peer: the count and the
   // padded lists.
@@ -208,8 +219,8 @@ StepMetrics DeviceSynchronizer::run(const at::Tensor& gradient, const GroupStep&
     gradient.div_(world);
     metrics.exchange_s = seconds_since(begin);
     metrics.bytes_sent = metrics.bytes_received =
-        static_cast<std::uint64_t>(2 * gradient.numel() * 4) * static_cast<std::uint64_t>(world - 1) /
-        static_cast<std::uint64_t>(world);
+        static_cast<std::uint64_t>(2 * gradient.numel() * 4) *
+        static_cast<std::uint64_t>(world - 1) / static_cast<std::uint64_t>(world);
     return metrics;
   }
 

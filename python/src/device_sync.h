@@ -8,7 +8,8 @@
 // same code runs on any device torch has kernels for, and the tests run it
 // on the CPU.
 //
-// Methods:
+// Methods (the registry's: SyncMethodInfo::device_path and device_options,
+// whose names device_method_names() lists):
 //   topk       exact Top-k of |g + e| (k = round(density * d), at least 1):
 //              a histogram of log2|a| over 64 bins finds the bin that holds
 //              the k-th largest, the elements at or above its lower edge are
@@ -27,9 +28,13 @@
 #include <string>
 
 #include "group_sync.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 
 namespace sparsecomm::python {
+
+// "dense, topk, threshold": the methods with a device path, for messages and
+// for the hook's choice (sparsecomm.device_methods()).
+std::string device_method_names();
 
 class DeviceSynchronizer final : public GroupSync {
  public:

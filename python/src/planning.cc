@@ -94,6 +94,17 @@ void bind_planning(py::module_& m) {
   });
 
   m.def(
+      "device_methods",
+      [] {
+        std::vector<std::string> names;
+        for (const SyncMethodInfo& info : sync_methods()) {
+          if (info.device_path) names.push_back(info.name);
+        }
+        return names;
+      },
+      "The methods the DDP hook can run on the gradients' own device (selection='device').");
+
+  m.def(
       "method_options",
       [](const std::string& method) {
         std::vector<std::string> names;

@@ -23,7 +23,7 @@
 #include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/sync/selection_step.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 
 namespace py = pybind11;
 

@@ -18,7 +18,7 @@
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 #include "sparsecomm/sync/step_metrics.h"
 
 namespace py = pybind11;

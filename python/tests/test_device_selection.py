@@ -51,6 +51,13 @@ def test_bad_device_settings_raise_value_errors():
         DeviceSynchronizer(group, "exdyna", {})
     with pytest.raises(ValueError, match="takes density"):
         DeviceSynchronizer(group, "topk", {"exchange": "allgather"})
+    # The registry says what the device path implements (SchemeTraits::device_options).
+    assert sparsecomm.device_methods() == ["dense", "topk", "threshold"]
+    with pytest.raises(ValueError, match="takes density, memory=ef, not memory=none"):
+        DeviceSynchronizer(group, "topk", {"memory": "none"})
+    DeviceSynchronizer(group, "threshold", {"lambda": "0.01", "memory": "ef"})
+    with pytest.raises(ValueError, match="dense on the gradient's device takes no options"):
+        DeviceSynchronizer(group, "dense", {"density": "0.1"})
     with pytest.raises(ValueError, match="density"):
         DeviceSynchronizer(group, "topk", {"density": "0"})
     sync = DeviceSynchronizer(group, "topk", {"density": "0.1"})

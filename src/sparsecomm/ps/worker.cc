@@ -17,7 +17,7 @@
 #include "sparsecomm/ps/parameter_server.h"
 #include "sparsecomm/ps/protocol.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 
 namespace sparsecomm {
 // In a named namespace: PsWorker::Sparse holds one.
@@ -93,27 +93,22 @@ void wait_all(std::vector<Request>& requests) {
 
 struct PsWorker::Sparse {
   Sparse(Communicator& comm, const ServerLayout& layout, const PsOptions& options)
-      : parts(make_scheme(options.push, options.scheme_options)),
+      : sequence(make_scheme(options.push, options.scheme_options),
+                 fmt::format("[ps] worker {}", comm.rank())),
         view(comm, layout.workers()),
         gather_counts(ps_push_is_partition_based(options.push)),
         gathered(static_cast<std::size_t>(layout.workers()), 0),
         payloads(static_cast<std::size_t>(layout.servers())) {}
 
-  SchemeParts parts;
+  SparsifySequence sequence;
   ps::WorkerGroupView view;
   // Partition-based (BSP only): all-gather counts and indices each step.
   bool gather_counts = false;
-  SparseSelection selection;
   std::vector<std::size_t> index_byte_counts;  // partition-based: per worker
   std::vector<Index> all_indices;              // partition-based: every worker's indices, merged
   SparseSelection union_selection;             // partition-based: own values at all_indices
-  // The pushed entries: the explicit ones and the known ranges written out
-  // (SparseSelection::expand_known): in the all-reduce exchanges every rank
-  // transmits its own accumulated values there with no index on the wire;
-  // a push carries every index.
-  SparseSelection pushed;
-  std::vector<std::uint64_t> gathered;               // per worker: selected count
-  std::vector<std::size_t> counts;                   // per worker (or only this one's)
+  std::vector<std::uint64_t> gathered;         // per worker: selected count
+  std::vector<std::size_t> counts;             // per worker (or only this one's)
   std::vector<std::vector<std::uint32_t>> payloads;  // per server: indices, then value bits
 
   // Partition-based schemes: every worker's counts and indices, all-gathered
@@ -317,11 +312,9 @@ void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Pa
   ctx.rank = worker_;
   ctx.world = layout_.workers();
   ctx.layers = options_.layers;
-  report.target = sp.parts.sparsifier->target(gradient.size(), ctx);
-  sp.parts.memory->accumulate(gradient);
-  const std::span<float> accumulated = sp.parts.memory->accumulated();
-  sp.parts.sparsifier->select(accumulated, ctx, sp.view, sp.selection);
-  const SparseSelection& sel = sp.selection;
+  report.target = sp.sequence.target(gradient.size(), ctx);
+  const SparseSelection& sel = sp.sequence.select(gradient, ctx, sp.view);
+  const std::span<float> accumulated = sp.sequence.accumulated();
   std::size_t known = 0;
   for (const Range& range : sel.known) known += range.size();
   // The step's shared outcome. Partition-based schemes (BSP, so every
@@ -341,29 +334,27 @@ void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Pa
     union_size = sel.size();
   }
   union_size += known;
-  try {
-    pushed->expand_known(accumulated, sp.pushed);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(
-        fmt::format("[ps] worker {}, scheme '{}': {}", worker_, options_.push, e.what()));
-  }
+  // The pushed entries: the explicit ones and the known ranges written out:
+  // in the all-reduce exchanges every rank transmits its own accumulated
+  // values there with no index on the wire; a push carries every index.
+  const SparseSelection& written_out = sp.sequence.written_out(*pushed);
   // Split the ascending pushed entries by shard.
   std::size_t pos = 0;
   for (int s = 0; s < servers; ++s) {
     const Range shard = layout_.shard(s);
     const auto end = static_cast<std::size_t>(
-        std::lower_bound(sp.pushed.indices.begin() + static_cast<std::ptrdiff_t>(pos),
-                         sp.pushed.indices.end(), static_cast<Index>(shard.end)) -
-        sp.pushed.indices.begin());
+        std::lower_bound(written_out.indices.begin() + static_cast<std::ptrdiff_t>(pos),
+                         written_out.indices.end(), static_cast<Index>(shard.end)) -
+        written_out.indices.begin());
     const std::size_t n = end - pos;
     auto& words = sp.payloads[static_cast<std::size_t>(s)];
     words.resize(2 * n);
     double sum = 0.0;
     for (std::size_t j = 0; j < n; ++j) {
-      words[j] = static_cast<std::uint32_t>(sp.pushed.indices[pos + j] - shard.begin);
-      sum += sp.pushed.values[pos + j];
+      words[j] = static_cast<std::uint32_t>(written_out.indices[pos + j] - shard.begin);
+      sum += written_out.values[pos + j];
     }
-    if (n > 0) std::memcpy(words.data() + n, sp.pushed.values.data() + pos, n * sizeof(float));
+    if (n > 0) std::memcpy(words.data() + n, written_out.values.data() + pos, n * sizeof(float));
     payloads.bytes[static_cast<std::size_t>(s)] =
         std::as_bytes(std::span<const std::uint32_t>(words));
     payloads.counts[static_cast<std::size_t>(s)] = n;
@@ -372,13 +363,12 @@ void PsWorker::sparse_payloads(std::span<const float> gradient, double epoch, Pa
   }
   // Error feedback: exactly what was pushed leaves the residual (fp32
   // values; a known position's residual becomes 0).
-  sp.parts.memory->take_sent(sp.pushed);
+  sp.sequence.sent(written_out);
   report.selected = sel.size();
   report.union_size = union_size;
   report.bytes_to_workers = index_bytes_to_workers;
-  const ExchangeOutcome outcome{sp.counts, union_size, report.target};
-  sp.parts.sparsifier->observe(outcome, ctx);
-  report.residual_norm = sp.parts.memory->residual_norm();
+  sp.sequence.observe(sp.counts, union_size, report.target, ctx);
+  report.residual_norm = sp.sequence.memory().residual_norm();
 }
 
 // One push request per server, its payload after it; the log counts them.
@@ -414,7 +404,7 @@ void PsWorker::send_payloads(const Payloads& payloads, double learning_rate, Pus
 
 std::span<const float> PsWorker::residual() const {
   if (!sparse_) return {};
-  return sparse_->parts.memory->accumulated();
+  return sparse_->sequence.kept();
 }
 
 void PsWorker::pause() {
@@ -454,7 +444,7 @@ void PsWorker::save(StateWriter& writer) const {
     writer.value<std::uint64_t>(sent.fingerprint);
   }
   writer.value<std::uint8_t>(sparse_ ? 1 : 0);
-  if (sparse_) save_scheme_state(sparse_->parts, writer);
+  if (sparse_) sparse_->sequence.save(writer);
 }
 
 void PsWorker::load(StateReader& reader) {
@@ -487,7 +477,7 @@ void PsWorker::load(StateReader& reader) {
     throw Error(fmt::format("[ps] worker {}: the saved state pushed {}, this run pushes {}",
                             worker_, sparse_ ? "dense gradients" : "sparse ones", options_.push));
   }
-  if (sparse_) load_scheme_state(sparse_->parts, reader);
+  if (sparse_) sparse_->sequence.load(reader);
 }
 
 void PsWorker::finish() {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,11 @@ struct SchemeTraits {
   bool every_coordinate = false;
   // The values= default (the quantizers' own codec; fp32 for the rest).
   ValueEncoding default_values = ValueEncoding::kFloat32;
+  // The options the device path implements (the DDP hook selecting on the
+  // gradients' own device, python/src/device_sync.cc): "name" takes any
+  // value, "name=value" that value only. Empty: the scheme has no device
+  // path and runs on the host.
+  std::span<const std::string_view> device_options = {};
 
   // Every rank selects the same indices: the "shared" exchange applies.
   bool identical_selections() const {

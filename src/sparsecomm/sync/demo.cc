@@ -110,12 +110,11 @@ class DeMo final : public GradientSync {
                           Communicator& comm) override {
     StepMetrics m;
     if (!begin_finite_step(gradient, ctx, comm, policy_, finite_flags_, m)) return m;
-    Stopwatch watch;
     plan(gradient.size(), ctx.layers);
     m.gradient_norm = std::sqrt(sum_of_squares(gradient));
 
     // M = beta M + DCT(g), chunk by chunk.
-    watch.restart();
+    Stopwatch watch;
     const auto beta = static_cast<float>(beta_);
     for (const Chunk& c : chunks_) {
       basis_for(c.length).forward(gradient.subspan(c.begin, c.length),

@@ -30,7 +30,7 @@
 #include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync_interface.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 
 namespace sparsecomm {
 

@@ -226,23 +226,47 @@ class SkipReduceSync final : public GradientSync {
 const std::vector<SyncMethodInfo>& sync_methods() {
   static const std::vector<SyncMethodInfo> methods = [] {
     std::vector<SyncMethodInfo> out;
-    out.push_back({"dense", "all-reduce of the whole gradient", dense_option_specs()});
-    out.push_back({"skipreduce", "Skip-Reduce: index-free pruning inside the ring all-reduce",
-                   skipreduce_option_specs()});
-    out.push_back({"powersgd",
-                   "PowerSGD: each matrix as a rank-r product P Q^T, two all-reduces, error "
-                   "feedback, warm start; vectors and small tensors averaged whole",
-                   powersgd_option_specs()});
-    out.push_back({"demo",
-                   "DeMo: each rank's own momentum, the topk largest DCT coefficients of every "
-                   "chunk sent (allgather), the sign of their mean applied; SGD without momentum",
-                   demo_option_specs()});
+    out.push_back({.name = "dense",
+                   .summary = "all-reduce of the whole gradient",
+                   .options = dense_option_specs(),
+                   .device_path = true});
+    out.push_back({.name = "skipreduce",
+                   .summary = "Skip-Reduce: index-free pruning inside the ring all-reduce",
+                   .options = skipreduce_option_specs()});
+    out.push_back({.name = "powersgd",
+                   .summary = "PowerSGD: each matrix as a rank-r product P Q^T, two all-reduces, "
+                              "error feedback, warm start; vectors and small tensors averaged "
+                              "whole",
+                   .options = powersgd_option_specs()});
+    out.push_back({.name = "demo",
+                   .summary = "DeMo: each rank's own momentum, the topk largest DCT coefficients "
+                              "of every chunk sent (allgather), the sign of their mean applied; "
+                              "SGD without momentum",
+                   .options = demo_option_specs()});
     for (const SchemeInfo& scheme : scheme_registry()) {
-      out.push_back({scheme.name, scheme.summary, scheme.options, !scheme.traits.every_coordinate});
+      const std::span<const std::string_view> device = scheme.traits.device_options;
+      out.push_back({.name = scheme.name,
+                     .summary = scheme.summary,
+                     .options = scheme.options,
+                     .has_density = !scheme.traits.every_coordinate,
+                     .device_path = !device.empty(),
+                     .device_options = {device.begin(), device.end()}});
     }
     return out;
   }();
   return methods;
+}
+
+bool SyncMethodInfo::device_takes(std::string_view option, std::string_view value) const {
+  for (const std::string& taken : device_options) {
+    if (taken == option) return true;
+    const std::size_t equals = taken.find('=');
+    if (equals != std::string::npos && std::string_view(taken).substr(0, equals) == option &&
+        std::string_view(taken).substr(equals + 1) == value) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string sync_method_names() {

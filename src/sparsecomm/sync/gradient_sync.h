@@ -36,6 +36,15 @@ struct SyncMethodInfo {
   // false for dense, Skip-Reduce, PowerSGD and the dense quantizers, whose
   // compression another option sets.
   bool has_density = false;
+  // Has a path on the gradients' own device (the DDP hook's
+  // selection='device', python/src/device_sync.cc): dense, and the schemes
+  // whose registry entry names device options (SchemeTraits::device_options).
+  bool device_path = false;
+  // What that path implements: "name" takes any value, "name=value" that
+  // value only.
+  std::vector<std::string> device_options = {};
+  // Whether the device path runs `option`=`value`.
+  bool device_takes(std::string_view option, std::string_view value) const;
 };
 
 // dense, skipreduce, then the registry's sparsifiers, in a fixed order.

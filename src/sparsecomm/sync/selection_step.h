@@ -1,7 +1,8 @@
 #pragma once
 // The sparsify half of SparsifyExchangeStep (sparsify_exchange_step.h), for
 // callers who move the selection over a transport of their own (the Python
-// Sparsifier, docs/python.md):
+// Sparsifier, docs/python.md); the phases are the sparsify sequence's
+// (sparsify_sequence.h):
 //
 //   agree that every rank's g is finite (as SparsifyExchangeStep does)
 //   a = memory.accumulate(g)
@@ -33,7 +34,7 @@
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/sparsify/registry.h"
 #include "sparsecomm/sparsify/sparsifier.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 
 namespace sparsecomm {
 
@@ -54,21 +55,20 @@ class SelectionStep {
   // The last step's per-rank counts (what the sparsifier observed).
   std::span<const std::size_t> counts() const { return counts_; }
   // What the memory kept after the last step (the residual; DGC: its v).
-  std::span<const float> kept() const { return parts_.memory->accumulated(); }
-  const Sparsifier& sparsifier() const { return *parts_.sparsifier; }
-  const GradientMemory& memory() const { return *parts_.memory; }
+  std::span<const float> kept() const { return sequence_.kept(); }
+  const Sparsifier& sparsifier() const { return sequence_.sparsifier(); }
+  const GradientMemory& memory() const { return sequence_.memory(); }
 
   // The same layout as SparsifyExchangeStep's, so either can resume the other.
   void save(StateWriter& writer) const;
   void load(StateReader& reader);
 
  private:
-  SchemeParts parts_;
+  SparsifySequence sequence_;
   NonFinitePolicy policy_;
   bool skipped_ = false;
   std::vector<std::uint8_t> finite_flags_;  // per rank: 1 when its gradient was finite
-  SparseSelection selection_;
-  SparseSelection merged_;  // selection_ with the known ranges merged in
+  SparseSelection empty_;                   // a skipped step's selection
   std::vector<std::size_t> counts_;
 };
 

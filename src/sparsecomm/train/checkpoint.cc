@@ -13,16 +13,17 @@
 #include "sparsecomm/report/run_files.h"
 
 namespace sparsecomm {
+
+std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, std::int64_t step) {
+  return run_dir / "checkpoints" / fmt::format("step-{}", step);
+}
+
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path step_dir(const fs::path& run_dir, std::int64_t step) {
-  return run_dir / "checkpoints" / fmt::format("step-{}", step);
-}
-
 fs::path rank_file(const fs::path& run_dir, std::int64_t step, int rank) {
-  return step_dir(run_dir, step) / fmt::format("rank{}.state", rank);
+  return checkpoint_dir(run_dir, step) / fmt::format("rank{}.state", rank);
 }
 
 // N of a directory named "step-N"; nullopt for any other name.

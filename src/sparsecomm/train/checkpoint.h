@@ -20,6 +20,9 @@
 
 namespace sparsecomm {
 
+// The directory of checkpoint `step`: run_dir/checkpoints/step-<step>.
+std::filesystem::path checkpoint_dir(const std::filesystem::path& run_dir, std::int64_t step);
+
 // Writes rank `rank`'s state for step `step` (creating the directories).
 void write_rank_checkpoint(const std::filesystem::path& run_dir, std::int64_t step, int rank,
                            std::span<const std::byte> payload);

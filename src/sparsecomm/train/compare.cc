@@ -7,7 +7,7 @@
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/ps/sync_model.h"
-#include "sparsecomm/sync/sparsify_exchange_step.h"
+#include "sparsecomm/sync/sparsify_sequence.h"
 
 namespace sparsecomm {
 

@@ -276,7 +276,7 @@ void record_stop(RunPlan& plan, const StopRecord& stop, nlohmann::json& extra) {
       {"reason", reason.empty() ? std::string("another rank's request") : reason},
       {"step", stop.step},
       {"total_steps", stop.total_steps},
-      {"checkpoint", (plan.run_dir / "checkpoints" / fmt::format("step-{}", stop.step)).string()},
+      {"checkpoint", checkpoint_dir(plan.run_dir, stop.step).string()},
       {"resume", fmt::format("sparsecomm train --resume {}", plan.run_dir.string())}};
   extra["stopped"] = std::move(record);
 }

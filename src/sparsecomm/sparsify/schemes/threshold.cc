@@ -44,6 +44,8 @@ void build_threshold(const SchemeOptions& options, const CommonOptions& common,
   parts.sparsifier = std::make_unique<HardThreshold>(common.density, lambda);
 }
 
+constexpr std::string_view kThresholdDeviceOptions[] = {"density", "lambda", "memory=ef"};
+
 }  // namespace
 
 SchemeDefinition threshold_definition() {
@@ -51,7 +53,8 @@ SchemeDefinition threshold_definition() {
           .summary = "hard threshold: every rank selects |g + e| >= lambda",
           .traits = {.selection = SchemeTraits::Selection::kIndependent,
                      .unpriced_because =
-                         "its count follows lambda and the gradient's scale, not the density"},
+                         "its count follows lambda and the gradient's scale, not the density",
+                     .device_options = kThresholdDeviceOptions},
           .options = {{"lambda", "1/(2*sqrt(k))",
                        "the constant threshold (>= 0); the default is the reference's, which "
                        "ignores the gradient's scale"}},

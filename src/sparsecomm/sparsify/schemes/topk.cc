@@ -25,12 +25,17 @@ class TopK final : public DensitySparsifier {
   TopKSelector selector_;
 };
 
+// The device path's top-k (a histogram of log2|a|, then an exact top-k
+// above the k-th largest's bin) with error feedback.
+constexpr std::string_view kTopkDeviceOptions[] = {"density", "memory=ef"};
+
 }  // namespace
 
 SchemeDefinition topk_definition() {
   return {.name = "topk",
           .summary = "exact local top-k of |g + e| on every rank",
-          .traits = {.selection = SchemeTraits::Selection::kIndependent},
+          .traits = {.selection = SchemeTraits::Selection::kIndependent,
+                     .device_options = kTopkDeviceOptions},
           .build = build_with_density<TopK>};
 }
 
