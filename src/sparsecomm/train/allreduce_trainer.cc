@@ -86,26 +86,12 @@ class RankTrainer {
     clock_ = Stopwatch();
     wall_offset_ = wall_offset;
     model_->train();
-    const std::int64_t end = config_.stop_at_step > 0
-                                 ? std::min(steps_.plan.total_steps, config_.stop_at_step)
-                                 : steps_.plan.total_steps;
-    std::optional<StopRecord> stopped;
-    for (; step < end; ++step) {
-      train_step(step);
-      const std::int64_t done = step + 1;
-      if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
-      const bool stop = done < end && can_stop_after(step) && ranks_agree_to_stop(comm_);
-      if ((done == end && end < steps_.plan.total_steps) || stop) {
-        save_checkpoint(done);  // stopped early: resumable
-      } else if (config_.checkpoint_every > 0 &&
-                 (done % config_.checkpoint_every == 0 || done == steps_.plan.total_steps)) {
-        save_checkpoint(done);
-      }
-      if (stop) {
-        stopped = StopRecord{done, steps_.plan.total_steps};
-        break;
-      }
-    }
+    const std::optional<StopRecord> stopped =
+        run_steps(comm_, config_, steps_.plan, step,
+                  {.train = [this](std::int64_t at) { train_step(at); },
+                   .evaluate = [this](std::int64_t done) { evaluate(done); },
+                   .checkpoint = [this](std::int64_t done) { save_checkpoint(done); },
+                   .may_stop_after = [this](std::int64_t at) { return can_stop_after(at); }});
     if (overlapped_) overlapped_->settle();  // stopped early: the checkpoint waited already
     const double wall_s = wall();
     evaluate_snapshots();

@@ -118,26 +118,12 @@ class ClickTrainer {
     }
     clock_ = Stopwatch();
     model_->train();
-    const std::int64_t end = config_.stop_at_step > 0
-                                 ? std::min(steps_.total_steps, config_.stop_at_step)
-                                 : steps_.total_steps;
-    std::optional<StopRecord> stopped;
-    for (; step < end; ++step) {
-      train_step(step);
-      const std::int64_t done = step + 1;
-      if (evaluates_after(config_, steps_, done)) evaluate(done);
-      const bool stop = done < end && ranks_agree_to_stop(comm_);
-      if ((done == end && end < steps_.total_steps) || stop) {
-        save_checkpoint(done);  // stopped early: resumable
-      } else if (config_.checkpoint_every > 0 &&
-                 (done % config_.checkpoint_every == 0 || done == steps_.total_steps)) {
-        save_checkpoint(done);
-      }
-      if (stop) {
-        stopped = StopRecord{done, steps_.total_steps};
-        break;
-      }
-    }
+    const std::optional<StopRecord> stopped =
+        run_steps(comm_, config_, steps_, step,
+                  {.train = [this](std::int64_t at) { train_step(at); },
+                   .evaluate = [this](std::int64_t done) { evaluate(done); },
+                   .checkpoint = [this](std::int64_t done) { save_checkpoint(done); },
+                   .may_stop_after = [](std::int64_t) { return true; }});
     const double wall_s = wall();
     nlohmann::json extra = phase_times_.gather(comm_);
     if (stopped) record_stop(plan_, *stopped, extra);

@@ -200,23 +200,20 @@ class PsRankWorker {
     }
     clock_ = Stopwatch();
     flat_->model->train();
-    const std::int64_t end = config_.stop_at_step > 0
-                                 ? std::min(steps_.plan.total_steps, config_.stop_at_step)
-                                 : steps_.plan.total_steps;
-    for (; step < end; ++step) {
-      train_step(step);
-      const std::int64_t done = step + 1;
-      if (comm_.rank() == 0) {
-        if (evaluates_after(config_, steps_.plan, done)) evaluate(done);
-        if (background_) write_evals(background_->finished());
-      }
-      // Every worker checkpoints after the same steps (a cut: parameter_server.h).
-      if ((done == end && end < steps_.plan.total_steps) ||
-          (config_.checkpoint_every > 0 &&
-           (done % config_.checkpoint_every == 0 || done == steps_.plan.total_steps))) {
-        save_checkpoint(done);
-      }
-    }
+    // Every worker checkpoints after the same steps (a cut: parameter_server.h).
+    // Evaluations are rank 0's; a stop request is not taken (the servers
+    // are not in the loop to agree on it).
+    run_steps(comm_, config_, steps_.plan, step,
+              {.train = [this](std::int64_t at) { train_step(at); },
+               .evaluate =
+                   [this](std::int64_t done) {
+                     if (comm_.rank() == 0) evaluate(done);
+                   },
+               .after_step =
+                   [this](std::int64_t) {
+                     if (comm_.rank() == 0 && background_) write_evals(background_->finished());
+                   },
+               .checkpoint = [this](std::int64_t done) { save_checkpoint(done); }});
     worker_->finish();
     PsTotals totals(layout_.workers(), layout_.servers());
     totals.wait_us(comm_.rank()) = std::llround(worker_->log().wait_s * 1e6);

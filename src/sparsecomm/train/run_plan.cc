@@ -51,11 +51,6 @@ TrainerSteps::TrainerSteps(const RunPlan& run, int trainer, int trainers,
       batches(run.data->train, trainer, trainers, run.config.batch, run.config.seed,
               plan.steps_per_epoch) {}
 
-bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done) {
-  return done % steps.steps_per_epoch == 0 || done == steps.total_steps ||
-         (config.eval_every > 0 && done % config.eval_every == 0);
-}
-
 Straggler::Straggler(const TrainConfig& config, int worker, int workers, int intra_op_threads)
     : slowdowns_(parse_slowdowns(config)),
       worker_(worker),
@@ -263,10 +258,42 @@ void TrainLossSum::load(StateReader& state) {
   count = state.value<std::int64_t>();
 }
 
+namespace {
+
+bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done) {
+  return done % steps.steps_per_epoch == 0 || done == steps.total_steps ||
+         (config.eval_every > 0 && done % config.eval_every == 0);
+}
+
+// Whether any rank was asked to stop: the same answer on every rank.
 bool ranks_agree_to_stop(Communicator& comm) {
   std::int64_t requests = stop_requested() ? 1 : 0;
   allreduce(comm, std::span<std::int64_t>(&requests, 1));
   return requests > 0;
+}
+
+}  // namespace
+
+std::optional<StopRecord> run_steps(Communicator& comm, const TrainConfig& config,
+                                    const StepPlan& steps, std::int64_t first_step,
+                                    const RunLoopSteps& loop) {
+  const std::int64_t end = config.stop_at_step > 0
+                               ? std::min(steps.total_steps, config.stop_at_step)
+                               : steps.total_steps;
+  for (std::int64_t step = first_step; step < end; ++step) {
+    loop.train(step);
+    const std::int64_t done = step + 1;
+    if (evaluates_after(config, steps, done)) loop.evaluate(done);
+    if (loop.after_step) loop.after_step(done);
+    const bool stop =
+        done < end && loop.may_stop_after && loop.may_stop_after(step) && ranks_agree_to_stop(comm);
+    const bool periodic = config.checkpoint_every > 0 &&
+                          (done % config.checkpoint_every == 0 || done == steps.total_steps);
+    // Ending early (stopped, or --stop-at-step) leaves a checkpoint to resume from.
+    if (periodic || stop || (done == end && end < steps.total_steps)) loop.checkpoint(done);
+    if (stop) return StopRecord{done, steps.total_steps};
+  }
+  return std::nullopt;
 }
 
 void record_stop(RunPlan& plan, const StopRecord& stop, nlohmann::json& extra) {

@@ -78,10 +78,6 @@ struct TrainerSteps {
   EpochBatches batches;
 };
 
-// Whether an evaluation follows the step that completed `done` steps: at
-// each epoch's end, at the run's end, and every `eval_every` steps.
-bool evaluates_after(const TrainConfig& config, const StepPlan& steps, std::int64_t done);
-
 // --slowdown on this worker: at a step where it is slowed (Slowdowns::factor)
 // it sleeps (not spins) factor - 1 times that step's compute after
 // computing. With one intra-op thread the compute is the thread's CPU time,
@@ -175,17 +171,39 @@ struct TrainLossSum {
   void load(StateReader& state);
 };
 
-// Whether any rank was asked to stop (core/stop_request.h): the same
-// answer on every rank. A collective: every rank calls it after the same
-// step.
-bool ranks_agree_to_stop(Communicator& comm);
-
 // A run that stopped on a request after `step` of its `total_steps`, with a
 // checkpoint there.
 struct StopRecord {
   std::int64_t step = 0;
   std::int64_t total_steps = 0;
 };
+
+// What a trainer does at each point of the run loop (run_steps).
+struct RunLoopSteps {
+  std::function<void(std::int64_t step)> train;  // step `step` (0-based)
+  // An evaluation after `done` steps, at the schedule: each epoch's end,
+  // the run's end, and every --eval-every steps.
+  std::function<void(std::int64_t done)> evaluate;
+  // After every step and its evaluation (optional).
+  std::function<void(std::int64_t done)> after_step = {};
+  // This rank's part of checkpoint `done` (a collective).
+  std::function<void(std::int64_t done)> checkpoint;
+  // Whether the run may stop on a request after step `step` (a round of
+  // local steps only at its end). Empty: the trainer takes no stop request
+  // and the loop runs no collective for it.
+  std::function<bool(std::int64_t step)> may_stop_after = {};
+};
+
+// The run loop of the three trainers, from `first_step` (0, or a resumed
+// checkpoint's) to the run's end or --stop-at-step: each step, then the
+// evaluation schedule, then a stop request (core/stop_request.h) that every
+// rank agrees on after the same step (one all-reduce), then a checkpoint
+// every --checkpoint-every steps, at the run's end, and wherever the loop
+// ends early (a stop request or --stop-at-step), so that it resumes. Returns
+// the stop when a request ended the run.
+std::optional<StopRecord> run_steps(Communicator& comm, const TrainConfig& config,
+                                    const StepPlan& steps, std::int64_t first_step,
+                                    const RunLoopSteps& loop);
 // Marks the run as stopped on every rank (plan.stopped) and, for rank 0's
 // summary.json, adds "stopped" to `extra`: what asked, the step, the
 // checkpoint and the command that resumes.
