@@ -59,13 +59,7 @@ class RankTrainer {
     }
     first_step_ = step;
     if (comm_.rank() == 0) {
-      info_.backend = std::string(backend_name(plan_.backend));
-      info_.workers = comm_.size();
-      info_.threads = plan_.threads;
-      info_.numel = ddp_->numel();
-      info_.steps_per_epoch = steps_.plan.steps_per_epoch;
-      info_.total_steps = steps_.plan.total_steps;
-      info_.first_step = step;
+      info_ = run_info(plan_, comm_.size(), ddp_->numel(), steps_.plan, step);
       info_.buckets = ddp_->buckets().size();
       if (ddp_->pipelined()) {
         info_.pipelining =
@@ -79,8 +73,7 @@ class RankTrainer {
       } else {
         info_.pipelining = "not pipelined (--bucket-mb 0)";
       }
-      info_.run_dir = plan_.run_dir.string();
-      if (plan_.observer) plan_.observer->on_start(info_);
+      start_run(plan_, info_);
     }
     open_trace();
     clock_ = Stopwatch();

@@ -101,20 +101,13 @@ class ClickTrainer {
     }
     if (comm_.rank() == 0) {
       held_out_ = log_.statistics(log_.options().rows, log_.options().held_out_rows);
-      info_.backend = std::string(backend_name(plan_.backend));
-      info_.workers = comm_.size();
-      info_.threads = plan_.threads;
-      info_.numel = ddp_->numel();
+      info_ = run_info(plan_, comm_.size(), ddp_->numel(), steps_, step);
       info_.embedding_numel = tables.numel();
-      info_.steps_per_epoch = steps_.steps_per_epoch;
-      info_.total_steps = steps_.total_steps;
-      info_.first_step = step;
       info_.buckets = ddp_->buckets().size();
       info_.pipelining = ddp_->pipelined()
                              ? fmt::format("the MLPs pipelined: {} buckets", info_.buckets)
                              : "not pipelined";
-      info_.run_dir = plan_.run_dir.string();
-      if (plan_.observer) plan_.observer->on_start(info_);
+      start_run(plan_, info_);
     }
     clock_ = Stopwatch();
     model_->train();

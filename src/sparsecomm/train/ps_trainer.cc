@@ -185,18 +185,11 @@ class PsRankWorker {
       load_checkpoint(step);
     }
     if (comm_.rank() == 0) {
-      info_.backend = std::string(backend_name(plan_.backend));
-      info_.workers = layout_.workers();
+      info_ = run_info(plan_, layout_.workers(), flat_->flat->numel(), steps_.plan, step);
       info_.servers = layout_.servers();
       info_.sync = options_.model.name();
-      info_.threads = plan_.threads;
-      info_.numel = flat_->flat->numel();
-      info_.steps_per_epoch = steps_.plan.steps_per_epoch;
-      info_.total_steps = steps_.plan.total_steps;
-      info_.first_step = step;
       info_.pipelining = "not pipelined (parameter-server mode)";
-      info_.run_dir = plan_.run_dir.string();
-      if (plan_.observer) plan_.observer->on_start(info_);
+      start_run(plan_, info_);
     }
     clock_ = Stopwatch();
     flat_->model->train();

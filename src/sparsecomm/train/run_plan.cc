@@ -296,6 +296,24 @@ std::optional<StopRecord> run_steps(Communicator& comm, const TrainConfig& confi
   return std::nullopt;
 }
 
+RunInfo run_info(const RunPlan& plan, int workers, std::size_t numel, const StepPlan& steps,
+                 std::int64_t first_step) {
+  RunInfo info;
+  info.backend = std::string(backend_name(plan.backend));
+  info.workers = workers;
+  info.threads = plan.threads;
+  info.numel = numel;
+  info.steps_per_epoch = steps.steps_per_epoch;
+  info.total_steps = steps.total_steps;
+  info.first_step = first_step;
+  info.run_dir = plan.run_dir.string();
+  return info;
+}
+
+void start_run(const RunPlan& plan, const RunInfo& info) {
+  if (plan.observer) plan.observer->on_start(info);
+}
+
 void record_stop(RunPlan& plan, const StopRecord& stop, nlohmann::json& extra) {
   plan.stopped = true;
   const std::string reason = stop_reason();

@@ -171,6 +171,15 @@ struct TrainLossSum {
   void load(StateReader& state);
 };
 
+// What every trainer tells the observer at the start (rank 0): the
+// backend, `workers` (the ranks that train), the threads, `numel`, the
+// run's length, `first_step` (> 0 when resumed) and the run directory. The
+// trainer adds its own fields, then calls start_run.
+RunInfo run_info(const RunPlan& plan, int workers, std::size_t numel, const StepPlan& steps,
+                 std::int64_t first_step);
+// Rank 0: hands `info` to the observer, if any.
+void start_run(const RunPlan& plan, const RunInfo& info);
+
 // A run that stopped on a request after `step` of its `total_steps`, with a
 // checkpoint there.
 struct StopRecord {
