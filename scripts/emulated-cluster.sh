@@ -13,6 +13,13 @@
 #                                                   host, over TCP only
 #   scripts/emulated-cluster.sh counters HOSTS      "host tx_bytes rx_bytes" of
 #                                                   each host's NIC (the wire)
+#   scripts/emulated-cluster.sh calibrated HOSTS RATE QUEUE_MS PROFILE
+#                                                   a fresh cluster (down, then up),
+#                                                   and PROFILE from `sparsecomm
+#                                                   calibrate` on it unless PROFILE
+#                                                   exists (log: calibrate.log beside
+#                                                   it; the binary: SPARSECOMM_BIN,
+#                                                   default build/sparsecomm)
 #   scripts/emulated-cluster.sh down                remove every host and the bridge
 #
 # Example:
@@ -25,7 +32,7 @@ set -euo pipefail
 
 BRIDGE=scbr0
 SUBNET=10.77.0
-usage() { sed -n '2,23p' "$0" >&2; exit 2; }
+usage() { sed -n '2,30p' "$0" >&2; exit 2; }
 
 need_root() {
   [[ $(id -u) -eq 0 ]] || { echo "emulated-cluster: needs root (network namespaces, tc)" >&2; exit 1; }
@@ -154,6 +161,25 @@ counters() {
   done
 }
 
+# The drivers' loop over clusters (time-to-target.sh, validate-model.sh)
+# starts each cluster with this.
+calibrated() {
+  need_root
+  (($# == 4)) || usage
+  local hosts=$1 rate=$2 queue=$3 profile=$4
+  local bin=${SPARSECOMM_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/sparsecomm}
+  [[ -x $bin ]] || { echo "emulated-cluster: build first ($bin is missing)" >&2; exit 1; }
+  down
+  up "$hosts" "$rate" "$queue"
+  [[ -f $profile ]] && return 0
+  echo "emulated-cluster: calibrating $hosts hosts at $rate ($(date +%T))"
+  if ! (run "$hosts" "$bin" calibrate -n "$hosts" --iters 8 --backend mpi \
+          --name "$rate, $hosts hosts" --out "$profile") > "$(dirname "$profile")/calibrate.log" 2>&1; then
+    echo "emulated-cluster: calibrating failed (see $(dirname "$profile")/calibrate.log)" >&2
+    exit 1
+  fi
+}
+
 down() {
   need_root
   local ns
@@ -167,6 +193,7 @@ case ${1:-} in
   up) shift; up "$@" ;;
   run) shift; run "$@" ;;
   counters) shift; counters "$@" ;;
+  calibrated) shift; calibrated "$@" ;;
   down) shift; down ;;
   *) usage ;;
 esac

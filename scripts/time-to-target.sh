@@ -72,14 +72,8 @@ for rate in $RATES; do
   for hosts in $HOSTS; do
     cluster_dir=$OUT/$rate-h$hosts
     mkdir -p "$cluster_dir"
-    "$CLUSTER" down
-    "$CLUSTER" up "$hosts" "$rate" "$QUEUE_MS"
     profile=$cluster_dir/profile.json
-    if [[ ! -f $profile ]]; then
-      echo "time-to-target: calibrating $hosts hosts at $rate ($(date +%T))"
-      "$CLUSTER" run "$hosts" "$BIN" calibrate -n "$hosts" --iters 8 --backend mpi \
-        --name "$rate, $hosts hosts" --out "$profile" > "$cluster_dir/calibrate.log" 2>&1
-    fi
+    SPARSECOMM_BIN=$BIN "$CLUSTER" calibrated "$hosts" "$rate" "$QUEUE_MS" "$profile"
     for line in "${LINES[@]}"; do
       read -r name flags <<< "$line"
       dir=$cluster_dir/$name

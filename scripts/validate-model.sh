@@ -140,12 +140,10 @@ for rate in $RATES; do
       done
     done
     ((todo)) || continue
-    if ((!THREADS)); then
-      "$CLUSTER" down
-      "$CLUSTER" up "$hosts" "$rate" "$QUEUE_MS"
-    fi
     profile=$cell_dir/profile.json
-    if [[ ! -f $profile ]]; then
+    if ((!THREADS)); then
+      SPARSECOMM_BIN=$BIN "$CLUSTER" calibrated "$hosts" "$rate" "$QUEUE_MS" "$profile"
+    elif [[ ! -f $profile ]]; then
       on_ranks "$hosts" calibrate -n "$hosts" --iters 8 --name "$rate, $hosts ranks" \
         --out "$profile" > "$cell_dir/calibrate.log" 2>&1
     fi
