@@ -104,6 +104,12 @@ tt tt-cnn-local-4hosts-lower time-to-target-2026-12-06-cnn-local-4hosts converge
 tt tt-char-transformer-local-4hosts time-to-target-2026-12-06-char-transformer-local-4hosts \
   convergence-char-transformer-300-n4-local pilots-char-transformer-300-n4-local loss 2.65
 
+# The accuracy tables whose per-seed results docs/data/accuracy keeps
+# (scripts/accuracy-table.py --save), each page's table printed again.
+for saved in "$D"/accuracy/*.json; do
+  table "accuracy-$(basename "$saved" .json)" $PY "$ROOT/scripts/accuracy-table.py" show "$saved"
+done
+
 # docs/benchmarks/performance-model.md: every grid against today's model.
 for grid in "$D"/validation-*/; do
   grid="${grid%/}"

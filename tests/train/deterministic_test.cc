@@ -251,10 +251,12 @@ TEST(DeterministicClick, ThreadBackendAndMpiGiveIdenticalTables) {
   }
 }
 
-// ExDyna after backward, and dense pipelined in buckets of ~64 KiB (the
-// communication thread's collectives must match across backends too).
+// ExDyna after backward, dense pipelined in buckets of ~64 KiB (the
+// communication thread's collectives must match across backends too), and
+// ExDyna between 2 hosts of 2 ranks (sync/two_level.h).
 INSTANTIATE_TEST_SUITE_P(Methods, Deterministic,
-                         ::testing::Values("--method exdyna", "--method dense --bucket-mb 0.0625"));
+                         ::testing::Values("--method exdyna", "--method dense --bucket-mb 0.0625",
+                                           "--method exdyna --ranks-per-host 2"));
 
 }  // namespace
 }  // namespace sparsecomm

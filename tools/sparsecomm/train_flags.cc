@@ -164,6 +164,11 @@ void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
   cmd->add_option("--bucket-mb", c.bucket_mb,
                   "pipelining: synchronize buckets of this many MiB while backward runs (0: off)")
       ->capture_default_str();
+  cmd->add_option("--ranks-per-host", c.ranks_per_host,
+                  "hosts of R consecutive ranks: a host's ranks average their gradients first "
+                  "(the fast link) and the method runs between hosts only, one leader per host, "
+                  "which keeps the host's residual (1: every rank a host)")
+      ->capture_default_str();
   cmd->add_option("--min-numel", c.min_numel,
                   "average tensors with fewer elements densely beside the method instead of "
                   "sparsifying them (biases, small layers; e.g. 1024); the density then counts "

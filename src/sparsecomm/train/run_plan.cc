@@ -16,6 +16,7 @@
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/sync/dense_warmup.h"
+#include "sparsecomm/sync/two_level.h"
 #include "sparsecomm/train/checkpoint.h"
 
 namespace sparsecomm {
@@ -113,10 +114,12 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
   auto parallel_module = std::make_unique<DataParallel>(
       module, comm,
       [&] {
-        return with_dense_layers(
-            with_dense_warmup(make_gradient_sync(config.method, method_options, nonfinite),
-                              config.freeze_variance_after, nonfinite),
-            dense, nonfinite);
+        return with_two_levels(
+            with_dense_layers(
+                with_dense_warmup(make_gradient_sync(config.method, method_options, nonfinite),
+                                  config.freeze_variance_after, nonfinite),
+                dense, nonfinite),
+            HostTopology{config.ranks_per_host});
       },
       parallel);
   check_dense_layer_rule(config, parallel_module->layers());
@@ -193,6 +196,7 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   // Present only when set, so checkpoints written before these options existed still match.
   if (c.min_numel > 0) out["min_numel"] = c.min_numel;
   if (!c.exclude.empty()) out["exclude"] = c.exclude;
+  if (c.ranks_per_host > 1) out["ranks_per_host"] = c.ranks_per_host;
   if (c.optimizer != "sgd") out["optimizer"] = c.optimizer;
   if (c.compress != "gradient") out["compress"] = c.compress;
   if (c.freeze_variance_after > 0) out["freeze_variance_after"] = c.freeze_variance_after;

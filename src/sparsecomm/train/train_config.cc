@@ -21,11 +21,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     TrainConfig, backend, workers, threads, timeout_s, model, dataset, data_dir, train_samples,
     test_samples, embedding_cap, embedding_dim, embedding_exchange, embedding_optimizer,
     embedding_values, embedding_lr, method, density, method_options, nonfinite, bucket_mb,
-    min_numel, exclude, local_steps, outer_lr, outer_momentum, outer_nesterov, outer_overlap,
-    servers, sync, staleness, staleness_low, staleness_high, slowdown, optimizer, beta1, beta2,
-    adam_eps, compress, freeze_variance_after, epochs, max_steps, batch, lr, momentum, nesterov,
-    weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic, eval_every,
-    eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps, plots)
+    min_numel, exclude, ranks_per_host, local_steps, outer_lr, outer_momentum, outer_nesterov,
+    outer_overlap, servers, sync, staleness, staleness_low, staleness_high, slowdown, optimizer,
+    beta1, beta2, adam_eps, compress, freeze_variance_after, epochs, max_steps, batch, lr, momentum,
+    nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic,
+    eval_every, eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps,
+    plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp",
@@ -168,6 +169,22 @@ void validate_method(const TrainConfig& c) {
           fmt::format("{}: give 0 (sparsify every tensor) or the size below which tensors are "
                       "averaged densely, e.g. 1024",
                       c.min_numel));
+  require(c.ranks_per_host >= 1 && c.ranks_per_host <= 1024, "ranks-per-host",
+          fmt::format("{}: give the ranks each host runs, 1..1024 (1: one rank per host)",
+                      c.ranks_per_host));
+  require(c.workers == 0 || c.workers % c.ranks_per_host == 0, "ranks-per-host",
+          fmt::format("{} ranks per host do not divide the {} ranks into hosts; give a divisor "
+                      "of {}",
+                      c.ranks_per_host, c.workers, c.workers));
+  if (c.ranks_per_host > 1) {
+    require(c.servers == 0, "ranks-per-host",
+            "two-level exchanges are for all-reduce mode; drop --servers or --ranks-per-host");
+    require(c.model != "dlrm", "ranks-per-host",
+            "the click model's tables are exchanged on one level; drop --ranks-per-host");
+    require(!c.outer_overlap, "ranks-per-host",
+            "--outer-overlap synchronizes on a thread of its own, which two-level exchanges do "
+            "not take yet; drop one of them");
+  }
   require(
       c.servers >= 0 && c.servers <= (1 << 24), "servers",
       fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));

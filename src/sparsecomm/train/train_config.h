@@ -50,6 +50,10 @@ struct TrainConfig {
   // matching one of these shell patterns.
   std::int64_t min_numel = 0;
   std::vector<std::string> exclude;
+  // Hosts of this many consecutive ranks (sync/two_level.h): > 1, the ranks
+  // of a host average their gradients first and the method runs between
+  // hosts only, on one leader per host. 1: every rank is a host.
+  int ranks_per_host = 1;
 
   // Local steps (all-reduce mode; optim/outer_loop.h): > 0: each rank takes
   // this many steps of the optimizer on its own data, then the method

@@ -1,0 +1,144 @@
+#include "sparsecomm/sync/two_level.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/collectives/allreduce.h"
+#include "sparsecomm/comm/group_view.h"
+#include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timer.h"
+
+namespace sparsecomm {
+
+void HostTopology::check(int world) const {
+  if (ranks_per_host < 1 || world % ranks_per_host != 0) {
+    throw InvalidArgument(fmt::format(
+        "[two-level] {} ranks per host do not divide the world of {} ranks into hosts; give a "
+        "divisor of {} (1: one rank per host, no second level)",
+        ranks_per_host, world, world));
+  }
+}
+
+namespace {
+
+// What a leader tells its host after the exchange between hosts.
+enum class HostOutcome : std::uint8_t { kDone = 0, kSkipped = 1, kStopped = 2 };
+
+class TwoLevelSync final : public GradientSync {
+ public:
+  TwoLevelSync(std::unique_ptr<GradientSync> inner, HostTopology topology)
+      : inner_(std::move(inner)), topology_(topology) {}
+
+  std::string_view method() const override { return inner_->method(); }
+  bool applies_momentum() const override { return inner_->applies_momentum(); }
+  bool bucketable() const override { return inner_->bucketable(); }
+  std::span<const float> kept() const override { return inner_->kept(); }
+
+  StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
+                          Communicator& comm) override {
+    views(comm);
+    const Stopwatch watch;
+    const bool leader = topology_.leads(comm.rank());
+    // 1. The host's mean.
+    AllreduceReport inside;
+    allreduce(*host_, gradient, {}, &inside);
+    const float scale = 1.0f / static_cast<float>(topology_.ranks_per_host);
+    for (float& value : gradient) value *= scale;
+
+    // 2. Between hosts, on the leaders.
+    StepMetrics metrics;
+    HostOutcome outcome = HostOutcome::kDone;
+    std::string stopped_because;
+    if (leader) {
+      StepContext between = ctx;
+      between.rank = leaders_->rank();
+      between.world = leaders_->size();
+      try {
+        metrics = inner_->synchronize(gradient, between, *leaders_);
+        if (metrics.skipped_nonfinite) outcome = HostOutcome::kSkipped;
+      } catch (const NonFiniteGradient& e) {
+        outcome = HostOutcome::kStopped;
+        stopped_because = e.what();
+      }
+    } else {
+      metrics.step = ctx.step;
+      metrics.numel = gradient.size();
+    }
+
+    // 3. The result to the host.
+    auto code = static_cast<std::uint8_t>(outcome);
+    host_->broadcast(std::as_writable_bytes(std::span<std::uint8_t>(&code, 1)), 0);
+    outcome = static_cast<HostOutcome>(code);
+    if (outcome == HostOutcome::kStopped) {
+      if (leader) throw NonFiniteGradient(stopped_because);
+      throw NonFiniteGradient(fmt::format(
+          "[two-level] rank {}: step {}: the leader of host {} stopped on a non-finite gradient "
+          "between hosts (its message says which)",
+          comm.rank(), ctx.step, topology_.host_of(comm.rank())));
+    }
+    metrics.skipped_nonfinite = outcome == HostOutcome::kSkipped;
+    host_->broadcast(std::as_writable_bytes(gradient), 0);
+    metrics.exchange_s = watch.seconds() - metrics.selection_s - metrics.accumulate_s;
+    return metrics;
+  }
+
+  void save(StateWriter& writer) const override {
+    writer.tag("two_level");
+    writer.value<std::int32_t>(topology_.ranks_per_host);
+    inner_->save(writer);
+  }
+  void load(StateReader& reader) override {
+    reader.expect_tag("two_level");
+    const auto saved = reader.value<std::int32_t>();
+    if (saved != topology_.ranks_per_host) {
+      throw Error(
+          fmt::format("[two-level] the saved state is of {} ranks per host, this run has {}", saved,
+                      topology_.ranks_per_host));
+    }
+    inner_->load(reader);
+  }
+
+ private:
+  // The host's view and, on leaders, the leaders' view of `comm` (made on
+  // the first step; a later step must pass the same world).
+  void views(Communicator& comm) {
+    if (world_ == &comm) return;
+    if (world_ != nullptr) {
+      throw InvalidArgument(
+          "[two-level] a two-level synchronization steps on the world it began on; make one per "
+          "communicator");
+    }
+    topology_.check(comm.size());
+    const int per_host = topology_.ranks_per_host;
+    const int first = topology_.host_of(comm.rank()) * per_host;
+    std::vector<int> host(static_cast<std::size_t>(per_host));
+    for (int i = 0; i < per_host; ++i) host[static_cast<std::size_t>(i)] = first + i;
+    host_ = std::make_unique<GroupView>(comm, std::move(host));
+    if (topology_.leads(comm.rank())) {
+      std::vector<int> leaders;
+      for (int h = 0; h < topology_.hosts(comm.size()); ++h) leaders.push_back(h * per_host);
+      leaders_ = std::make_unique<GroupView>(comm, std::move(leaders));
+    }
+    world_ = &comm;
+  }
+
+  std::unique_ptr<GradientSync> inner_;
+  HostTopology topology_;
+  const Communicator* world_ = nullptr;
+  std::unique_ptr<GroupView> host_;
+  std::unique_ptr<GroupView> leaders_;  // leaders only
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> with_two_levels(std::unique_ptr<GradientSync> inner,
+                                              HostTopology topology) {
+  if (topology.ranks_per_host < 1) topology.check(1);
+  if (topology.ranks_per_host == 1) return inner;
+  return std::make_unique<TwoLevelSync>(std::move(inner), topology);
+}
+
+}  // namespace sparsecomm
