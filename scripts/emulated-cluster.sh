@@ -9,8 +9,13 @@
 #                                                   (default 4 hosts, 1gbit;
 #                                                   each link's queue holds
 #                                                   QUEUE_MS of traffic, 5)
-#   scripts/emulated-cluster.sh run HOSTS CMD...    mpirun CMD, one rank per
-#                                                   host, over TCP only
+#   scripts/emulated-cluster.sh run HOSTS[xR] CMD...
+#                                                   mpirun CMD, one rank per host
+#                                                   (R ranks with HOSTSxR: ranks
+#                                                   h*R..h*R+R-1 on host h), over
+#                                                   TCP only: a host's ranks talk
+#                                                   through its own address, off
+#                                                   the rate-limited link
 #   scripts/emulated-cluster.sh counters HOSTS      "host tx_bytes rx_bytes" of
 #                                                   each host's NIC (the wire)
 #   scripts/emulated-cluster.sh calibrated HOSTS RATE QUEUE_MS PROFILE
@@ -32,7 +37,7 @@ set -euo pipefail
 
 BRIDGE=scbr0
 SUBNET=10.77.0
-usage() { sed -n '2,30p' "$0" >&2; exit 2; }
+usage() { sed -n '2,35p' "$0" >&2; exit 2; }
 
 need_root() {
   [[ $(id -u) -eq 0 ]] || { echo "emulated-cluster: needs root (network namespaces, tc)" >&2; exit 1; }
@@ -123,8 +128,15 @@ up() {
 
 run() {
   need_root
-  local hosts
-  hosts=$(hosts_arg "${1:-}")
+  local hosts per_host=1
+  if [[ ${1:-} =~ ^([0-9]+)x([0-9]+)$ ]]; then
+    hosts=$(hosts_arg "${BASH_REMATCH[1]}")
+    per_host=${BASH_REMATCH[2]}
+    ((per_host >= 1 && per_host <= 64)) ||
+      { echo "emulated-cluster: R in HOSTSxR must be 1..64, got '$per_host'" >&2; exit 2; }
+  else
+    hosts=$(hosts_arg "${1:-}")
+  fi
   shift
   (($# > 0)) || usage
   for ((i = 0; i < hosts; ++i)); do
@@ -134,7 +146,7 @@ run() {
   local -a app=()
   for ((i = 0; i < hosts; ++i)); do
     ((i > 0)) && app+=(:)
-    app+=(-np 1 ip netns exec "sc$i" "$@")
+    app+=(-np "$per_host" ip netns exec "sc$i" "$@")
   done
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -144,7 +156,8 @@ run() {
   # reply, and between two hosts that reply queues behind the bulk data
   # flowing the other way on the same TCP connection: a 16 MiB all-reduce
   # on 2 hosts ran at 0.49 of a 1 Gbit/s link, 0.96 with this setting
-  # (docs/benchmarks/methodology.md, "Two hosts").
+  # (docs/benchmarks/methodology.md, "Two hosts"). No shared-memory
+  # transport: it would carry traffic between hosts around their links.
   exec mpirun --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" \
     --mca btl_tcp_eager_limit 2097152 --mca btl_tcp_max_send_size 2097152 "${app[@]}"
 }
