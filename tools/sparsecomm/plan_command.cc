@@ -1,8 +1,6 @@
 #include "plan_command.h"
 
 #include <algorithm>
-#include <bit>
-#include <charconv>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -47,6 +45,11 @@ struct PlanOptions {
   std::optional<double> link_gbit;
   std::optional<double> latency_us;
   std::string ranks = "4";
+  // Two levels (train's --ranks-per-host): also each method between hosts
+  // of this many ranks, inside them on a link of its own.
+  int ranks_per_host = 1;
+  double host_link_gbit = 100.0;
+  double host_latency_us = 2.0;
   double density = 0.01;
   std::string methods;
   int servers = 0;  // ps: S servers on hosts of their own (0: ps not planned)
@@ -65,63 +68,6 @@ struct PlanOptions {
   std::optional<double> target_accuracy;  // percent
 };
 
-// "421642", "25M", "1.3B" (decimal units K, M, B or G) -> a count >= 1;
-// `option` names the option in the error.
-double parse_count(const std::string& text, std::string_view option) {
-  double value = 0.0;
-  const char* end = text.data() + text.size();
-  const auto [rest, error] = std::from_chars(text.data(), end, value);
-  double scale = 1.0;
-  const std::string suffix(rest, end);
-  if (suffix == "K" || suffix == "k")
-    scale = 1e3;
-  else if (suffix == "M")
-    scale = 1e6;
-  else if (suffix == "B" || suffix == "G")
-    scale = 1e9;
-  else if (!suffix.empty())
-    scale = -1.0;
-  if (error != std::errc() || scale < 0 || !(value * scale >= 1) || !std::isfinite(value)) {
-    throw InvalidArgument(fmt::format(
-        "{} '{}' is not a parameter count (examples: 421642, 25M, 1.3B)", option, text));
-  }
-  return std::round(value * scale);
-}
-
-// "4", "4,16,64" or "2-4096" (powers of two from the first to the last,
-// both ends included) -> ascending world sizes.
-std::vector<int> parse_ranks(const std::string& text) {
-  auto one = [&](std::string_view item) {
-    int value = 0;
-    const auto [rest, error] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (error != std::errc() || rest != item.data() + item.size() || value < 1 ||
-        value > (1 << 20)) {
-      throw InvalidArgument(fmt::format(
-          "--ranks '{}': '{}' is not a world size in 1..1048576 (examples: 64, 4,16,64, 2-4096)",
-          text, item));
-    }
-    return value;
-  };
-  std::vector<int> out;
-  if (const std::size_t dash = text.find('-'); dash != std::string::npos) {
-    const int first = one(std::string_view(text).substr(0, dash));
-    const int last = one(std::string_view(text).substr(dash + 1));
-    if (last < first) {
-      throw InvalidArgument(fmt::format("--ranks '{}': the range must ascend", text));
-    }
-    out.push_back(first);
-    for (int n = static_cast<int>(std::bit_ceil(static_cast<unsigned>(first))); n < last; n *= 2) {
-      if (n > first) out.push_back(n);
-    }
-    if (last > first) out.push_back(last);
-  } else {
-    for (const std::string& item : split_list(text, "--ranks")) out.push_back(one(item));
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-  }
-  return out;
-}
-
 perf::CostProfile profile_of(const PlanOptions& o) {
   if (!o.profile.empty()) {
     if (o.link_gbit || o.latency_us) {
@@ -131,6 +77,29 @@ perf::CostProfile profile_of(const PlanOptions& o) {
     return perf::load_profile(o.profile);
   }
   return perf::network_profile(o.link_gbit.value_or(10.0), o.latency_us.value_or(5.0));
+}
+
+// The link inside a host (--host-link-gbit, --host-latency-us); checks
+// that --ranks-per-host divides every world size.
+perf::CostProfile host_link_of(const PlanOptions& o, const std::vector<int>& ranks) {
+  if (o.ranks_per_host < 1) {
+    throw InvalidArgument(fmt::format("--ranks-per-host {}: give 1 or more", o.ranks_per_host));
+  }
+  for (const int n : ranks) {
+    if (n % o.ranks_per_host != 0) {
+      throw InvalidArgument(fmt::format(
+          "--ranks-per-host {} does not divide {} ranks into hosts; give world sizes it divides",
+          o.ranks_per_host, n));
+    }
+  }
+  if (!(o.host_link_gbit > 0) || !(o.host_latency_us >= 0)) {
+    throw InvalidArgument(fmt::format(
+        "--host-link-gbit {} / --host-latency-us {}: give a rate > 0 and a latency >= 0",
+        o.host_link_gbit, o.host_latency_us));
+  }
+  perf::CostProfile link = perf::network_profile(o.host_link_gbit, o.host_latency_us);
+  link.name = "inside a host";
+  return link;
 }
 
 struct Workload {
@@ -327,8 +296,8 @@ std::optional<perf::Target> target_of(const PlanOptions& o) {
 // The predicted step of each method at each world size.
 std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& ranks,
                               const std::vector<std::string>& methods,
-                              const perf::CostProfile& profile, const Workload& work,
-                              const perf::MeasuredScaling& measured) {
+                              const perf::CostProfile& profile, const perf::CostProfile& host_link,
+                              const Workload& work, const perf::MeasuredScaling& measured) {
   std::vector<Row> rows;
   for (const int n : ranks) {
     Row row;
@@ -339,6 +308,17 @@ std::vector<Row> predict_rows(const PlanOptions& o, const std::vector<int>& rank
       if (o.local_steps > 0) {
         row.methods.back().method +=
             fmt::format("@h{}{}", o.local_steps, o.outer_overlap ? "o" : "");
+      }
+    }
+    if (o.ranks_per_host > 1) {
+      perf::Scenario two_level = scenario;
+      two_level.ranks_per_host = o.ranks_per_host;
+      two_level.host_link = &host_link;
+      for (const std::string& method : methods) {
+        if (method == "ps") continue;  // one level only
+        perf::StepPrediction p = perf::predict_step(method, two_level, profile);
+        p.method += fmt::format("/host{}", o.ranks_per_host);
+        row.methods.push_back(std::move(p));
       }
     }
     // With local steps "dense" is the reference of every step's ring
@@ -472,7 +452,8 @@ void run_plan(const PlanOptions& o) {
         "micro, exdyna and deft)");
   }
 
-  const std::vector<Row> rows = predict_rows(o, ranks, methods, profile, work, measured);
+  const perf::CostProfile host_link = host_link_of(o, ranks);
+  const std::vector<Row> rows = predict_rows(o, ranks, methods, profile, host_link, work, measured);
   std::vector<TargetRow> target_rows;
   if (target) {
     target_rows = predict_time_to_target(perf::outcomes(*convergence, *target), ranks,
@@ -484,6 +465,7 @@ void run_plan(const PlanOptions& o) {
                            : nlohmann::ordered_json());
   } else {
     print_plan_text(o, work, profile, measured, rows);
+    if (o.ranks_per_host > 1) print_levels(rows.back(), host_link);
     if (target) print_time_to_target(target_rows, *convergence, o.convergence, *target);
   }
   if (!o.plot_dir.empty()) {
@@ -533,6 +515,17 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--latency-us", options->latency_us, "per-message latency in us (default 5)");
   cmd->add_option("-n,--ranks", options->ranks,
                   "world sizes: 64, 4,16,64 or a range 2-4096 (powers of two)")
+      ->capture_default_str();
+  cmd->add_option("--ranks-per-host", options->ranks_per_host,
+                  "train's --ranks-per-host R: also every method on two levels (METHOD/hostR: "
+                  "the host's all-reduce on the link inside it, the method among one leader per "
+                  "host, the broadcast), with the level that bounds its step")
+      ->capture_default_str();
+  cmd->add_option("--host-link-gbit", options->host_link_gbit,
+                  "with --ranks-per-host: the link inside a host in Gbit/s per direction")
+      ->capture_default_str();
+  cmd->add_option("--host-latency-us", options->host_latency_us,
+                  "with --ranks-per-host: its per-message latency in us")
       ->capture_default_str();
   cmd->add_option("-c,--density", options->density, "target density c")->capture_default_str();
   cmd->add_option("--methods", options->methods,

@@ -88,6 +88,11 @@ nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row) {
   j["density_ratio"] = p.density_ratio;
   j["imbalance"] = p.imbalance;
   j["statistics"] = p.statistics;
+  if (p.host_s > 0) {
+    j["host_s"] = p.host_s;
+    j["between_hosts_s"] = p.exchange_s - p.host_s - p.arrival_wait_s;
+    j["bound_by"] = bounding_level(p);
+  }
   const double s = speedup(row, p);
   j["speedup_vs_dense"] = std::isfinite(s) ? nlohmann::ordered_json(s) : nlohmann::ordered_json();
   return j;
@@ -110,6 +115,22 @@ void print_one(const Row& row) {
         p->selection_s * 1e3, p->exchange_s * 1e3, p->arrival_wait_s * 1e3, p->overlap_s * 1e3,
         p->update_s * 1e3, format_bytes(p->bytes_sent), p->density_ratio,
         std::isfinite(s) ? fmt::format("{:.2f}x", s) : "-");
+  }
+}
+
+std::string bounding_level(const perf::StepPrediction& p) {
+  const double between = p.exchange_s - p.host_s - p.arrival_wait_s;
+  return p.host_s > between ? "inside hosts" : "between hosts";
+}
+
+void print_levels(const Row& row, const perf::CostProfile& host_link) {
+  fmt::print("\ntwo levels at {} ranks (inside a host: alpha {:.3g} us, {:.3g} Gbit/s):\n",
+             row.ranks, host_link.alpha_s * 1e6, 8.0 / host_link.beta_s_per_byte / 1e9);
+  for (const perf::StepPrediction& p : row.methods) {
+    if (p.host_s <= 0) continue;
+    fmt::print("  {:<18} inside hosts {:>9.2f} ms, between hosts {:>9.2f} ms: bound {}\n", p.method,
+               p.host_s * 1e3, (p.exchange_s - p.host_s - p.arrival_wait_s) * 1e3,
+               bounding_level(p));
   }
 }
 

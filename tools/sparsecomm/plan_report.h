@@ -29,6 +29,12 @@ std::vector<std::string> crossovers(const std::vector<Row>& rows);
 nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row);
 // One world size's table: each method's step and its parts.
 void print_one(const Row& row);
+// Two levels: each two-level method's time inside hosts and between them,
+// and which bounds its step (the link of `host_link` inside a host).
+void print_levels(const Row& row, const perf::CostProfile& host_link);
+// "inside hosts" or "between hosts": the larger part of a two-level
+// prediction's exchange.
+std::string bounding_level(const perf::StepPrediction& p);
 // Speed-up over dense per world size, one column per method.
 void print_curve(const std::vector<Row>& rows);
 // PNG figures of the curve and the breakdown into `dir`.

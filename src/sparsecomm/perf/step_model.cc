@@ -318,7 +318,7 @@ void amortize_over_rounds(const MethodShape& shape, const Scenario& s, const Cos
   out.exchange_s -= out.arrival_wait_s;
   out.arrival_wait_s /= std::sqrt(h);
   for (double* term : {&out.accumulate_s, &out.selection_s, &out.exchange_s, &out.agreement_s,
-                       &out.bytes_sent, &out.bytes_received, &out.wire_bytes_sent}) {
+                       &out.host_s, &out.bytes_sent, &out.bytes_received, &out.wire_bytes_sent}) {
     *term /= h;
   }
   out.exchange_s += out.arrival_wait_s;
@@ -333,6 +333,10 @@ void amortize_over_rounds(const MethodShape& shape, const Scenario& s, const Cos
 void check_scenario(const Scenario& s) {
   auto bad = [](std::string_view what) { throw InvalidArgument(std::string(what)); };
   if (s.ranks < 1) bad(fmt::format("ranks must be >= 1, got {}", s.ranks));
+  if (s.ranks_per_host < 1 || s.ranks % s.ranks_per_host != 0) {
+    bad(fmt::format("{} ranks per host do not divide {} ranks into hosts", s.ranks_per_host,
+                    s.ranks));
+  }
   if (!(s.numel >= 1) || !std::isfinite(s.numel)) {
     bad(fmt::format("the model needs at least 1 parameter, got {}", s.numel));
   }
@@ -436,8 +440,25 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   const bool pipelined = s.bucket_bytes > 0 && shape.bucketable && s.local_steps == 0;
   const double buckets =
       pipelined ? std::max(1.0, std::ceil(kFloatBytes * s.numel / s.bucket_bytes)) : 1.0;
-  CallCost call = one_call(shape, s, p, method_numel / buckets);
-  if (dense_numel > 0) call.comm += ring_allreduce(p, s.ranks, kFloatBytes * dense_numel / buckets);
+  // Two levels: the method among one leader per host, after the host's
+  // all-reduce and before its broadcast (each bucket its own).
+  if (s.ranks_per_host > 1 && shape.kind == Kind::kParameterServer) {
+    throw InvalidArgument("two-level exchanges are for all-reduce methods; ps runs on one level");
+  }
+  Scenario between = s;
+  between.ranks = s.ranks / s.ranks_per_host;
+  CallCost call = one_call(shape, between, p, method_numel / buckets);
+  if (dense_numel > 0) {
+    call.comm += ring_allreduce(p, between.ranks, kFloatBytes * dense_numel / buckets);
+  }
+  if (s.ranks_per_host > 1) {
+    const CostProfile& host = s.host_link != nullptr ? *s.host_link : p;
+    const double bucket_bytes = kFloatBytes * s.numel / buckets;
+    const double inside = ring_allreduce(host, s.ranks_per_host, bucket_bytes).seconds +
+                          broadcast(host, s.ranks_per_host, bucket_bytes).seconds;
+    call.comm.seconds += inside;
+    out.host_s = buckets * inside;
+  }
   out.accumulate_s = buckets * call.accumulated * p.accumulate_s_per_element;
   out.selection_s = buckets * call.selection_s;
   out.exchange_s = buckets * call.comm.seconds;

@@ -66,12 +66,22 @@ struct Scenario {
   // Measured statistics (measured_scaling.h) that replace the built-in ones
   // for the schemes they hold; nullptr: the built-in ones. Borrowed.
   const ScalingTable* statistics = nullptr;
+  // Hosts of this many ranks (train's --ranks-per-host, sync/two_level.h;
+  // docs/algorithms/two-level.md): > 1, the ranks of a host all-reduce the
+  // gradient over `host_link`, the method runs among the ranks /
+  // ranks_per_host leaders on the profile's link (its statistics at that
+  // many ranks), and each leader broadcasts the result inside its host.
+  // 1: flat, every rank on the profile's link.
+  int ranks_per_host = 1;
+  // The link inside a host (alpha, beta, gamma used); nullptr: the
+  // profile's. Borrowed.
+  const CostProfile* host_link = nullptr;
 };
 
 // Throws InvalidArgument naming the field when the scenario is not one the
 // model can predict (ranks < 1, d <= 0, dense_numel outside [0, d),
 // c outside (0, 1], negative times, servers < 1, local_steps < 0,
-// low_rank < 1).
+// low_rank < 1, ranks_per_host < 1 or not dividing ranks).
 void check_scenario(const Scenario& scenario);
 
 struct StepPrediction {
@@ -85,6 +95,9 @@ struct StepPrediction {
   double arrival_wait_s = 0.0;  // for the slowest rank's compute (in exchange_s)
   double overlap_s = 0.0;       // pipelined: hidden behind backward
   double update_s = 0.0;        // the optimizer
+  // Two levels: the all-reduce and the broadcast inside the host (in
+  // exchange_s); the rest of exchange_s is between hosts.
+  double host_s = 0.0;
   double step_s = 0.0;
   double bytes_sent = 0.0;  // per rank and step: payload
   double bytes_received = 0.0;
@@ -123,7 +136,9 @@ bool takes_local_steps(std::string_view method);
 bool selects_independently(std::string_view method);
 
 // The prediction for `method` (a name of modeled_methods()); throws
-// InvalidArgument for an unknown method or a bad scenario.
+// InvalidArgument for an unknown method, a bad scenario, or ps on two
+// levels (train refuses it). bytes_* are per rank between hosts: on two
+// levels a leader's, as the trainer's metrics count them.
 StepPrediction predict_step(std::string_view method, const Scenario& scenario,
                             const CostProfile& profile);
 
