@@ -61,16 +61,13 @@ namespace {
 // all-reduced first (so a non-finite value there skips or stops the whole
 // step on every rank alike), then the method runs on the other tensors,
 // packed, or in place when they are one contiguous run.
-class DenseLayersSync final : public GradientSync {
+class DenseLayersSync final : public GradientSyncDecorator {
  public:
   DenseLayersSync(std::unique_ptr<GradientSync> inner, DenseLayerRule rule,
                   NonFinitePolicy nonfinite)
-      : inner_(std::move(inner)),
+      : GradientSyncDecorator(std::move(inner)),
         dense_(make_gradient_sync("dense", SchemeOptions{}, nonfinite)),
         rule_(std::move(rule)) {}
-
-  std::string_view method() const override { return inner_->method(); }
-  bool bucketable() const override { return inner_->bucketable(); }
 
   StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
                           Communicator& comm) override {
@@ -215,7 +212,6 @@ class DenseLayersSync final : public GradientSync {
     }
   }
 
-  std::unique_ptr<GradientSync> inner_;
   std::unique_ptr<GradientSync> dense_;
   DenseLayerRule rule_;
   bool planned_ = false;

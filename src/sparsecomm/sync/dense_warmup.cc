@@ -7,18 +7,13 @@
 namespace sparsecomm {
 namespace {
 
-class DenseWarmupSync final : public GradientSync {
+class DenseWarmupSync final : public GradientSyncDecorator {
  public:
   DenseWarmupSync(std::unique_ptr<GradientSync> inner, std::int64_t steps,
                   NonFinitePolicy nonfinite)
-      : inner_(std::move(inner)),
+      : GradientSyncDecorator(std::move(inner)),
         dense_(make_gradient_sync("dense", SchemeOptions{}, nonfinite)),
         steps_(steps) {}
-
-  std::string_view method() const override { return inner_->method(); }
-  bool bucketable() const override { return inner_->bucketable(); }
-  bool applies_momentum() const override { return inner_->applies_momentum(); }
-  std::span<const float> kept() const override { return inner_->kept(); }
 
   StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
                           Communicator& comm) override {
@@ -45,7 +40,6 @@ class DenseWarmupSync final : public GradientSync {
   }
 
  private:
-  std::unique_ptr<GradientSync> inner_;
   std::unique_ptr<GradientSync> dense_;
   std::int64_t steps_;
 };

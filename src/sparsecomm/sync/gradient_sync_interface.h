@@ -4,6 +4,7 @@
 // name; SparsifyExchangeStep (the registry's sparsifiers) implements it, as
 // do dense and Skip-Reduce in gradient_sync.cc.
 
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -45,6 +46,23 @@ class GradientSync {
   // Everything needed to resume bit-exactly (residuals, thresholds, ...).
   virtual void save(StateWriter& writer) const = 0;
   virtual void load(StateReader& reader) = 0;
+};
+
+// A GradientSync around another (the dense warm-up, dense layers, two
+// levels): the method, its momentum, whether it buckets and what it kept
+// are the inner one's unless the decorator says otherwise. `inner` is not
+// null.
+class GradientSyncDecorator : public GradientSync {
+ public:
+  explicit GradientSyncDecorator(std::unique_ptr<GradientSync> inner) : inner_(std::move(inner)) {}
+
+  std::string_view method() const override { return inner_->method(); }
+  bool applies_momentum() const override { return inner_->applies_momentum(); }
+  bool bucketable() const override { return inner_->bucketable(); }
+  std::span<const float> kept() const override { return inner_->kept(); }
+
+ protected:
+  std::unique_ptr<GradientSync> inner_;
 };
 
 }  // namespace sparsecomm

@@ -27,15 +27,10 @@ namespace {
 // What a leader tells its host after the exchange between hosts.
 enum class HostOutcome : std::uint8_t { kDone = 0, kSkipped = 1, kStopped = 2 };
 
-class TwoLevelSync final : public GradientSync {
+class TwoLevelSync final : public GradientSyncDecorator {
  public:
   TwoLevelSync(std::unique_ptr<GradientSync> inner, HostTopology topology)
-      : inner_(std::move(inner)), topology_(topology) {}
-
-  std::string_view method() const override { return inner_->method(); }
-  bool applies_momentum() const override { return inner_->applies_momentum(); }
-  bool bucketable() const override { return inner_->bucketable(); }
-  std::span<const float> kept() const override { return inner_->kept(); }
+      : GradientSyncDecorator(std::move(inner)), topology_(topology) {}
 
   StepMetrics synchronize(std::span<float> gradient, const StepContext& ctx,
                           Communicator& comm) override {
@@ -125,7 +120,6 @@ class TwoLevelSync final : public GradientSync {
     world_ = &comm;
   }
 
-  std::unique_ptr<GradientSync> inner_;
   HostTopology topology_;
   const Communicator* world_ = nullptr;
   std::unique_ptr<GroupView> host_;
