@@ -174,6 +174,8 @@ TEST(Metrics, JsonLineHasEveryField) {
   m.exchange_s = 0.5;
   m.bytes_sent = 123;
   m.bytes_received = 456;
+  m.host_bytes_sent = 78;
+  m.host_bytes_received = 90;
   m.index_bytes_raw = 44;
   m.index_bytes_encoded = 20;
   m.value_bits = 2.25;
@@ -189,6 +191,7 @@ TEST(Metrics, JsonLineHasEveryField) {
       R"("accumulate_s":0.001,)"
       R"("selection_s":2e-05,"exchange_s":0.5,"agreement_s":0,"selection_collective_s":0,)"
       R"("selection_collectives":0,"candidate_passes":0,"bytes_sent":123,"bytes_received":456,)"
+      R"("host_bytes_sent":78,"host_bytes_received":90,)"
       R"("index_bytes_raw":44,"index_bytes_encoded":20,"value_bits":2.25,"skip_subject":7,)"
       R"("dense_numel":9,)"
       R"("overlapped_s":0,"gradient_clipped":true,"skipped_nonfinite":false})");

@@ -58,7 +58,13 @@ TEST(TwoLevel, DenseIsTheFlatAverageOnEveryRank) {
             fill(gradient, comm.rank(), step);
             StepContext ctx;
             ctx.step = step;
-            sync->synchronize(gradient, ctx, comm);
+            const StepMetrics metrics = sync->synchronize(gradient, ctx, comm);
+            // Inside the host: its ring all-reduce, 2 (R-1)/R of the buffer
+            // (one rank per host: nothing), and the leader's broadcast.
+            EXPECT_EQ(metrics.host_bytes_sent > 0, per_host > 1);
+            EXPECT_GE(metrics.host_bytes_sent, 2 * (per_host - 1) * kNumel * 4 / per_host / 2);
+            EXPECT_EQ(metrics.bytes_sent > 0, comm.rank() % per_host == 0 && hosts > 1)
+                << "rank " << comm.rank() << ": bytes between hosts";
             double worst = 0.0;
             for (std::size_t i = 0; i < kNumel; ++i) {
               double mean = 0.0;

@@ -28,11 +28,13 @@ GroupView::GroupView(Communicator& world, std::vector<int> members)
 
 Request GroupView::isend(std::span<const std::byte> data, int dst, int tag) {
   check_peer_and_tag(dst, tag, "isend");
+  bytes_sent_ += data.size();
   return world_.isend(data, world_rank(dst), tag);
 }
 
 Request GroupView::irecv(std::span<std::byte> data, int src, int tag) {
   check_peer_and_tag(src, tag, "irecv");
+  bytes_received_ += data.size();
   return world_.irecv(data, world_rank(src), tag);
 }
 

@@ -11,6 +11,7 @@
 // order: messages from one rank to another on one tag arrive in the order
 // they were sent.
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,10 @@ class GroupView final : public Communicator {
   Request isend(std::span<const std::byte> data, int dst, int tag) override;
   Request irecv(std::span<std::byte> data, int src, int tag) override;
 
+  // Bytes this rank has sent and posted to receive through the view.
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
+
   // The world rank of the view's rank `member`.
   int world_rank(int member) const { return members_[static_cast<std::size_t>(member)]; }
   std::span<const int> members() const { return members_; }
@@ -39,6 +44,8 @@ class GroupView final : public Communicator {
   Communicator& world_;
   std::vector<int> members_;
   int rank_ = 0;
+  std::uint64_t bytes_sent_ = 0;
+  std::uint64_t bytes_received_ = 0;
 };
 
 }  // namespace sparsecomm

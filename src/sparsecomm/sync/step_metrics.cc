@@ -41,6 +41,8 @@ StepMetrics combined(std::span<const StepMetrics> parts) {
     total.candidate_passes += m.candidate_passes;
     total.bytes_sent += m.bytes_sent;
     total.bytes_received += m.bytes_received;
+    total.host_bytes_sent += m.host_bytes_sent;
+    total.host_bytes_received += m.host_bytes_received;
     total.index_bytes_raw += m.index_bytes_raw;
     total.index_bytes_encoded += m.index_bytes_encoded;
     if (!bits_from_method && m.target > 0) {
@@ -55,9 +57,9 @@ StepMetrics combined(std::span<const StepMetrics> parts) {
   }
   total.residual_norm = std::sqrt(residual_squares);
   total.gradient_norm = std::sqrt(gradient_squares);
-  total.density_ratio = total.target == 0 ? 0.0
-                                          : static_cast<double>(total.union_size) /
-                                                static_cast<double>(total.target);
+  total.density_ratio =
+      total.target == 0 ? 0.0
+                        : static_cast<double>(total.union_size) / static_cast<double>(total.target);
   return total;
 }
 
@@ -70,16 +72,17 @@ std::string to_json_line(const StepMetrics& m) {
       R"("density_ratio":{},"imbalance":{},"residual_norm":{},"gradient_norm":{},)"
       R"("accumulate_s":{},"selection_s":{},"exchange_s":{},"agreement_s":{},)"
       R"("selection_collective_s":{},"selection_collectives":{},"candidate_passes":{},)"
-      R"("bytes_sent":{},"bytes_received":{},"index_bytes_raw":{},)"
+      R"("bytes_sent":{},"bytes_received":{},"host_bytes_sent":{},"host_bytes_received":{},)"
+      R"("index_bytes_raw":{},)"
       R"("index_bytes_encoded":{},"value_bits":{},"skip_subject":{},"dense_numel":{},"overlapped_s":{},"gradient_clipped":{},)"
       R"("skipped_nonfinite":{}}})",
       m.step, m.numel, m.target, m.selected, m.union_size, number(m.density_ratio),
       number(m.imbalance), number(m.residual_norm), number(m.gradient_norm), number(m.accumulate_s),
       number(m.selection_s), number(m.exchange_s), number(m.agreement_s),
       number(m.selection_collective_s), m.selection_collectives, m.candidate_passes, m.bytes_sent,
-      m.bytes_received, m.index_bytes_raw, m.index_bytes_encoded, number(m.value_bits),
-      m.skip_subject, m.dense_numel, number(m.overlapped_s), m.gradient_clipped,
-      m.skipped_nonfinite);
+      m.bytes_received, m.host_bytes_sent, m.host_bytes_received, m.index_bytes_raw,
+      m.index_bytes_encoded, number(m.value_bits), m.skip_subject, m.dense_numel,
+      number(m.overlapped_s), m.gradient_clipped, m.skipped_nonfinite);
   return out;
 }
 

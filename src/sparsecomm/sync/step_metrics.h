@@ -30,6 +30,10 @@ struct StepMetrics {
   int candidate_passes = 0;             // its read passes (same-step threshold; 1 normally)
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
+  // Two levels (sync/two_level.h): the bytes inside the host (its
+  // all-reduce and broadcast); bytes_sent/received are then between hosts.
+  std::uint64_t host_bytes_sent = 0;
+  std::uint64_t host_bytes_received = 0;
   std::uint64_t index_bytes_raw = 0;
   std::uint64_t index_bytes_encoded = 0;
   double value_bits = 32.0;       // bits per value on the wire (value_codec.h: wire_bits_per_value)

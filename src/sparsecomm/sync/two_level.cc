@@ -36,10 +36,11 @@ class TwoLevelSync final : public GradientSyncDecorator {
                           Communicator& comm) override {
     views(comm);
     const Stopwatch watch;
+    const std::uint64_t host_sent_before = host_->bytes_sent();
+    const std::uint64_t host_received_before = host_->bytes_received();
     const bool leader = topology_.leads(comm.rank());
     // 1. The host's mean.
-    AllreduceReport inside;
-    allreduce(*host_, gradient, {}, &inside);
+    allreduce(*host_, gradient);
     const float scale = 1.0f / static_cast<float>(topology_.ranks_per_host);
     for (float& value : gradient) value *= scale;
 
@@ -76,6 +77,8 @@ class TwoLevelSync final : public GradientSyncDecorator {
     }
     metrics.skipped_nonfinite = outcome == HostOutcome::kSkipped;
     host_->broadcast(std::as_writable_bytes(gradient), 0);
+    metrics.host_bytes_sent = host_->bytes_sent() - host_sent_before;
+    metrics.host_bytes_received = host_->bytes_received() - host_received_before;
     metrics.exchange_s = watch.seconds() - metrics.selection_s - metrics.accumulate_s;
     return metrics;
   }

@@ -58,6 +58,10 @@ nlohmann::json step_json(const TrainStep& s) {
                          {"gradient_clipped", m.gradient_clipped},
                          {"skipped_nonfinite", m.skipped_nonfinite},
                          {"synchronized", s.synchronized}};
+  if (m.host_bytes_sent > 0 || m.host_bytes_received > 0) {  // two levels only
+    line["host_bytes_sent"] = m.host_bytes_sent;
+    line["host_bytes_received"] = m.host_bytes_received;
+  }
   if (s.embedding.present) {
     const EmbeddingStep& e = s.embedding;
     line["embedding"] = {{"exchange", e.exchange},
