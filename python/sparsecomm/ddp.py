@@ -87,7 +87,7 @@ def _split(parameters, cap_bytes):
     return [parameters[begin:end] for begin, end in tensor_buckets(sizes, cap_bytes or 0)]
 
 
-def _selection_for(selection, method, named, compress):
+def _selection_for(selection, method, named, compress, ranks_per_host=1):
     """Where the hook selects: 'host' (sparsecomm's C++ schemes, every
     method; a device's gradients cross to the host and back) or 'device'
     (on the gradients' own device, DeviceSynchronizer: ``device_methods()``);
@@ -102,8 +102,12 @@ def _selection_for(selection, method, named, compress):
                          "the hook takes a model on one device")
     on_cpu = next(iter(devices)).type == "cpu"
     if selection == "auto":
-        device_path = not on_cpu and method in device_methods() and compress == "gradient"
+        device_path = (not on_cpu and method in device_methods() and compress == "gradient"
+                       and ranks_per_host == 1)
         selection = "device" if device_path else "host"
+    if selection == "device" and ranks_per_host != 1:
+        raise ValueError("sparsecomm: ranks_per_host (two levels) runs on the host; use "
+                         "selection='host'")
     if selection == "device" and compress == "update":
         raise ValueError("sparsecomm: compress='update' keeps the AdamW moments on the host; use "
                          "selection='host'")
@@ -155,7 +159,7 @@ class HookState:
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8,
-                 overlap=True, selection="auto", **options):
+                 overlap=True, selection="auto", ranks_per_host=1, **options):
         group = process_group(group)
         if isinstance(exclude, str):
             exclude = (exclude,)
@@ -175,7 +179,7 @@ class HookState:
                  if parameter.requires_grad]
         if not named:
             raise ValueError("sparsecomm: the model has no parameter that requires grad")
-        self.selection = _selection_for(selection, method, named, compress)
+        self.selection = _selection_for(selection, method, named, compress, ranks_per_host)
         if self.selection == "host" and dist.get_backend(group) == "nccl":
             raise ValueError(
                 f"sparsecomm: {method} selects on the host, whose exchange sends CPU tensors, "
@@ -194,7 +198,7 @@ class HookState:
         # here rather than inside backward.
         if self.selection == "host":
             def synchronizer(name, options):
-                return Synchronizer(self.comm, name, options, nonfinite)
+                return Synchronizer(self.comm, name, options, nonfinite, ranks_per_host)
         else:
             def synchronizer(name, options):
                 return DeviceSynchronizer(group, name, options, nonfinite)
@@ -432,7 +436,7 @@ def _hook(state, bucket):
 
 def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                   bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, overlap=True,
-                  selection="auto", **options):
+                  selection="auto", ranks_per_host=1, **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``.
 
     ``model``: the DDP model (or the module it wraps); ``method``: a
@@ -451,10 +455,13 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     the method selects, ``"host"`` (the C++ schemes, every method, CPU
     gradients), ``"device"`` (on the gradients' device, topk and
     threshold, the exchange through the group's all_gather) or ``"auto"``
-    (the device for gradients off the CPU). Raises ValueError for an
-    unknown method or option."""
+    (the device for gradients off the CPU); ``ranks_per_host``: hosts of
+    that many consecutive ranks of the group, whose ranks average their
+    gradients first, the method then running among one leader per host
+    (docs/algorithms.md, "Two-level exchanges"; host selection). Raises
+    ValueError for an unknown method or option."""
     return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb, compress,
-                     betas, eps, overlap, selection, **options), _hook
+                     betas, eps, overlap, selection, ranks_per_host, **options), _hook
 
 
 def direction_optimizer(parameters, lr, weight_decay=0.01, hook=None):

@@ -20,22 +20,33 @@
 #include "sparsecomm/sync/gradient_sync.h"
 #include "sparsecomm/sync/sparsify_sequence.h"
 #include "sparsecomm/sync/step_metrics.h"
+#include "sparsecomm/sync/two_level.h"
 
 namespace py = pybind11;
 
 namespace sparsecomm::python {
 namespace {
 
+HostTopology checked_topology(int ranks_per_host, const Communicator& comm) {
+  const HostTopology topology{ranks_per_host};
+  topology.check(comm.size());
+  return topology;
+}
+
 // One flat gradient's synchronization by any of the CLI's methods (dense,
 // skipreduce, or a registry scheme with its error feedback), with the CLI's
 // names and -o options.
 class Synchronizer final : public GroupSync {
  public:
+  // ranks_per_host > 1: two levels (sync/two_level.h), hosts of that many
+  // consecutive ranks of `comm`.
   Synchronizer(std::shared_ptr<Communicator> comm, const std::string& method,
-               const std::map<std::string, std::string>& options, const std::string& nonfinite)
+               const std::map<std::string, std::string>& options, const std::string& nonfinite,
+               int ranks_per_host)
       : comm_(std::move(comm)),
-        sync_(make_gradient_sync(method, SchemeOptions(options),
-                                 parse_nonfinite_policy(nonfinite))) {}
+        sync_(with_two_levels(
+            make_gradient_sync(method, SchemeOptions(options), parse_nonfinite_policy(nonfinite)),
+            checked_topology(ranks_per_host, *comm_))) {}
 
   // `gradient` (this rank's) is replaced by the average over ranks of the
   // sparsified gradients; returns the step's metrics as one JSON line.
@@ -83,8 +94,9 @@ void bind_synchronizer(py::module_& m) {
   py::class_<GroupSync, std::shared_ptr<GroupSync>>(m, "_GroupSync");
   py::class_<Synchronizer, GroupSync, std::shared_ptr<Synchronizer>>(m, "Synchronizer")
       .def(py::init<std::shared_ptr<Communicator>, const std::string&,
-                    const std::map<std::string, std::string>&, const std::string&>(),
-           py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop")
+                    const std::map<std::string, std::string>&, const std::string&, int>(),
+           py::arg("comm"), py::arg("method"), py::arg("options"), py::arg("nonfinite") = "stop",
+           py::arg("ranks_per_host") = 1)
       .def("synchronize", &Synchronizer::synchronize, py::arg("gradient"), py::arg("step"),
            py::arg("epoch") = 0.0, py::arg("bucket") = 0, py::arg("layers") = Sizes{},
            py::arg("rows") = Sizes{})

@@ -1,0 +1,53 @@
+"""Two-level exchanges through the DDP hook and the Synchronizer
+(``ranks_per_host``; docs/algorithms.md, "Two-level exchanges"): 4 gloo
+processes as 2 hosts of 2 ranks."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import sparsecomm
+from sparsecomm import Communicator, Synchronizer
+
+from test_ddp_hook import _train
+
+
+def _hook_on_two_levels(rank, world):
+    _, default = _train(rank, 5)
+    # Dense, and Top-k at density 1, on 2 x 2: DDP's average up to rounding.
+    for method, options in (("dense", {}), ("topk", {"density": 1.0})):
+        state, hooked = _train(rank, 5, method, ranks_per_host=2, **options)
+        assert torch.allclose(hooked, default, rtol=1e-5, atol=1e-6), (hooked - default).abs().max()
+        assert state.step == 5
+    # ExDyna at 5%: every rank ends with the same parameters; between hosts
+    # only the leaders (ranks 0 and 2) send.
+    state, hooked = _train(rank, 5, "exdyna", ranks_per_host=2, density=0.05)
+    everyone = [torch.empty_like(hooked) for _ in range(world)]
+    dist.all_gather(everyone, hooked)
+    assert all(torch.equal(everyone[0], other) for other in everyone)
+    assert (state.metrics["bytes_sent"] > 0) == (rank % 2 == 0)
+    assert state.metrics["host_bytes_sent"] > 0
+
+
+def test_the_hook_on_two_hosts_of_two_ranks(run_world):
+    run_world(4, _hook_on_two_levels)
+
+
+def _synchronizer_keeps_the_residual_on_leaders(rank, world):
+    sync = Synchronizer(Communicator(dist.distributed_c10d._get_default_group()), "topk", {"density": "0.1"}, "stop", 2)
+    gradient = torch.arange(100, dtype=torch.float32) * (rank + 1)
+    sync.synchronize(gradient, 0)
+    assert sync.kept().numel() == (100 if rank % 2 == 0 else 0)
+    with pytest.raises(ValueError, match="3 ranks per host do not divide the world of 4"):
+        Synchronizer(Communicator(dist.distributed_c10d._get_default_group()), "topk", {}, "stop", 3)
+
+
+def test_the_synchronizer_keeps_a_hosts_residual_once(run_world):
+    run_world(4, _synchronizer_keeps_the_residual_on_leaders)
+
+
+def test_two_levels_select_on_the_host():
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(ValueError, match="two levels"):
+        sparsecomm.ddp._selection_for("device", "topk", list(model.named_parameters()),
+                                      "gradient", ranks_per_host=2)
