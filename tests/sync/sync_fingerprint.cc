@@ -59,7 +59,7 @@ std::vector<Case> all_cases() {
   for (const SyncMethodInfo& info : sync_methods()) {
     const std::vector<std::string> patterns =
         offers(info, "exchange")
-            ? std::vector<std::string>{"union", "allgather", "sparse-allreduce"}
+            ? std::vector<std::string>{"union", "allgather", "sparse-allreduce", "ok-topk"}
             : std::vector<std::string>{""};
     const std::vector<std::string> memories =
         offers(info, "memory") ? std::vector<std::string>{"ef", "none", "ef21", "momentum"}

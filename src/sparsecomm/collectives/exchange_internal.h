@@ -121,5 +121,6 @@ std::unique_ptr<SparseExchange> make_union_allreduce(const ExchangeOptions& opti
 std::unique_ptr<SparseExchange> make_shared_allreduce(const ExchangeOptions& options);
 std::unique_ptr<SparseExchange> make_sparse_allgather(const ExchangeOptions& options);
 std::unique_ptr<SparseExchange> make_sparse_allreduce(const ExchangeOptions& options);
+std::unique_ptr<SparseExchange> make_ok_topk(const ExchangeOptions& options);
 
 }  // namespace sparsecomm::detail

@@ -47,9 +47,10 @@ ExchangePattern parse_exchange_pattern(std::string_view name) {
   if (name == "allgather") return ExchangePattern::kSparseAllgather;
   if (name == "sparse-allreduce") return ExchangePattern::kSparseAllreduce;
   if (name == "shared") return ExchangePattern::kSharedIndices;
+  if (name == "ok-topk") return ExchangePattern::kOkTopk;
   throw InvalidArgument(
       fmt::format("[exchange] unknown exchange pattern '{}' (valid: union, allgather, "
-                  "sparse-allreduce, shared)",
+                  "sparse-allreduce, shared, ok-topk)",
                   name));
 }
 
@@ -63,6 +64,8 @@ std::string_view exchange_pattern_name(ExchangePattern pattern) {
       return "sparse-allreduce";
     case ExchangePattern::kSharedIndices:
       return "shared";
+    case ExchangePattern::kOkTopk:
+      return "ok-topk";
   }
   return "unknown";
 }
@@ -158,6 +161,8 @@ std::unique_ptr<SparseExchange> make_sparse_exchange(ExchangePattern pattern,
       return detail::make_sparse_allgather(options);
     case ExchangePattern::kSparseAllreduce:
       return detail::make_sparse_allreduce(options);
+    case ExchangePattern::kOkTopk:
+      return detail::make_ok_topk(options);
   }
   throw InvalidArgument(
       fmt::format("[exchange] unknown exchange pattern {}", static_cast<int>(pattern)));

@@ -23,11 +23,13 @@
 //  - `transmitted` in the result lists the positions this rank transmitted
 //    (ascending): the union U for union all-reduce and shared-index
 //    all-reduce, this rank's own I_r for sparse allgather and sparse
-//    all-reduce (with the known ranges in every case). DGC masks its
-//    momentum there.
+//    all-reduce (with the known ranges in every case), and the part of I_r
+//    that survived the global selection for Ok-Topk (whose average keeps
+//    only the survivors: the rest of I_r stays in the residual). DGC masks
+//    its momentum there.
 // One type per pattern behind SparseExchange (make_sparse_exchange), each
 // in its own file: union_allreduce.cc, shared_allreduce.cc,
-// sparse_allgather.cc, sparse_allreduce.cc; their shared steps live in
+// sparse_allgather.cc, sparse_allreduce.cc, ok_topk.cc; their shared steps live in
 // exchange_internal.h, the decoding of received blocks in
 // exchange_message.h. Each owns its scratch memory, reused across calls.
 
@@ -51,9 +53,10 @@ enum class ExchangePattern {
   kSparseAllgather,  // allgatherv (index, value) pairs, sum at receivers
   kSparseAllreduce,  // SparCML: recursive doubling or split + alltoallv
   kSharedIndices,    // all ranks selected the same indices: all-reduce values
+  kOkTopk,           // Ok-Topk: balanced regions, sparse reduce-scatter, global top-k
 };
-// "union", "allgather", "sparse-allreduce", "shared"; InvalidArgument listing
-// them otherwise.
+// "union", "allgather", "sparse-allreduce", "shared", "ok-topk";
+// InvalidArgument listing them otherwise.
 ExchangePattern parse_exchange_pattern(std::string_view name);
 std::string_view exchange_pattern_name(ExchangePattern pattern);
 
