@@ -53,7 +53,8 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
 }
 
 std::vector<std::string> exchange_choices(const SchemeDefinition& definition) {
-  std::vector<std::string> out = {"union", "allgather", "sparse-allreduce", "ok-topk"};
+  std::vector<std::string> out = {"union", "allgather", "sparse-allreduce"};
+  if (!definition.traits.sends_known_ranges()) out.emplace_back("ok-topk");
   if (definition.traits.identical_selections()) out.emplace_back("shared");
   return out;
 }

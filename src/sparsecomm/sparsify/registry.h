@@ -37,6 +37,8 @@ struct SchemeTraits {
   bool capped_threshold = false;
   // The partitions are contiguous ranges (MiCRO's); else scattered blocks.
   bool ranged_partitions = false;
+  // Sends whole pieces as known ranges (DEFT's; SparseSelection::known).
+  bool whole_pieces = false;
   // Why the performance model cannot price the scheme; empty when it can.
   std::string_view unpriced_because = {};
   // Sends every coordinate every step (the dense quantizers): no density
@@ -50,6 +52,9 @@ struct SchemeTraits {
   // path and runs on the host.
   std::span<const std::string_view> device_options = {};
 
+  // Its selections carry known ranges (DEFT's pieces; the dense
+  // quantizers' whole vector), which the ok-topk pattern cannot carry.
+  bool sends_known_ranges() const { return whole_pieces || every_coordinate; }
   // Every rank selects the same indices: the "shared" exchange applies.
   bool identical_selections() const {
     return selection == Selection::kShared || selection == Selection::kLeader;

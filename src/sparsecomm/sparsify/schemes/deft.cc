@@ -224,7 +224,7 @@ namespace schemes {
 SchemeDefinition deft_definition() {
   return {.name = "deft",
           .summary = "layer pieces, leader's norm-based budgets, bin-packed per-piece exact top-k",
-          .traits = {.selection = SchemeTraits::Selection::kPartitioned},
+          .traits = {.selection = SchemeTraits::Selection::kPartitioned, .whole_pieces = true},
           .options = deft_option_specs(),
           .build = [](const SchemeOptions& options, const CommonOptions&, SchemeParts& parts) {
             parts.sparsifier = make_deft_sparsifier(deft_options_from(options));
