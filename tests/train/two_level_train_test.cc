@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "error_message.h"
+#include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
@@ -42,6 +43,10 @@ TEST(TwoLevelTraining, HostsOfTwoRanksTrainWithFewerBytesBetweenHosts) {
   // Rank 0 leads a host: it exchanges with one other leader instead of
   // three ranks.
   EXPECT_LT(mean_bytes_sent(hosts.out), 0.8 * mean_bytes_sent(flat.out));
+  // The summary gives the bytes inside the host beside them (two levels only).
+  EXPECT_GT(run.summary.host_bytes_per_rank_per_step, 0.0);
+  EXPECT_EQ(report::load_run(flat.out).summary.host_bytes_per_rank_per_step, 0.0);
+  EXPECT_NE(report::format_run_summary(run).find("inside its host"), std::string::npos);
   const std::vector<float> first = testing::checkpoint_parameters(hosts.out, 0);
   for (int rank = 1; rank < hosts.workers; ++rank) {
     EXPECT_EQ(testing::checkpoint_parameters(hosts.out, rank), first) << "rank " << rank;

@@ -200,6 +200,10 @@ std::string format_run_summary(const RunData& run) {
   line("density", fmt::format("K/k mean {}, imbalance mean {}", fixed(s.density_ratio_mean, 3),
                               fixed(s.imbalance_mean, 3)));
   line("traffic", human_bytes(s.bytes_per_rank_per_step) + " per rank per step" +
+                      (s.host_bytes_per_rank_per_step > 0
+                           ? fmt::format(" between hosts, {} inside its host",
+                                         human_bytes(s.host_bytes_per_rank_per_step))
+                           : "") +
                       (local_steps > 0 ? " (inner steps included)" : ""));
   const TimeBreakdown& t = s.time_breakdown_s;
   line("time",

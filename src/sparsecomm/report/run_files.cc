@@ -105,6 +105,7 @@ StepRecord parse_step(const json& o, const std::string& where) {
   r.target = number_field(o, "target", where);
   r.numel = number_field(o, "numel", where);
   r.overlapped_s = number_field(o, "overlapped_s", where);
+  if (o.contains("host_bytes_sent")) r.host_bytes_sent = number_field(o, "host_bytes_sent", where);
   if (const auto s = o.find("synchronized"); s != o.end() && s->is_boolean()) {
     r.synchronized = s->get<bool>();
   }
@@ -205,6 +206,7 @@ void apply_summary_json(const json& s, const fs::path& path, RunSummary& summary
   number(s, "best_test_accuracy", summary.best_test_accuracy);
   number(s, "wall_s", summary.wall_s);
   number(s, "bytes_per_rank_per_step", summary.bytes_per_rank_per_step);
+  number(s, "host_bytes_per_rank_per_step", summary.host_bytes_per_rank_per_step);
   number(s, "density_ratio_mean", summary.density_ratio_mean);
   number(s, "imbalance_mean", summary.imbalance_mean);
   number(s, "samples_per_s", summary.samples_per_s);
@@ -296,13 +298,14 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
                                  : std::max(s.best_test_accuracy, r.test_accuracy);
     }
   }
-  Accumulator compute, selection, exchange, update, bytes, density, imbalance;
+  Accumulator compute, selection, exchange, update, bytes, host_bytes, density, imbalance;
   for (const StepRecord& r : steps) {
     compute.add(r.compute_s);
     selection.add(r.selection_s);
     exchange.add(r.exchange_s);
     update.add(r.update_s);
     bytes.add(r.bytes_sent + r.embedding_bytes_sent);
+    host_bytes.add(r.host_bytes_sent);
     if (r.synchronized) {
       density.add(r.density_ratio);
       imbalance.add(r.imbalance);
@@ -310,6 +313,7 @@ RunSummary derive_summary(const json& config, std::span<const StepRecord> steps,
   }
   s.time_breakdown_s = {compute.total(), selection.total(), exchange.total(), update.total()};
   s.bytes_per_rank_per_step = bytes.mean();
+  s.host_bytes_per_rank_per_step = host_bytes.mean();
   s.density_ratio_mean = density.mean();
   s.imbalance_mean = imbalance.mean();
   s.samples_per_s = kNaN;
@@ -365,27 +369,31 @@ namespace {
 
 json summary_json_of(const RunSummary& s) {
   const TimeBreakdown& t = s.time_breakdown_s;
-  return {{"method", s.method},
-          {"model", s.model},
-          {"backend", s.backend},
-          {"sync", s.sync},
-          {"workers", s.workers},
-          {"epochs", json_number(s.epochs)},
-          {"steps", s.steps},
-          {"test_accuracy", json_number(s.test_accuracy)},
-          {"test_loss", json_number(s.test_loss)},
-          {"test_auc", json_number(s.test_auc)},
-          {"best_test_accuracy", json_number(s.best_test_accuracy)},
-          {"wall_s", json_number(s.wall_s)},
-          {"time_breakdown_s",
-           {{"compute", json_number(t.compute)},
-            {"selection", json_number(t.selection)},
-            {"exchange", json_number(t.exchange)},
-            {"update", json_number(t.update)}}},
-          {"bytes_per_rank_per_step", json_number(s.bytes_per_rank_per_step)},
-          {"density_ratio_mean", json_number(s.density_ratio_mean)},
-          {"imbalance_mean", json_number(s.imbalance_mean)},
-          {"samples_per_s", json_number(s.samples_per_s)}};
+  json out = {{"method", s.method},
+              {"model", s.model},
+              {"backend", s.backend},
+              {"sync", s.sync},
+              {"workers", s.workers},
+              {"epochs", json_number(s.epochs)},
+              {"steps", s.steps},
+              {"test_accuracy", json_number(s.test_accuracy)},
+              {"test_loss", json_number(s.test_loss)},
+              {"test_auc", json_number(s.test_auc)},
+              {"best_test_accuracy", json_number(s.best_test_accuracy)},
+              {"wall_s", json_number(s.wall_s)},
+              {"time_breakdown_s",
+               {{"compute", json_number(t.compute)},
+                {"selection", json_number(t.selection)},
+                {"exchange", json_number(t.exchange)},
+                {"update", json_number(t.update)}}},
+              {"bytes_per_rank_per_step", json_number(s.bytes_per_rank_per_step)},
+              {"density_ratio_mean", json_number(s.density_ratio_mean)},
+              {"imbalance_mean", json_number(s.imbalance_mean)},
+              {"samples_per_s", json_number(s.samples_per_s)}};
+  if (s.host_bytes_per_rank_per_step > 0) {
+    out["host_bytes_per_rank_per_step"] = json_number(s.host_bytes_per_rank_per_step);
+  }
+  return out;
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ struct StepRecord {
   double density_ratio = 0;  // K / k
   double imbalance = 0;
   double bytes_sent = 0, bytes_received = 0;  // this rank, this step
+  double host_bytes_sent = 0;  // two levels: inside its host (absent from the line: 0)
   double residual_norm = 0;
   double selected = 0, union_size = 0, target = 0, numel = 0;
   double overlapped_s = 0;  // pipelined: selection + exchange done while backward ran
@@ -70,6 +71,9 @@ struct RunSummary {
   double wall_s = 0;
   TimeBreakdown time_breakdown_s;
   double bytes_per_rank_per_step = 0;  // every synchronization of the step (the tables too)
+  // Two levels (--ranks-per-host): rank 0's bytes inside its host; 0 on one
+  // level, where summary.json leaves it out.
+  double host_bytes_per_rank_per_step = 0;
   double density_ratio_mean = 0;
   double imbalance_mean = 0;
   double samples_per_s = 0;

@@ -243,6 +243,9 @@ nlohmann::json RunWriter::finish(const RunInfo& info, double wall_s, const nlohm
       {"run_dir", dir_.string()},
       {"servers", info.servers},
       {"sync", info.sync.empty() ? std::string("allreduce") : info.sync}};
+  if (s.host_bytes_per_rank_per_step > 0) {  // two levels
+    summary["host_bytes_per_rank_per_step"] = json_number(s.host_bytes_per_rank_per_step);
+  }
   for (const auto& [key, value] : extra.items()) summary[key] = value;
   report::write_json_atomically(dir_ / "summary.json", summary);
   return summary;
