@@ -137,10 +137,10 @@ class OkTopk final : public SparseExchange {
     }
     // Each owner first learns how many bytes each rank sends it.
     sizes_in_.assign(n, 0);
-    const std::vector<std::size_t> one_word(n, sizeof(std::uint64_t));
-    std::vector<std::uint64_t> sizes_out(send_counts_.begin(), send_counts_.end());
-    comm.alltoallv(std::as_bytes(std::span<const std::uint64_t>(sizes_out)), one_word,
-                   std::as_writable_bytes(std::span<std::uint64_t>(sizes_in_)), one_word);
+    one_word_.assign(n, sizeof(std::uint64_t));
+    sizes_out_.assign(send_counts_.begin(), send_counts_.end());
+    comm.alltoallv(std::as_bytes(std::span<const std::uint64_t>(sizes_out_)), one_word_,
+                   std::as_writable_bytes(std::span<std::uint64_t>(sizes_in_)), one_word_);
     recv_counts_.assign(sizes_in_.begin(), sizes_in_.end());
     const std::size_t incoming =
         std::accumulate(recv_counts_.begin(), recv_counts_.end(), std::size_t{0});
@@ -182,7 +182,7 @@ class OkTopk final : public SparseExchange {
     supports_.assign(n, 0);
     comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&mine, 1)),
                    std::as_writable_bytes(std::span<std::uint64_t>(supports_)));
-    count_allgatherv(comm, std::vector<std::size_t>(n, sizeof(std::uint64_t)), result);
+    count_allgatherv(comm, one_word_, result);
     const double union_total = std::accumulate(supports_.begin(), supports_.end(), 0.0);
     const double mean_count =
         std::accumulate(result.counts.begin(), result.counts.end(), 0.0) / static_cast<double>(n);
@@ -209,12 +209,11 @@ class OkTopk final : public SparseExchange {
   void gather_survivors(Communicator& comm, std::span<float> out, ExchangeResult& result) {
     const auto n = static_cast<std::size_t>(comm.size());
     const std::uint64_t mine = own_pairs_.size() * sizeof(Pair);
-    block_bytes_.assign(n, 0);
-    std::vector<std::uint64_t> words(n, 0);
+    sizes_in_.assign(n, 0);  // reused: every owner's survivor bytes
     comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&mine, 1)),
-                   std::as_writable_bytes(std::span<std::uint64_t>(words)));
-    count_allgatherv(comm, std::vector<std::size_t>(n, sizeof(std::uint64_t)), result);
-    block_bytes_.assign(words.begin(), words.end());
+                   std::as_writable_bytes(std::span<std::uint64_t>(sizes_in_)));
+    count_allgatherv(comm, one_word_, result);
+    block_bytes_.assign(sizes_in_.begin(), sizes_in_.end());
     all_pairs_.resize(std::accumulate(block_bytes_.begin(), block_bytes_.end(), std::size_t{0}) /
                       sizeof(Pair));
     comm.allgatherv(std::as_bytes(std::span<const Pair>(own_pairs_)),
@@ -239,7 +238,9 @@ class OkTopk final : public SparseExchange {
   std::vector<std::size_t> bounds_;  // n + 1 region edges
   std::vector<Pair> send_;
   std::vector<std::size_t> send_counts_;
-  std::vector<std::uint64_t> sizes_in_;
+  std::vector<std::size_t> one_word_;     // n x 8 bytes: the small collectives' blocks
+  std::vector<std::uint64_t> sizes_out_;  // bytes to each owner, as words
+  std::vector<std::uint64_t> sizes_in_;   // bytes from each rank (then: each owner's survivors)
   std::vector<std::size_t> recv_counts_;
   std::vector<Pair> recv_;
   std::vector<float> region_;            // this rank's region, summed

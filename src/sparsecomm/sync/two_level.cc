@@ -133,7 +133,10 @@ class TwoLevelSync final : public GradientSyncDecorator {
 
 std::unique_ptr<GradientSync> with_two_levels(std::unique_ptr<GradientSync> inner,
                                               HostTopology topology) {
-  if (topology.ranks_per_host < 1) topology.check(1);
+  if (topology.ranks_per_host < 1) {
+    throw InvalidArgument(
+        fmt::format("[two-level] {} ranks per host: give 1 or more", topology.ranks_per_host));
+  }
   if (topology.ranks_per_host == 1) return inner;
   return std::make_unique<TwoLevelSync>(std::move(inner), topology);
 }
