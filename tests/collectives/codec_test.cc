@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "sparsecomm/collectives/exchange_message.h"
 #include "sparsecomm/collectives/index_codec.h"
 #include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
@@ -449,6 +450,24 @@ TEST(BlockQuantized, SignSendsTheSignsAndEachBlocksMeanMagnitude) {
   std::vector<std::byte> padding = bytes;
   padding.back() |= std::byte{0x80};  // 44 values: bits 4-7 of the last byte are padding
   EXPECT_THROW(decode_values(padding, ValueEncoding::kSign, decoded), CommError);
+}
+
+// A block of sign values under 1/4 byte per value (one bit each, a scale per
+// 128) holding every coordinate, as signsgd's allgather sends it: the block
+// decoder's size guard must let it through.
+TEST(BlockQuantized, ABlockOfSignValuesForEveryCoordinateDecodes) {
+  const std::vector<float> inputs = gradient_like(4096, 17);
+  std::vector<float> values = inputs;
+  std::vector<std::byte> block(encoded_value_bytes(ValueEncoding::kSign, values.size()));
+  ASSERT_LT(block.size(), values.size() / 4);
+  encode_values(values, ValueEncoding::kSign, block);
+  std::vector<float> decoded(values.size());
+  const BlockFormat format{.values = ValueEncoding::kSign, .begin = 0, .end = values.size()};
+  decode_block(block, format, std::span<Index>(), decoded);
+  for (std::size_t j = 0; j < values.size(); ++j)
+    EXPECT_EQ(bits_of(decoded[j]), bits_of(values[j]));
+  block.pop_back();
+  EXPECT_THROW(decode_block(block, format, std::span<Index>(), decoded), CommError);
 }
 
 // The values a sparsifier selects: the largest tenth of a gradient-like

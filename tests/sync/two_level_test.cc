@@ -1,8 +1,8 @@
 // Two-level synchronization (sync/two_level.h) on thread ranks grouped into
 // hosts: dense gives the flat average, every scheme's error feedback is exact
-// over both levels with the residual kept once per host, a non-finite
-// gradient on any rank skips or stops every rank, and a resumed run goes on
-// bit for bit.
+// over both levels and every exchange pattern with the residual kept once per
+// host, a non-finite gradient on any rank skips or stops every rank, and a
+// resumed run goes on bit for bit.
 
 #include <cmath>
 #include <cstdint>
@@ -84,47 +84,53 @@ TEST(TwoLevel, DenseIsTheFlatAverageOnEveryRank) {
 
 // What the hosts sent plus what their leaders kept is every rank's gradient:
 // H * sum_t average_t + sum_h residual_h == (1/R) sum_t sum_r g_{r,t}.
-TEST(TwoLevel, ErrorFeedbackIsExactOverBothLevelsForEveryScheme) {
+// Every scheme, over every exchange pattern it accepts.
+TEST(TwoLevel, ErrorFeedbackIsExactOverBothLevelsForEverySchemeAndPattern) {
   constexpr int kHosts = 3;
   constexpr int kPerHost = 2;
   constexpr std::size_t kNumel = 1000;
   constexpr std::int64_t kSteps = 4;
   for (const SchemeInfo& scheme : scheme_registry()) {
-    std::map<std::string, std::string> options{{"memory", "ef"}};
-    if (scheme.name == "threshold") options["lambda"] = "0.8";
-    run_thread_world(
-        kHosts * kPerHost,
-        [&](Communicator& comm) {
-          auto sync = two_level(scheme.name, options, kPerHost);
-          std::vector<float> gradient(kNumel);
-          std::vector<double> applied(kNumel, 0.0);
-          std::vector<double> sent_in(kNumel, 0.0);
-          for (std::int64_t step = 0; step < kSteps; ++step) {
-            fill(gradient, comm.rank(), step);
-            StepContext ctx;
-            ctx.step = step;
-            sync->synchronize(gradient, ctx, comm);
-            for (std::size_t i = 0; i < kNumel; ++i) {
-              applied[i] += gradient[i];
-              for (int r = 0; r < comm.size(); ++r) sent_in[i] += sync_input(r, step, i);
+    for (const std::string& exchange : exchange_choices(scheme.traits)) {
+      std::map<std::string, std::string> options{{"memory", "ef"}, {"exchange", exchange}};
+      if (scheme.name == "threshold") options["lambda"] = "0.8";
+      // ok-topk and the sparse all-reduce sum values on the way: fp32 ones.
+      if (exchange == "ok-topk" || exchange == "sparse-allreduce") options["values"] = "fp32";
+      SCOPED_TRACE(scheme.name + " exchange=" + exchange);
+      run_thread_world(
+          kHosts * kPerHost,
+          [&](Communicator& comm) {
+            auto sync = two_level(scheme.name, options, kPerHost);
+            std::vector<float> gradient(kNumel);
+            std::vector<double> applied(kNumel, 0.0);
+            std::vector<double> sent_in(kNumel, 0.0);
+            for (std::int64_t step = 0; step < kSteps; ++step) {
+              fill(gradient, comm.rank(), step);
+              StepContext ctx;
+              ctx.step = step;
+              sync->synchronize(gradient, ctx, comm);
+              for (std::size_t i = 0; i < kNumel; ++i) {
+                applied[i] += gradient[i];
+                for (int r = 0; r < comm.size(); ++r) sent_in[i] += sync_input(r, step, i);
+              }
             }
-          }
-          const bool leader = comm.rank() % kPerHost == 0;
-          const std::span<const float> kept = sync->kept();
-          EXPECT_EQ(kept.size(), leader ? kNumel : 0u)
-              << scheme.name << ": rank " << comm.rank() << " keeps a residual";
-          std::vector<float> residuals(kNumel, 0.0f);
-          if (leader && kept.size() == kNumel)
-            std::copy(kept.begin(), kept.end(), residuals.begin());
-          allreduce(comm, std::span<float>(residuals));
-          double worst = 0.0;
-          for (std::size_t i = 0; i < kNumel; ++i) {
-            const double left = kHosts * applied[i] + residuals[i];
-            worst = std::max(worst, std::abs(left - sent_in[i] / kPerHost));
-          }
-          EXPECT_LT(worst, 1e-4) << scheme.name << ": rank " << comm.rank();
-        },
-        kTimeout);
+            const bool leader = comm.rank() % kPerHost == 0;
+            const std::span<const float> kept = sync->kept();
+            EXPECT_EQ(kept.size(), leader ? kNumel : 0u)
+                << scheme.name << ": rank " << comm.rank() << " keeps a residual";
+            std::vector<float> residuals(kNumel, 0.0f);
+            if (leader && kept.size() == kNumel)
+              std::copy(kept.begin(), kept.end(), residuals.begin());
+            allreduce(comm, std::span<float>(residuals));
+            double worst = 0.0;
+            for (std::size_t i = 0; i < kNumel; ++i) {
+              const double left = kHosts * applied[i] + residuals[i];
+              worst = std::max(worst, std::abs(left - sent_in[i] / kPerHost));
+            }
+            EXPECT_LT(worst, 1e-4) << scheme.name << ": rank " << comm.rank();
+          },
+          kTimeout);
+    }
   }
 }
 

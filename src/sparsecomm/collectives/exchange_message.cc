@@ -18,9 +18,9 @@ std::span<const std::byte> decode_block_indices(std::span<const std::byte> block
                                                 std::size_t value_count, const BlockFormat& format,
                                                 std::span<Index> indices) {
   const std::size_t count = indices.size();
-  // Each value takes at least a quarter byte, so a count beyond 4x the
+  // Each value takes at least one bit (sign), so a count beyond 8x the
   // block's bytes is refused before its size is computed (no overflow).
-  const std::size_t value_part = value_count / 4 > block.size()
+  const std::size_t value_part = value_count / 8 > block.size()
                                      ? block.size() + 1
                                      : encoded_value_bytes(format.values, value_count);
   if (value_part > block.size()) {

@@ -52,13 +52,6 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
   return out;
 }
 
-std::vector<std::string> exchange_choices(const SchemeDefinition& definition) {
-  std::vector<std::string> out = {"union", "allgather", "sparse-allreduce"};
-  if (!definition.traits.sends_known_ranges()) out.emplace_back("ok-topk");
-  if (definition.traits.identical_selections()) out.emplace_back("shared");
-  return out;
-}
-
 // The common specs with this scheme's defaults filled in.
 std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
   std::vector<OptionSpec> specs = definition.options;
@@ -68,7 +61,7 @@ std::vector<OptionSpec> specs_for(const SchemeDefinition& definition) {
       spec.default_value = std::string(value_encoding_name(definition.traits.default_values));
     } else if (spec.name == "exchange") {
       spec.default_value = std::string(exchange_pattern_name(definition.traits.default_exchange()));
-      spec.help = "exchange pattern: " + join(exchange_choices(definition), "|");
+      spec.help = "exchange pattern: " + join(exchange_choices(definition.traits), "|");
     } else if (spec.name == "memory") {
       spec.default_value = definition.memories.front();
       spec.help = "gradient memory: " + join(definition.memories, "|") +
@@ -104,10 +97,10 @@ SchemeParts build(const SchemeDefinition& definition, const SchemeOptions& optio
     throw InvalidArgument(fmt::format(
         "[{}] option exchange=shared needs every rank to select the same indices, which {} does "
         "not; use one of: {}",
-        scheme, scheme, join(exchange_choices(definition), ", ")));
+        scheme, scheme, join(exchange_choices(definition.traits), ", ")));
   }
   parts.exchange = parse_exchange_pattern(
-      options.choice(scheme, "exchange", default_exchange, exchange_choices(definition)));
+      options.choice(scheme, "exchange", default_exchange, exchange_choices(definition.traits)));
   parts.exchange_options.values = parse_value_encoding(
       options.choice(scheme, "values", value_encoding_name(definition.traits.default_values),
                      value_encoding_names()));
@@ -251,6 +244,13 @@ SchemeParts make_scheme(std::string_view name, const SchemeOptions& options) {
   if (const SchemeInfo* info = find_scheme(name)) return info->make(options);
   throw InvalidArgument(
       fmt::format("[registry] unknown scheme '{}'; valid schemes: {}", name, scheme_names()));
+}
+
+std::vector<std::string> exchange_choices(const SchemeTraits& traits) {
+  std::vector<std::string> out = {"union", "allgather", "sparse-allreduce"};
+  if (!traits.sends_known_ranges()) out.emplace_back("ok-topk");
+  if (traits.identical_selections()) out.emplace_back("shared");
+  return out;
 }
 
 }  // namespace sparsecomm

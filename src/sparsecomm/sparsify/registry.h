@@ -107,6 +107,11 @@ SchemeParts make_scheme(std::string_view name, const SchemeOptions& options);
 // for names that are not schemes (e.g. "dense").
 bool scheme_applies_momentum(std::string_view name, const SchemeOptions& options);
 
+// The exchange patterns (option exchange=) a scheme with `traits` accepts:
+// union, allgather and sparse-allreduce always; ok-topk unless it sends
+// known ranges; shared when every rank selects the same indices.
+std::vector<std::string> exchange_choices(const SchemeTraits& traits);
+
 // "topk, threshold, randomk, ..." for messages.
 std::string scheme_names();
 
