@@ -4,10 +4,13 @@
 // model").
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numbers>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +20,10 @@
 
 #include "error_message.h"
 #include "scratch_dir.h"
+#include "sparsecomm/collectives/sparse_exchange.h"
+#include "sparsecomm/comm/thread/thread_world.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/rng.h"
 #include "sparsecomm/perf/collective_cost.h"
 #include "sparsecomm/perf/cost_profile.h"
 #include "sparsecomm/perf/measured_scaling.h"
@@ -249,6 +255,54 @@ TEST(CollectiveCost, SparcmlSplitSendsRangesDenseOnceTheyAreFull) {
   const CommCost c = sparcml_split(p, 4, s);
   const double expected = 3 * 24 + 3 * 8 + 3 * 8 * 1e5 / 4 + 3 * 32 + 3 * 4e6 / 4;
   EXPECT_NEAR(c.bytes_sent, expected, 1.0);
+}
+
+// The model's bytes for Ok-Topk are the implementation's: 8 thread ranks,
+// each selecting 2,000 random indices of 100,000, measured against
+// ok_topk_allreduce (the survivors' count is m up to the owners' rounding,
+// so within 1%); and they grow with m, not n m.
+TEST(CollectiveCost, OkTopksBytesAreTheImplementationsAndGrowWithTheSelectionNotTheWorld) {
+  constexpr int kRanks = 8;
+  constexpr std::size_t kNumel = 100000;
+  constexpr std::size_t kCount = 2000;
+  std::vector<double> sent(kRanks, 0.0);
+  run_thread_world(
+      kRanks,
+      [&](Communicator& comm) {
+        const Philox rng(5);
+        std::vector<Index> chosen;
+        for (std::uint64_t j = 0; chosen.size() < kCount; ++j) {
+          chosen.push_back(
+              static_cast<Index>(rng.below(kNumel, static_cast<std::uint64_t>(comm.rank()), j)));
+          std::sort(chosen.begin(), chosen.end());
+          chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+        }
+        SparseSelection selection;
+        selection.indices.assign(chosen.begin(), chosen.end());
+        std::vector<float> residual(kNumel, 1.0f);
+        std::vector<float> out(kNumel);
+        ExchangeResult result;
+        make_sparse_exchange(ExchangePattern::kOkTopk, {})
+            ->exchange(comm, selection, residual, out, result);
+        sent[static_cast<std::size_t>(comm.rank())] = static_cast<double>(result.bytes_sent);
+      },
+      std::chrono::milliseconds(20000));
+  const double measured = std::accumulate(sent.begin(), sent.end(), 0.0) / kRanks;
+  const CostProfile p = unit_profile();
+  const SparseSend s{.mean_count = kCount,
+                     .max_count = kCount,
+                     .union_count = kRanks * kCount,
+                     .index_bytes = 4,
+                     .value_bytes = 4,
+                     .numel = kNumel};
+  EXPECT_NEAR(ok_topk_allreduce(p, kRanks, s).bytes_sent, measured, 0.01 * measured);
+  // Per rank: 176 (n - 1) bytes of counts (the 24-byte headers, the
+  // histogram's ring all-reduce of 64 n bytes, three words to each peer)
+  // and 16 m (n - 1) / n of pairs, whatever n is.
+  const auto expected = [&](double n) { return 176 * (n - 1) + 16.0 * kCount * (n - 1) / n; };
+  for (const int n : {8, 64, 4096})
+    EXPECT_NEAR(ok_topk_allreduce(p, n, s).bytes_sent, expected(n), 1e-6 * expected(n)) << n;
+  EXPECT_EQ(ok_topk_allreduce(p, 1, s).bytes_sent, 0.0);
 }
 
 TEST(CollectiveCost, TheParameterServersLinksBoundTheStepWhenServersAreFewer) {
@@ -695,6 +749,40 @@ TEST(StepModel, ExDynasBytesStayFlatWhereTopKsGrowWithN) {
   };
   EXPECT_GT(bytes("topk", 512) / bytes("topk", 8), 30.0);
   EXPECT_LT(bytes("exdyna", 512) / bytes("exdyna", 8), 1.5);
+}
+
+// Scenario::exchange prices the schemes that select per rank with another
+// pattern (train's -o exchange=): Top-k on Ok-Topk keeps its bytes at O(k)
+// per rank where its own allgather grows with n; the schemes that cannot
+// take it keep their own; shared, and ok-topk on quantized values, are
+// refused.
+TEST(StepModel, AnExchangePatternRepricesTheSchemesThatTakeIt) {
+  const CostProfile p = network_profile(25, 5);
+  auto step = [&](const char* method, int n, std::optional<ExchangePattern> exchange) {
+    return predict_step(
+        method, Scenario{.ranks = n, .numel = 2.5e7, .density = 0.01, .exchange = exchange}, p);
+  };
+  const StepPrediction own = step("topk", 512, std::nullopt);
+  const StepPrediction ok = step("topk", 512, ExchangePattern::kOkTopk);
+  EXPECT_EQ(own.exchange, "sparse allgather");
+  EXPECT_EQ(ok.exchange, "ok-topk");
+  EXPECT_GT(own.bytes_sent / ok.bytes_sent, 100.0);
+  EXPECT_LT(ok.bytes_sent, 2.2 * 8 * 0.01 * 2.5e7);  // 16 m and the counts
+  EXPECT_EQ(step("exdyna", 512, ExchangePattern::kSparseAllgather).exchange, "allgather");
+  EXPECT_EQ(step("exdyna", 512, ExchangePattern::kUnionAllreduce).exchange, "union all-reduce");
+  EXPECT_EQ(step("deft", 512, ExchangePattern::kOkTopk).exchange, "union all-reduce");
+  EXPECT_EQ(step("randomk", 512, ExchangePattern::kOkTopk).exchange, "shared all-reduce");
+  const StepPrediction split = step("topk", 512, ExchangePattern::kSparseAllreduce);
+  EXPECT_EQ(split.exchange, "sparse-allreduce");
+  EXPECT_LT(split.bytes_sent, own.bytes_sent);
+  EXPECT_NE(error_message([&] {
+              step("topk", 8, ExchangePattern::kSharedIndices);
+            }).find("shared pattern is the shared schemes' own"),
+            std::string::npos);
+  Scenario int4{.ranks = 8, .numel = 1e6, .exchange = ExchangePattern::kOkTopk};
+  int4.values = ValueEncoding::kInt4;
+  EXPECT_NE(error_message([&] { predict_step("topk", int4, p); }).find("fp32 values"),
+            std::string::npos);
 }
 
 // A `bench sparsifiers --format json` row with the fields the model reads.

@@ -16,6 +16,7 @@
 #include "cli_util.h"
 #include "plan_report.h"
 #include "plan_time_to_target.h"
+#include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/perf/cost_profile.h"
@@ -58,6 +59,7 @@ struct PlanOptions {
   int local_steps = 0;  // > 0: train's --local-steps H (per inner step; dense also every step)
   bool outer_overlap = false;  // train's --outer-overlap
   std::string values = "fp32";
+  std::string exchange;   // empty: each scheme's own
   int powersgd_rank = 1;  // PowerSGD's rank r (train's -m powersgd -o rank=R)
   std::string format = "table";
   std::string plot_dir;
@@ -276,7 +278,10 @@ perf::Scenario scenario_of(const PlanOptions& o, int ranks, const Workload& work
           .values = parse_value_encoding(o.values),
           .tensors = work.method_tensors,
           .low_rank = o.powersgd_rank,
-          .statistics = o.stats.empty() ? nullptr : &measured.table};
+          .statistics = o.stats.empty() ? nullptr : &measured.table,
+          .exchange = o.exchange.empty()
+                          ? std::nullopt
+                          : std::optional<ExchangePattern>(parse_exchange_pattern(o.exchange))};
 }
 
 // The target of --target-loss / --target-accuracy; checks them against
@@ -354,6 +359,7 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
   j["local_steps"] = o.local_steps;
   j["outer_overlap"] = o.outer_overlap;
   j["values"] = o.values;
+  j["exchange"] = o.exchange.empty() ? "own" : o.exchange;
   j["powersgd_rank"] = o.powersgd_rank;
   j["profile"] = perf::to_json(profile);
   j["statistics_files"] = o.stats;
@@ -365,6 +371,7 @@ void print_plan_json(const PlanOptions& o, const Workload& work, const perf::Cos
     j["predictions"].push_back(r);
   }
   j["crossovers"] = crossovers(rows);
+  j["two_levels_against_flat"] = level_winners(rows);
   if (!time_to_target.is_null()) j["time_to_target"] = std::move(time_to_target);
   std::cout << j.dump(2) << "\n";
 }
@@ -407,11 +414,16 @@ void print_plan_text(const PlanOptions& o, const Workload& work, const perf::Cos
                         measured.unused.empty() ? std::string()
                                                 : fmt::format("; not used by the model: {}",
                                                               fmt::join(measured.unused, ", ")));
-  fmt::print("{}statistics of the sparse schemes: {}\n\n",
+  fmt::print("{}statistics of the sparse schemes: {}\n{}\n",
              o.servers == 0
                  ? std::string()
                  : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers),
-             statistics);
+             statistics,
+             o.exchange.empty()
+                 ? std::string()
+                 : fmt::format("exchange of the schemes that select per rank: {} (the others "
+                               "their own)\n",
+                               o.exchange));
   if (rows.size() == 1) {
     print_one(rows.front());
   } else {
@@ -420,6 +432,10 @@ void print_plan_text(const PlanOptions& o, const Workload& work, const perf::Cos
     print_one(rows.back());
     fmt::print("\ncrossovers:\n");
     for (const std::string& line : crossovers(rows)) fmt::print("  {}\n", line);
+  }
+  if (const std::vector<std::string> levels = level_winners(rows); !levels.empty()) {
+    fmt::print("\ntwo levels against flat (faster where named):\n");
+    for (const std::string& line : levels) fmt::print("  {}\n", line);
   }
   fmt::print("\n{}\n", verdict(rows.back()));
 }
@@ -549,6 +565,9 @@ void add_plan_command(CLI::App& app) {
                   "stochastic rounding), sign, nat, lloyd2; dense's ring takes fp16 and bf16 and "
                   "stays fp32 for the others")
       ->capture_default_str();
+  cmd->add_option("--exchange", options->exchange,
+                  "exchange pattern of the schemes that select per rank (train's -o exchange=): "
+                  "union, allgather, sparse-allreduce or ok-topk (default: each scheme's own)");
   cmd->add_option("--powersgd-rank", options->powersgd_rank,
                   "PowerSGD's rank r (train's -m powersgd -o rank=R); powersgd is planned with "
                   "--model, whose tensors' shapes set its cost")

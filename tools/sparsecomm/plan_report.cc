@@ -43,6 +43,39 @@ std::string verdict(const Row& row) {
       best->method, row.ranks, gain, best->step_s * 1e3, row.dense->step_s * 1e3);
 }
 
+std::vector<std::string> level_winners(const std::vector<Row>& rows) {
+  std::vector<std::string> out;
+  if (rows.empty()) return out;
+  const std::vector<perf::StepPrediction>& first = rows.front().methods;
+  for (std::size_t flat = 0; flat < first.size(); ++flat) {
+    const std::string& name = first[flat].method;
+    const auto two = std::find_if(first.begin(), first.end(), [&](const perf::StepPrediction& p) {
+      return p.method.starts_with(name + "/host");
+    });
+    if (name.find('/') != std::string::npos || two == first.end()) continue;
+    const auto paired = static_cast<std::size_t>(two - first.begin());
+    // Runs of consecutive sizes with the same winner: "flat at 8-64".
+    std::vector<std::string> runs;
+    std::size_t begin = 0;
+    const auto two_wins = [&](std::size_t i) {
+      return rows[i].methods[paired].step_s < rows[i].methods[flat].step_s;
+    };
+    for (std::size_t i = 1; i <= rows.size(); ++i) {
+      if (i < rows.size() && two_wins(i) == two_wins(begin)) continue;
+      const std::string sizes = i - 1 == begin
+                                    ? fmt::format("{}", rows[begin].ranks)
+                                    : fmt::format("{}-{}", rows[begin].ranks, rows[i - 1].ranks);
+      runs.push_back(fmt::format("{} at {} ranks", two_wins(begin) ? "two levels" : "flat", sizes));
+      begin = i;
+    }
+    const Row& last = rows.back();
+    out.push_back(fmt::format("{}: {} (at {} ranks {} runs at {:.2f}x flat's speed)", name,
+                              fmt::join(runs, ", "), last.ranks, two->method,
+                              last.methods[flat].step_s / last.methods[paired].step_s));
+  }
+  return out;
+}
+
 std::vector<std::string> crossovers(const std::vector<Row>& rows) {
   std::vector<std::string> out;
   if (rows.size() < 2 || rows.front().dense == nullptr) return out;

@@ -26,6 +26,10 @@ std::string verdict(const Row& row);
 // For each method, the world sizes where it stops (or starts) beating
 // dense, between consecutive sizes asked for.
 std::vector<std::string> crossovers(const std::vector<Row>& rows);
+// Two levels (METHOD/hostR beside METHOD): for each method, the world
+// sizes where two levels are faster than flat and where flat is, with the
+// ratio at the largest size. Empty without two-level predictions.
+std::vector<std::string> level_winners(const std::vector<Row>& rows);
 nlohmann::ordered_json to_json(const perf::StepPrediction& p, const Row& row);
 // One world size's table: each method's step and its parts.
 void print_one(const Row& row);

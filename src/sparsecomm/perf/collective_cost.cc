@@ -275,6 +275,19 @@ CommCost sparcml_split(const CostProfile& p, int n, const SparseSend& s) {
          ring_allgatherv(p, n, range_bytes, range_bytes);
 }
 
+CommCost ok_topk_allreduce(const CostProfile& p, int n, const SparseSend& s) {
+  check_world(n);
+  if (n == 1) return {};
+  constexpr double kPair = 8.0;
+  constexpr double kCount = 8.0;
+  const double per_owner = s.mean_count / n;
+  return header_allgather(p, n) + ring_allreduce(p, n, kCount * 8.0 * n) + alltoallv(p, n, kCount) +
+         pack_values(p, s.numel, s.mean_count) + alltoallv(p, n, kPair * per_owner) +
+         reduction(p, s.mean_count) + ring_allgatherv(p, n, kCount, kCount) * 2.0 +
+         ring_allgatherv(p, n, kPair * per_owner, kPair * per_owner) +
+         dense_decode(p, s.numel, s.mean_count);
+}
+
 CommCost ps_bsp_step(const CostProfile& p, int workers, int servers, double numel,
                      double push_bytes) {
   if (workers < 1 || servers < 1) {

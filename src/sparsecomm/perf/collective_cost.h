@@ -131,6 +131,15 @@ CommCost sparcml_recursive_doubling(const CostProfile& p, int n, const SparseSen
 // owner, then allgathers of the reduced ranges (sparse or dense, the smaller).
 CommCost sparcml_split(const CostProfile& p, int n, const SparseSend& s);
 
+// Ok-Topk's balanced sparse all-reduce (collectives/ok_topk.cc), raw
+// indices and fp32 values (8-byte pairs): header allgather, ring all-reduce
+// of the 8n-bin histogram (8-byte counts), alltoallv of the byte counts and
+// of each region's pairs to its owner (m / n per peer), the owner's sum of
+// m entries, two allgathers of one count each (supports, survivors), the
+// allgatherv of the survivors (about m in all, m / n per owner), and m
+// entries written into the gradient. Bytes per rank grow with m, not n m.
+CommCost ok_topk_allreduce(const CostProfile& p, int n, const SparseSend& s);
+
 // --- parameter server (BSP), W workers and S servers on their own hosts ---
 
 // One worker's step: BEGIN/GRANT with the controller, a pull of the whole

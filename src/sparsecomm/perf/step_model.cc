@@ -37,6 +37,7 @@ struct MethodShape {
   std::string_view exchange;
   bool capped = false;  // same-step threshold with a per-rank cap (ExDyna's default)
   bool ranged = false;  // partitions are contiguous ranges (MiCRO's; ExDyna's are scattered blocks)
+  bool known_ranges = false;  // sends known ranges (DEFT's whole pieces): no ok-topk
   // The dense quantizers: k = d whatever the density, values in their own
   // codec (else the scenario's).
   bool every_coordinate = false;
@@ -79,6 +80,7 @@ MethodShape shape_of_scheme(const SchemeInfo& info) {
   if (scheme_applies_momentum(info.name, {})) shape.accumulate = 2.0;
   shape.capped = traits.capped_threshold;
   shape.ranged = traits.ranged_partitions;
+  shape.known_ranges = traits.sends_known_ranges();
   if (traits.every_coordinate) {
     shape.every_coordinate = true;
     for (const OptionSpec& spec : info.options) {  // no memory: no pass over it
@@ -185,7 +187,51 @@ struct CallCost {
   double density_ratio = 1.0;
   double imbalance = 0.0;
   std::string statistics;
+  std::string_view exchange;  // set when not the method's own
 };
+
+// The exchange of a scheme that selects per rank (target k, `send` filled
+// in): the scenario's pattern where set and the scheme takes it, else the
+// scheme's own; call.exchange names a pattern that is not the scheme's own.
+CommCost per_rank_exchange(const MethodShape& shape, const Scenario& s, const CostProfile& p,
+                           const SchemeScaling& scaling, double k, const SparseSend& send,
+                           CallCost& call) {
+  const int n = s.ranks;
+  const ExchangePattern own = shape.kind == Kind::kIndependent ? ExchangePattern::kSparseAllgather
+                                                               : ExchangePattern::kUnionAllreduce;
+  ExchangePattern pattern = s.exchange.value_or(own);
+  if (pattern == ExchangePattern::kSharedIndices ||
+      (pattern == ExchangePattern::kOkTopk && shape.known_ranges)) {
+    pattern = own;
+  }
+  if (pattern != own) call.exchange = exchange_pattern_name(pattern);
+  switch (pattern) {
+    case ExchangePattern::kSparseAllgather:
+      return sparse_allgather(p, n, send);
+    case ExchangePattern::kUnionAllreduce:
+      return union_allreduce(p, n, send);
+    case ExchangePattern::kOkTopk:
+      return ok_topk_allreduce(p, n, send);
+    case ExchangePattern::kSparseAllreduce: {
+      // The pattern's own choice (sparse_allreduce.cc, kAuto): recursive
+      // doubling while n m times the switch factor is under d, whose
+      // partial sums are the union of 1, 2, 4, ... ranks' selections.
+      if (n * send.mean_count * ExchangeOptions{}.sparse_switch_factor >= send.numel) {
+        return sparcml_split(p, n, send);
+      }
+      std::vector<double> union_of_ranks;
+      for (int ranks = 1; ranks <= n; ranks *= 2) {
+        union_of_ranks.push_back(shape.kind == Kind::kIndependent
+                                     ? std::min(send.numel, scaling.at(ranks, k).density_ratio * k)
+                                     : std::min(send.numel, ranks * send.mean_count));
+      }
+      return sparcml_recursive_doubling(p, n, send, union_of_ranks);
+    }
+    case ExchangePattern::kSharedIndices:
+      break;
+  }
+  return union_allreduce(p, n, send);
+}
 
 double dense_wire_bytes_per_value(ValueEncoding values) {
   const bool sixteen_bits = values == ValueEncoding::kFloat16 || values == ValueEncoding::kBFloat16;
@@ -277,12 +323,9 @@ CallCost one_call(const MethodShape& shape, const Scenario& s, const CostProfile
       call.density_ratio = send.union_count / k;
       call.imbalance = stats.imbalance;
       call.selection_s = std::min(numel, stats.read_share * numel / n) * p.select_cost(shape.name);
-      call.comm = agreement;
+      call.comm = agreement + per_rank_exchange(shape, s, p, scaling, k, send, call);
       call.agreement_s = agreement.seconds;
-      if (shape.kind == Kind::kIndependent) {
-        call.comm += sparse_allgather(p, n, send);
-      } else {
-        call.comm += union_allreduce(p, n, send);
+      if (shape.kind == Kind::kPartitioned) {
         // stats.rounds is a mean over steps (1.58: some steps need a second
         // round), so the last round counts by the share of steps that run it.
         for (int round = 0; round < stats.rounds; ++round) {
@@ -367,6 +410,14 @@ void check_scenario(const Scenario& s) {
     bad("overlapped rounds need local steps (the exchange of a round hides behind the next)");
   }
   if (s.low_rank < 1) bad(fmt::format("PowerSGD's rank must be >= 1, got {}", s.low_rank));
+  if (s.exchange == ExchangePattern::kSharedIndices) {
+    bad("the shared pattern is the shared schemes' own (randomk, cltk); give union, allgather, "
+        "sparse-allreduce or ok-topk for the others");
+  }
+  if (s.exchange == ExchangePattern::kOkTopk && s.values != ValueEncoding::kFloat32) {
+    bad(fmt::format("ok-topk sums fp32 values at the regions' owners, not {}: give values fp32",
+                    value_encoding_name(s.values)));
+  }
 }
 
 double expected_max_of_normals(int n) {
@@ -448,6 +499,7 @@ StepPrediction predict_step(std::string_view method, const Scenario& s, const Co
   Scenario between = s;
   between.ranks = s.ranks / s.ranks_per_host;
   CallCost call = one_call(shape, between, p, method_numel / buckets);
+  if (!call.exchange.empty()) out.exchange = std::string(call.exchange);
   if (dense_numel > 0) {
     call.comm += ring_allreduce(p, between.ranks, kFloatBytes * dense_numel / buckets);
   }

@@ -10,12 +10,14 @@
 // from scheme_scaling.h and the host costs from the profile. Pure
 // functions: no clock, no communicator.
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "sparsecomm/collectives/index_codec.h"
+#include "sparsecomm/collectives/sparse_exchange.h"
 #include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/sparse.h"
 #include "sparsecomm/perf/collective_cost.h"
@@ -76,12 +78,20 @@ struct Scenario {
   // The link inside a host (alpha, beta, gamma used); nullptr: the
   // profile's. Borrowed.
   const CostProfile* host_link = nullptr;
+  // The exchange pattern of the schemes that select per rank (independent
+  // and partitioned: train's -o exchange=): unset, each scheme's own (the
+  // sparse allgather, or the union all-reduce for the partition schemes).
+  // Set, every such scheme that accepts it (registry.h, exchange_choices)
+  // is priced with it; kSharedIndices is for the shared schemes only. ok-topk
+  // takes fp32 values only.
+  std::optional<ExchangePattern> exchange = std::nullopt;
 };
 
 // Throws InvalidArgument naming the field when the scenario is not one the
 // model can predict (ranks < 1, d <= 0, dense_numel outside [0, d),
 // c outside (0, 1], negative times, servers < 1, local_steps < 0,
-// low_rank < 1, ranks_per_host < 1 or not dividing ranks).
+// low_rank < 1, ranks_per_host < 1 or not dividing ranks, exchange shared
+// or ok-topk with values other than fp32).
 void check_scenario(const Scenario& scenario);
 
 struct StepPrediction {
