@@ -18,8 +18,9 @@ than build/sparsecomm (the table reads the runs through its `report
 docs/benchmarks/ are in scripts/accuracy-cells/.
 
 --save FILE writes what the table is computed from (each cell's flags and,
-per seed, the final held-out loss, test accuracy and bytes per rank per
-step, or that the run has no summary) as a small JSON file: the file
+per seed, the final held-out loss, test accuracy, bytes per rank per step,
+K/k and the ranks' mean exchange seconds per step, or that the run has no
+summary) as a small JSON file: the file
 docs/data keeps for a table instead of its runs. `show FILE` prints the
 table from it, the same table `table` printed.
 """
@@ -98,15 +99,28 @@ def collect(out, cells, seeds):
                 continue
             summary = runs[run_dir]["summary"]
             last = runs[run_dir]["evals"][-1] if runs[run_dir]["evals"] else None
+            exchange = summary.get("per_worker_mean_s", {}).get("exchange")
             results[str(seed)] = {
                 "test_loss": last["test_loss"] if last else None,
                 "test_accuracy": summary["test_accuracy"],
-                "bytes_per_rank_per_step": summary["bytes_per_rank_per_step"]}
+                "bytes_per_rank_per_step": summary["bytes_per_rank_per_step"],
+                "density_ratio": summary.get("density_ratio_mean"),
+                "exchange_s_per_step": statistics.fmean(exchange) if exchange else None}
         collected.append({"cell": name, "flags": flags, "seeds": results})
     return collected
 
 
+def optional_mean(results, key, scale=1.0, digits=2):
+    """The mean of `key` over the seeds' results that hold it, or ""."""
+    values = [r[key] for r in results if isinstance(r, dict) and r.get(key) is not None]
+    return f"{scale * statistics.fmean(values):.{digits}f}" if values else ""
+
+
 def table(collected):
+    # Files saved before K/k and the exchange time were kept lack them: those
+    # columns appear when some cell has them.
+    extra = any(isinstance(r, dict) and r.get("density_ratio") is not None
+                for cell in collected for r in cell["seeds"].values())
     rows = []
     for cell in collected:
         losses, accuracies, byte_counts, diverged, found = [], [], [], 0, []
@@ -123,20 +137,23 @@ def table(collected):
             accuracies.append(100.0 * result["test_accuracy"])
             byte_counts.append(result["bytes_per_rank_per_step"])
         rows.append((cell["cell"], cell["flags"], losses, accuracies, byte_counts, diverged,
-                     found))
+                     found, list(cell["seeds"].values())))
     reference = rows[0]
     ref_loss = statistics.fmean(reference[2]) if reference[2] else float("nan")
     ref_bytes = statistics.fmean(reference[4]) if reference[4] else float("nan")
     ref_accuracy = statistics.fmean(reference[3]) if reference[3] else float("nan")
     print(f"| cell | flags | seeds | held-out loss | vs {reference[0]} | test acc % | "
-          f"points vs {reference[0]} | bytes/rank/step | share of {reference[0]}'s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, flags, losses, accuracies, byte_counts, diverged, found in rows:
+          f"points vs {reference[0]} | bytes/rank/step | share of {reference[0]}'s |"
+          + (" K/k | exchange ms/step |" if extra else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
+    for name, flags, losses, accuracies, byte_counts, diverged, found, results in rows:
         if not losses:
             print(f"| {name} | `{shlex.join(flags)}` | {len(found)} | "
                   f"{'no summary (failed, diverged or running)' if diverged else 'not run'} "
-                  f"| | | | | |")
+                  f"| | | | | |" + (" | |" if extra else ""))
             continue
+        more = (f" {optional_mean(results, 'density_ratio')} | "
+                f"{optional_mean(results, 'exchange_s_per_step', 1e3, 1)} |") if extra else ""
         mean_loss = statistics.fmean(losses)
         mean_bytes = statistics.fmean(byte_counts)
         note = f" ({diverged} without a summary: failed, diverged or running)" if diverged else ""
@@ -144,7 +161,7 @@ def table(collected):
               f"{100.0 * (mean_loss / ref_loss - 1.0):+.1f}% | "
               f"{spread(accuracies, 2)} | {statistics.fmean(accuracies) - ref_accuracy:+.2f} | "
               f"{mean_bytes / 1024:.1f} KiB | "
-              f"{100.0 * mean_bytes / ref_bytes:.2f}% |")
+              f"{100.0 * mean_bytes / ref_bytes:.2f}% |" + more)
 
 
 def main():

@@ -179,6 +179,11 @@ class HookState:
                  if parameter.requires_grad]
         if not named:
             raise ValueError("sparsecomm: the model has no parameter that requires grad")
+        if ranks_per_host == "auto":
+            ranks_per_host = 0  # the C++ side detects the hosts from their names
+        elif isinstance(ranks_per_host, bool) or not isinstance(ranks_per_host, int):
+            raise ValueError(f"sparsecomm: ranks_per_host={ranks_per_host!r}: give the ranks each "
+                             "host runs (an int) or 'auto' (from the ranks' host names)")
         self.selection = _selection_for(selection, method, named, compress, ranks_per_host)
         if self.selection == "host" and dist.get_backend(group) == "nccl":
             raise ValueError(
@@ -458,7 +463,9 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     (the device for gradients off the CPU); ``ranks_per_host``: hosts of
     that many consecutive ranks of the group, whose ranks average their
     gradients first, the method then running among one leader per host
-    (docs/algorithms.md, "Two-level exchanges"; host selection). Raises
+    (docs/algorithms.md, "Two-level exchanges"; host selection); ``"auto"``
+    takes the hosts from the ranks' host names (``SPARSECOMM_HOST_NAME``
+    where set). Raises
     ValueError for an unknown method or option."""
     return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb, compress,
                      betas, eps, overlap, selection, ranks_per_host, **options), _hook

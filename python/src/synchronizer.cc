@@ -27,26 +27,20 @@ namespace py = pybind11;
 namespace sparsecomm::python {
 namespace {
 
-HostTopology checked_topology(int ranks_per_host, const Communicator& comm) {
-  const HostTopology topology{ranks_per_host};
-  topology.check(comm.size());
-  return topology;
-}
-
 // One flat gradient's synchronization by any of the CLI's methods (dense,
 // skipreduce, or a registry scheme with its error feedback), with the CLI's
 // names and -o options.
 class Synchronizer final : public GroupSync {
  public:
   // ranks_per_host > 1: two levels (sync/two_level.h), hosts of that many
-  // consecutive ranks of `comm`.
+  // consecutive ranks of `comm`; 0: from the ranks' host names (collective).
   Synchronizer(std::shared_ptr<Communicator> comm, const std::string& method,
                const std::map<std::string, std::string>& options, const std::string& nonfinite,
                int ranks_per_host)
       : comm_(std::move(comm)),
         sync_(with_two_levels(
             make_gradient_sync(method, SchemeOptions(options), parse_nonfinite_policy(nonfinite)),
-            checked_topology(ranks_per_host, *comm_))) {}
+            resolve_host_topology(ranks_per_host, *comm_))) {}
 
   // `gradient` (this rank's) is replaced by the average over ranks of the
   // sparsified gradients; returns the step's metrics as one JSON line.

@@ -2,6 +2,8 @@
 (``ranks_per_host``; docs/algorithms.md, "Two-level exchanges"): 4 gloo
 processes as 2 hosts of 2 ranks."""
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -31,6 +33,21 @@ def _hook_on_two_levels(rank, world):
 
 def test_the_hook_on_two_hosts_of_two_ranks(run_world):
     run_world(4, _hook_on_two_levels)
+
+
+def _hook_finds_the_hosts_by_name(rank, world):
+    # Two "hosts" of two processes each, named as on a real cluster.
+    os.environ["SPARSECOMM_HOST_NAME"] = f"host-{rank // 2}"
+    _, given = _train(rank, 5, "exdyna", ranks_per_host=2, density=0.05)
+    state, detected = _train(rank, 5, "exdyna", ranks_per_host="auto", density=0.05)
+    assert torch.equal(given, detected)
+    assert (state.metrics["bytes_sent"] > 0) == (rank % 2 == 0)
+    with pytest.raises(ValueError, match="ranks_per_host=2.5"):
+        _train(rank, 1, "exdyna", ranks_per_host=2.5)
+
+
+def test_the_hook_finds_the_hosts_by_name(run_world):
+    run_world(4, _hook_finds_the_hosts_by_name)
 
 
 def _synchronizer_keeps_the_residual_on_leaders(rank, world):

@@ -192,6 +192,36 @@ TEST(TwoLevel, ResumingGoesOnBitForBit) {
       kTimeout);
 }
 
+// --ranks-per-host auto: R consecutive ranks per host from the hosts'
+// names; placements that are not are refused naming the first rank off.
+TEST(TwoLevel, TheHostsNamesGiveTheTopologyOrARefusal) {
+  EXPECT_EQ(topology_of_hosts(std::vector<int>{0, 0, 1, 1, 2, 2}).ranks_per_host, 2);
+  EXPECT_EQ(topology_of_hosts(std::vector<int>{0, 1, 2}).ranks_per_host, 1);
+  EXPECT_EQ(topology_of_hosts(std::vector<int>{0, 0, 0}).ranks_per_host, 3);
+  const std::string scattered = error_message([] {
+    topology_of_hosts(std::vector<int>{0, 1, 0, 1});
+  });
+  EXPECT_NE(scattered.find("do not place 2 consecutive ranks on each host, as rank 0's host has "
+                           "(rank 1 is on host 2 of 2)"),
+            std::string::npos)
+      << scattered;
+  EXPECT_NE(scattered.find("--map-by slot"), std::string::npos) << scattered;
+  const std::string uneven = error_message([] {
+    topology_of_hosts(std::vector<int>{0, 0, 1, 1, 2});
+  });
+  EXPECT_NE(uneven.find("(rank 4 is on host 3 of 3)"), std::string::npos) << uneven;
+  EXPECT_THROW(topology_of_hosts(std::vector<int>{0, 0, 1, 1, 1, 1}), InvalidArgument);
+  // Thread ranks share a process: one host of every rank.
+  run_thread_world(
+      3,
+      [](Communicator& comm) {
+        EXPECT_EQ(resolve_host_topology(kDetectRanksPerHost, comm).ranks_per_host, 3);
+        EXPECT_EQ(resolve_host_topology(1, comm).ranks_per_host, 1);
+        EXPECT_THROW(resolve_host_topology(2, comm), InvalidArgument);
+      },
+      kTimeout);
+}
+
 TEST(TwoLevel, RanksPerHostMustDivideTheWorld) {
   run_thread_world(
       6,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,14 +29,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The CLI's training command: 16 steps an epoch, a checkpoint every 16.
+// The CLI's training arguments: 16 steps an epoch, a checkpoint every 16.
+std::string train_arguments(const std::string& backend, const fs::path& out,
+                            const std::string& extra) {
+  return fmt::format(
+      "train --backend {} --workers 4 --deterministic --model cnn {} "
+      "--train-samples 2048 --test-samples 500 --batch 32 --checkpoint-every 16 "
+      "--no-plots --out '{}'",
+      backend, extra, out.string());
+}
+
+// The CLI's training command, its output to OUT.log.
 std::string train_command(const std::string& launcher, const std::string& backend,
                           const fs::path& out, const std::string& extra) {
-  return fmt::format(
-      "{} {} train --backend {} --workers 4 --deterministic --model cnn {} "
-      "--train-samples 2048 --test-samples 500 --batch 32 --checkpoint-every 16 "
-      "--no-plots --out '{}' > '{}.log' 2>&1",
-      launcher, SPARSECOMM_CLI, backend, extra, out.string(), out.string());
+  return fmt::format("{} {} {} > '{}.log' 2>&1", launcher, SPARSECOMM_CLI,
+                     train_arguments(backend, out, extra), out.string());
 }
 
 void train(const std::string& launcher, const std::string& backend, const fs::path& out,
@@ -70,6 +78,27 @@ TEST_P(Deterministic, ThreadBackendAndMpiGiveIdenticalParameters) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(a == b) << "rank " << rank << ": parameters differ between thread and MPI";
   }
+}
+
+// --ranks-per-host auto under MPI: two "hosts" of two ranks each, named by
+// SPARSECOMM_HOST_NAME (one mpiexec, two application contexts), train as
+// --ranks-per-host 2 on thread ranks does, bit for bit.
+TEST(DeterministicHosts, MpiRanksFindTheirHostsByName) {
+  const testing::ScratchDir scratch("deterministic-hosts");
+  const std::string extra = "--method exdyna --epochs 1 --ranks-per-host ";
+  train("", "thread", scratch.path() / "thread", "--method exdyna --ranks-per-host 2");
+  const fs::path mpi = scratch.path() / "mpi";
+  const std::string arguments = train_arguments("mpi", mpi, extra + "auto");
+  const std::string command = fmt::format(
+      "{0} {1} -n 2 -x SPARSECOMM_HOST_NAME=host-a {2} {3} : -n 2 -x SPARSECOMM_HOST_NAME=host-b "
+      "{2} {3} > '{4}.log' 2>&1",
+      SPARSECOMM_MPIEXEC, SPARSECOMM_MPIEXEC_FLAGS, SPARSECOMM_CLI, arguments, mpi.string());
+  ASSERT_EQ(std::system(command.c_str()), 0) << command << " failed; see " << mpi << ".log";
+  std::ifstream log(mpi.string() + ".log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("hosts: 2 of 2 rank(s) each, from the ranks' host names"), std::string::npos)
+      << text;
+  expect_equal_checkpoints(scratch.path() / "thread", mpi, 16);
 }
 
 // Stopped at step 8 of 16 (with a checkpoint), then resumed with --resume in a

@@ -20,10 +20,24 @@
 #include "sparsecomm/data/text_corpus.h"
 #include "sparsecomm/sparsify/options.h"
 #include "sparsecomm/sync/gradient_sync.h"
+#include "sparsecomm/sync/two_level.h"
 #include "world_flags.h"
 
 namespace sparsecomm::cli {
 namespace {
+
+// --ranks-per-host: "auto" (kDetectRanksPerHost) or a whole number (its
+// range is checked with the configuration).
+int parse_ranks_per_host(const std::string& text) {
+  if (text == "auto") return kDetectRanksPerHost;
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    throw InvalidArgument(
+        fmt::format("--ranks-per-host '{}': give the ranks each host runs (e.g. 8) or auto", text));
+  }
+  return value;
+}
 
 namespace fs = std::filesystem;
 
@@ -164,11 +178,14 @@ void add_train_sync_flags(CLI::App* cmd, TrainFlags& flags) {
   cmd->add_option("--bucket-mb", c.bucket_mb,
                   "pipelining: synchronize buckets of this many MiB while backward runs (0: off)")
       ->capture_default_str();
-  cmd->add_option("--ranks-per-host", c.ranks_per_host,
-                  "hosts of R consecutive ranks: a host's ranks average their gradients first "
-                  "(the fast link) and the method runs between hosts only, one leader per host, "
-                  "which keeps the host's residual (1: every rank a host)")
-      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--ranks-per-host",
+         [&c](const std::string& text) { c.ranks_per_host = parse_ranks_per_host(text); },
+         "hosts of R consecutive ranks: a host's ranks average their gradients first (the fast "
+         "link) and the method runs between hosts only, one leader per host, which keeps the "
+         "host's residual (1: every rank a host; auto: from the ranks' host names, or "
+         "SPARSECOMM_HOST_NAME where set)")
+      ->default_str("1");
   cmd->add_option("--min-numel", c.min_numel,
                   "average tensors with fewer elements densely beside the method instead of "
                   "sparsifying them (biases, small layers; e.g. 1024); the density then counts "

@@ -1,5 +1,6 @@
 #include "sparsecomm/sync/two_level.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -8,6 +9,7 @@
 
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/comm/group_view.h"
+#include "sparsecomm/comm/host_names.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/timer.h"
 
@@ -20,6 +22,41 @@ void HostTopology::check(int world) const {
         "divisor of {} (1: one rank per host, no second level)",
         ranks_per_host, world, world));
   }
+}
+
+HostTopology topology_of_hosts(std::span<const int> host) {
+  const auto world = static_cast<int>(host.size());
+  const auto per_host = static_cast<int>(std::count(host.begin(), host.end(), host.front()));
+  // The first rank off the pattern "rank r on host r / per_host"; the last
+  // host's first rank when that host runs fewer.
+  int off = world % per_host == 0 ? world : world - world % per_host;
+  for (int r = 0; r < world; ++r) {
+    if (host[static_cast<std::size_t>(r)] != r / per_host) {
+      off = r;
+      break;
+    }
+  }
+  if (off < world) {
+    throw InvalidArgument(fmt::format(
+        "[two-level] the ranks' host names do not place {} consecutive ranks on each host, as "
+        "rank 0's host has (rank {} is on host {} of {}): start the same number of ranks on "
+        "each host, a host at a time (mpiexec --map-by slot, the default), or give "
+        "--ranks-per-host R",
+        per_host, off, host[static_cast<std::size_t>(off)] + 1,
+        *std::max_element(host.begin(), host.end()) + 1));
+  }
+  return HostTopology{per_host};
+}
+
+HostTopology detect_host_topology(Communicator& comm) {
+  return topology_of_hosts(host_of_each_rank(comm));
+}
+
+HostTopology resolve_host_topology(int ranks_per_host, Communicator& comm) {
+  if (ranks_per_host == kDetectRanksPerHost) return detect_host_topology(comm);
+  const HostTopology topology{ranks_per_host};
+  topology.check(comm.size());
+  return topology;
 }
 
 namespace {

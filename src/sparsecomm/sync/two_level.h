@@ -42,6 +42,23 @@ struct HostTopology {
   void check(int world) const;
 };
 
+// --ranks-per-host auto: the hosts from the ranks' host names.
+inline constexpr int kDetectRanksPerHost = 0;
+
+// The topology of `host_of_rank` (rank r's host, numbered in order of
+// first appearance): R consecutive ranks on each host. InvalidArgument when
+// the hosts run different numbers of ranks or a host's ranks are not
+// consecutive, naming the first rank off the pattern and what to do
+// (mpiexec --map-by slot, or an explicit R).
+HostTopology topology_of_hosts(std::span<const int> host_of_rank);
+
+// topology_of_hosts of the ranks' host names (comm/host_names.h). Collective.
+HostTopology detect_host_topology(Communicator& comm);
+
+// `ranks_per_host` as given (checked against the world), or detected for
+// kDetectRanksPerHost. Collective in the second case.
+HostTopology resolve_host_topology(int ranks_per_host, Communicator& comm);
+
 // Wraps `inner` (made alike on every rank) for `topology`; returns `inner`
 // unchanged for one rank per host.
 std::unique_ptr<GradientSync> with_two_levels(std::unique_ptr<GradientSync> inner,

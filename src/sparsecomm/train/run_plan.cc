@@ -111,6 +111,12 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
   const SchemeOptions method_options(plan.method_options);
   const NonFinitePolicy nonfinite = parse_nonfinite_policy(config.nonfinite);
   const DenseLayerRule dense = dense_layer_rule(config);
+  const HostTopology hosts = resolve_host_topology(config.ranks_per_host, comm);
+  if (config.ranks_per_host == kDetectRanksPerHost && comm.rank() == 0) {
+    logger().info("hosts: {} of {} rank(s) each, from the ranks' host names{}",
+                  hosts.hosts(comm.size()), hosts.ranks_per_host,
+                  hosts.ranks_per_host == 1 ? " (one rank per host: one level)" : "");
+  }
   auto parallel_module = std::make_unique<DataParallel>(
       module, comm,
       [&] {
@@ -119,7 +125,7 @@ std::unique_ptr<DataParallel> make_data_parallel(torch::nn::Module& module, Comm
                 with_dense_warmup(make_gradient_sync(config.method, method_options, nonfinite),
                                   config.freeze_variance_after, nonfinite),
                 dense, nonfinite),
-            HostTopology{config.ranks_per_host});
+            hosts);
       },
       parallel);
   check_dense_layer_rule(config, parallel_module->layers());
@@ -197,6 +203,7 @@ nlohmann::json fingerprint(const RunPlan& plan, int world, std::size_t numel) {
   if (c.min_numel > 0) out["min_numel"] = c.min_numel;
   if (!c.exclude.empty()) out["exclude"] = c.exclude;
   if (c.ranks_per_host > 1) out["ranks_per_host"] = c.ranks_per_host;
+  if (c.ranks_per_host == kDetectRanksPerHost) out["ranks_per_host"] = "auto";
   if (c.optimizer != "sgd") out["optimizer"] = c.optimizer;
   if (c.compress != "gradient") out["compress"] = c.compress;
   if (c.freeze_variance_after > 0) out["freeze_variance_after"] = c.freeze_variance_after;

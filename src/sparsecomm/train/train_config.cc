@@ -169,14 +169,16 @@ void validate_method(const TrainConfig& c) {
           fmt::format("{}: give 0 (sparsify every tensor) or the size below which tensors are "
                       "averaged densely, e.g. 1024",
                       c.min_numel));
-  require(c.ranks_per_host >= 1 && c.ranks_per_host <= 1024, "ranks-per-host",
-          fmt::format("{}: give the ranks each host runs, 1..1024 (1: one rank per host)",
+  require(c.ranks_per_host >= 0 && c.ranks_per_host <= 1024, "ranks-per-host",
+          fmt::format("{}: give the ranks each host runs, 1..1024 (1: one rank per host), or "
+                      "auto (from the ranks' host names)",
                       c.ranks_per_host));
-  require(c.workers == 0 || c.workers % c.ranks_per_host == 0, "ranks-per-host",
+  require(c.workers == 0 || c.ranks_per_host == 0 || c.workers % c.ranks_per_host == 0,
+          "ranks-per-host",
           fmt::format("{} ranks per host do not divide the {} ranks into hosts; give a divisor "
                       "of {}",
                       c.ranks_per_host, c.workers, c.workers));
-  if (c.ranks_per_host > 1) {
+  if (c.ranks_per_host != 1) {
     require(c.servers == 0, "ranks-per-host",
             "two-level exchanges are for all-reduce mode; drop --servers or --ranks-per-host");
     require(c.model != "dlrm", "ranks-per-host",

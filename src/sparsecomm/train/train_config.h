@@ -52,7 +52,9 @@ struct TrainConfig {
   std::vector<std::string> exclude;
   // Hosts of this many consecutive ranks (sync/two_level.h): > 1, the ranks
   // of a host average their gradients first and the method runs between
-  // hosts only, on one leader per host. 1: every rank is a host.
+  // hosts only, on one leader per host. 1: every rank is a host. 0
+  // (--ranks-per-host auto): from the ranks' host names, at the start
+  // (detect_host_topology).
   int ranks_per_host = 1;
 
   // Local steps (all-reduce mode; optim/outer_loop.h): > 0: each rank takes
