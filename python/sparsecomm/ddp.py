@@ -60,6 +60,7 @@ from ._sparsecomm import (Communicator, DeviceSynchronizer, Synchronizer, Update
                           _fail_future, _HookWorker, dense_tensors, device_methods,
                           tensor_buckets)
 from ._common import option_texts, process_group
+from ._hosts import Hosts, ranks_per_host_of
 
 
 class HookError(RuntimeError):
@@ -119,7 +120,8 @@ class _Group:
     method with its own state) or, for excluded parameters (synchronizer
     None), by `dense`: sparsecomm's dense ring, which checks finiteness too."""
 
-    def __init__(self, parameters, synchronizer, dense=None, moments=None):
+    def __init__(self, parameters, synchronizer, dense=None, moments=None, owner=None,
+                 takes_device=False):
         self.names = [name for name, _ in parameters]
         self.ids = [id(parameter) for _, parameter in parameters]
         self.layers = [parameter.numel() for _, parameter in parameters]  # DEFT's tensors
@@ -127,6 +129,11 @@ class _Group:
         self.rows = [parameter.shape[0] if parameter.dim() >= 2 else 0
                      for _, parameter in parameters]
         self.synchronizer = synchronizer
+        # Two levels: the Synchronizer that keeps the state (kept, state,
+        # load_state) of what the worker runs; else the synchronizer itself.
+        self.owner = owner if owner is not None else synchronizer
+        # Two levels take the device's gradient themselves (no staging).
+        self.takes_device = takes_device
         self.dense = dense
         self.moments = moments  # compress="update": this rank's AdamW moments
         self.flat = None  # the gathered gradients, made once
@@ -142,8 +149,9 @@ class _Group:
 
     def staging_for(self, flat, selection):
         """The CPU buffer a host selection of a device's gradients runs on
-        (pinned where CUDA is, for the copies); None on the CPU."""
-        if selection != "host" or flat.device.type == "cpu":
+        (pinned where CUDA is, for the copies); None on the CPU, and on two
+        levels (their leader copies after the host's average)."""
+        if selection != "host" or flat.device.type == "cpu" or self.takes_device:
             return None
         if self.staging is None or self.staging.numel() != flat.numel():
             self.staging = torch.empty(flat.numel(), dtype=flat.dtype,
@@ -185,13 +193,24 @@ class HookState:
             raise ValueError(f"sparsecomm: ranks_per_host={ranks_per_host!r}: give the ranks each "
                              "host runs (an int) or 'auto' (from the ranks' host names)")
         self.selection = _selection_for(selection, method, named, compress, ranks_per_host)
-        if self.selection == "host" and dist.get_backend(group) == "nccl":
+        device_type = named[0][1].device.type
+        hosts = None
+        if self.selection == "host" and ranks_per_host != 1:
+            ranks_per_host = ranks_per_host_of(group, ranks_per_host)
+            if ranks_per_host > 1:
+                if compress == "update" and device_type != "cpu":
+                    raise ValueError("sparsecomm: compress='update' keeps the AdamW moments on "
+                                     "the host, and two levels average a device's gradients on "
+                                     "the device; use compress='gradient' or ranks_per_host=1")
+                hosts = Hosts(group, ranks_per_host, device_type)
+        self.ranks_per_host = ranks_per_host
+        if self.selection == "host" and hosts is None and dist.get_backend(group) == "nccl":
             raise ValueError(
                 f"sparsecomm: {method} selects on the host, whose exchange sends CPU tensors, "
                 "which NCCL cannot carry; pass group=torch.distributed.new_group(backend='gloo') "
                 "to the hook (DDP keeps its NCCL group), or use a method with a device path "
                 f"({', '.join(device_methods())})")
-        self.comm = Communicator(group) if self.selection == "host" else None
+        self.comm = Communicator(group) if self.selection == "host" and hosts is None else None
         # The CLI's rule (--min-numel, --exclude): ValueError for a pattern
         # that matches nothing or a rule that leaves nothing to sparsify.
         to_dense = dense_tensors([name for name, _ in named], [p.numel() for _, p in named],
@@ -201,21 +220,27 @@ class HookState:
         self.sparse, self.dense = sparse, dense
         # Builds the scheme now, so a bad method or option raises ValueError
         # here rather than inside backward.
-        if self.selection == "host":
+        # Each group's synchronizer: (what the worker runs, what keeps its state).
+        if hosts is not None:
             def synchronizer(name, options):
-                return Synchronizer(self.comm, name, options, nonfinite, ranks_per_host)
+                return hosts.synchronizer(name, options, nonfinite)
+        elif self.selection == "host":
+            def synchronizer(name, options):
+                made = Synchronizer(self.comm, name, options, nonfinite)
+                return made, made
         else:
             def synchronizer(name, options):
-                return DeviceSynchronizer(group, name, options, nonfinite)
-        first = synchronizer(method, self.options)
-        if bucket_mb is not None and self.selection == "host" and not first.bucketable:
+                made = DeviceSynchronizer(group, name, options, nonfinite)
+                return made, made
+        first, first_owner = synchronizer(method, self.options)
+        if bucket_mb is not None and self.selection == "host" and not first_owner.bucketable:
             raise ValueError(
                 f"sparsecomm: {method} selects over the whole model (its partitions and "
                 "threshold span every parameter), so it cannot run per bucket; leave "
                 "bucket_mb unset")
         # DGC's momentum correction (memory=momentum) applies momentum in
         # the hook: the optimizer must then run without it.
-        self.applies_momentum = self.selection == "host" and first.applies_momentum
+        self.applies_momentum = self.selection == "host" and first_owner.applies_momentum
         if compress == "update" and self.applies_momentum:
             owner, fix = (("its own decoupled momentum", "leave compress unset")
                           if method == "demo" else ("memory=momentum", "give memory='ef'"))
@@ -236,10 +261,12 @@ class HookState:
         cap = None if bucket_mb is None else max(1, int(bucket_mb * 1024 * 1024))
         self._groups = []
         for index, run in enumerate(_split(sparse, cap)):
-            self._groups.append(_Group(run, first if index == 0 else synchronizer(method,
-                                                                                  self.options),
-                                       moments=moments()))
-        self._groups += [_Group(run, None, synchronizer("dense", {}), moments())
+            runs, owner = ((first, first_owner) if index == 0
+                           else synchronizer(method, self.options))
+            self._groups.append(_Group(run, runs, moments=moments(), owner=owner,
+                                       takes_device=hosts is not None))
+        self._groups += [_Group(run, None, synchronizer("dense", {})[0], moments(),
+                                takes_device=hosts is not None)
                          for run in _split(dense, cap)]
         self._group_of = {pid: index for index, g in enumerate(self._groups) for pid in g.ids}
         self.step = 0
@@ -304,7 +331,7 @@ class HookState:
         shapes = dict((name, p.shape) for name, p in self.sparse)
         out = {}
         for g in self._groups:
-            flat = g.synchronizer.kept() if g.synchronizer is not None else None
+            flat = g.owner.kept() if g.synchronizer is not None else None
             if flat is None or flat.numel() == 0:
                 continue
             offset = 0
@@ -322,7 +349,7 @@ class HookState:
                 "selection": self.selection,
                 "epoch": self.epoch, "sparse": [name for name, _ in self.sparse],
                 "groups": [g.names for g in self._groups],
-                "synchronizers": [g.synchronizer.state() for g in self._groups
+                "synchronizers": [g.owner.state() for g in self._groups
                                   if g.synchronizer is not None],
                 "compress": self.compress,
                 "moments": [g.moments.state() for g in self._groups if g.moments is not None]}
@@ -342,7 +369,7 @@ class HookState:
         if saved_selection != self.selection:
             raise ValueError(f"sparsecomm: the saved hook state has selection "
                              f"{saved_selection!r}, this hook {self.selection!r}")
-        synchronizers = [g.synchronizer for g in self._groups if g.synchronizer is not None]
+        synchronizers = [g.owner for g in self._groups if g.synchronizer is not None]
         for synchronizer, saved in zip(synchronizers, state["synchronizers"]):
             synchronizer.load_state(saved)
         for g, saved in zip([g for g in self._groups if g.moments is not None],

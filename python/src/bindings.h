@@ -13,6 +13,8 @@ namespace sparsecomm::python {
 void bind_communicator(pybind11::module_& m);  // communicator_binding.cc
 // _GroupSync, the base the hook's worker runs, and the host Synchronizer.
 void bind_synchronizer(pybind11::module_& m);  // synchronizer.cc
+// _HostLevels (host_levels.h), after bind_synchronizer's _GroupSync.
+void bind_host_levels(pybind11::module_& m);  // host_levels.cc
 // DeviceSynchronizer (device_sync.h), after bind_synchronizer's _GroupSync.
 void bind_device_synchronizer(pybind11::module_& m);  // device_sync_binding.cc
 // Sparsifier: a scheme's selection without the exchange.

@@ -68,6 +68,7 @@ PYBIND11_MODULE(_sparsecomm, m) {
 
   bind_communicator(m);
   bind_synchronizer(m);
+  bind_host_levels(m);
   bind_device_synchronizer(m);
   bind_sparsifier(m);
   bind_update_direction(m);

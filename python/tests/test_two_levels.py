@@ -1,6 +1,8 @@
-"""Two-level exchanges through the DDP hook and the Synchronizer
-(``ranks_per_host``; docs/algorithms.md, "Two-level exchanges"): 4 gloo
-processes as 2 hosts of 2 ranks."""
+"""Two-level exchanges through the DDP hook (torch.distributed subgroups:
+a group per host and the leaders' group, python/src/host_levels.h) and the
+Synchronizer (``ranks_per_host``, sync/two_level.h, the CLI's form);
+docs/algorithms.md, "Two-level exchanges": 4 gloo processes as 2 hosts of 2
+ranks."""
 
 import os
 
@@ -28,11 +30,43 @@ def _hook_on_two_levels(rank, world):
     dist.all_gather(everyone, hooked)
     assert all(torch.equal(everyone[0], other) for other in everyone)
     assert (state.metrics["bytes_sent"] > 0) == (rank % 2 == 0)
-    assert state.metrics["host_bytes_sent"] > 0
+    # The host's group moves its bytes (NCCL's or gloo's own collectives).
+    assert state.metrics.get("host_bytes_sent", 0) == 0
+    assert (len(state.kept()) > 0) == (rank % 2 == 0)  # the host's residual, once
 
 
 def test_the_hook_on_two_hosts_of_two_ranks(run_world):
     run_world(4, _hook_on_two_levels)
+
+
+def _subgroups_equal_the_clis_two_levels(rank, world):
+    # The hook's subgroups and the CLI's two levels (one group, views of it)
+    # give the same bits, step after step, ExDyna's state on the leaders.
+    from sparsecomm._hosts import Hosts
+    hosts = Hosts(dist.distributed_c10d._get_default_group(), 2, "cpu")
+    runs, owner = hosts.synchronizer("exdyna", {"density": "0.05"}, "stop")
+    cli = Synchronizer(Communicator(dist.distributed_c10d._get_default_group()), "exdyna",
+                       {"density": "0.05"}, "stop", 2)
+    generator = torch.Generator().manual_seed(rank)
+    for step in range(4):
+        gradient = torch.randn(1000, generator=generator)
+        mine, theirs = gradient.clone(), gradient.clone()
+        runs.synchronize(mine, step)
+        cli.synchronize(theirs, step)
+        assert torch.equal(mine, theirs), (step, (mine - theirs).abs().max())
+    assert torch.equal(owner.kept(), cli.kept())
+    # A non-finite gradient on a rank that does not lead stops every rank:
+    # the host's average carries it to the leader, the leader's outcome to
+    # its host.
+    gradient = torch.ones(1000)
+    if rank == 3:
+        gradient[7] = float("nan")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        runs.synchronize(gradient, 4)
+
+
+def test_the_hooks_subgroups_equal_the_clis_two_levels(run_world):
+    run_world(4, _subgroups_equal_the_clis_two_levels)
 
 
 def _hook_finds_the_hosts_by_name(rank, world):
