@@ -72,7 +72,7 @@ TEST(TwoLevelTraining, WhatDoesNotCombineIsRefused) {
   c.ranks_per_host = 3;
   EXPECT_NE(refusal(c).find("3 ranks per host do not divide the 4 ranks"), std::string::npos)
       << refusal(c);
-  c.ranks_per_host = 0;
+  c.ranks_per_host = -1;
   EXPECT_NE(refusal(c).find("--ranks-per-host"), std::string::npos) << refusal(c);
   c.ranks_per_host = 2;
   c.servers = 2;

@@ -278,6 +278,10 @@ void add_train_run_flags(CLI::App* cmd, TrainFlags& flags) {
                   "write a gradient trace to DIR (format: docs/algorithms.md, \"Gradient "
                   "traces\")");
   cmd->add_option("--record-steps", c.record_steps, "steps to record")->capture_default_str();
+  cmd->add_option("--timeline", c.timeline,
+                  "write every rank's phases (compute, selection, exchange, each blocking wait on "
+                  "a peer, update, evaluation, checkpoint) as a Chrome trace to FILE, for "
+                  "Perfetto or chrome://tracing (docs/timeline.md)");
   cmd->add_option("--timeout", c.timeout_s,
                   "seconds a rank waits for a peer before failing (0: 60 s or "
                   "SPARSECOMM_TIMEOUT_MS)")

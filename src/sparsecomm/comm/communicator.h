@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 
 namespace sparsecomm {
@@ -56,6 +57,13 @@ inline constexpr int kPsPullPayload = 30103;
 inline constexpr int kPsGrant = 30104;
 }  // namespace tags
 
+// What a point-to-point operation moves, for the timeline's waits.
+struct RequestEndpoint {
+  int peer = -1;
+  std::size_t bytes = 0;
+  bool send = false;
+};
+
 // Handle of a non-blocking operation. Move-only; an empty (default) Request
 // is already complete. Destroying an incomplete Request (for example while
 // unwinding from an error) withdraws it where the backend can, so nothing is
@@ -79,22 +87,35 @@ class Request {
     [[noreturn]] virtual void fail_timeout(std::chrono::milliseconds waited) = 0;
   };
 
+  using Endpoint = RequestEndpoint;
+
   Request() = default;
-  Request(std::unique_ptr<Impl> impl, std::chrono::milliseconds timeout)
-      : impl_(std::move(impl)), timeout_(timeout) {}
+  Request(std::unique_ptr<Impl> impl, std::chrono::milliseconds timeout, Endpoint endpoint = {})
+      : impl_(std::move(impl)), timeout_(timeout), endpoint_(endpoint) {}
 
   bool test() { return !impl_ || impl_->test(); }
   // Waits up to the communicator's timeout at the time of the call.
   void wait() { wait_for(timeout_); }
+  // A wait that blocks goes on the thread's timeline (core/timeline.h) as
+  // "wait send" or "wait recv" with the peer and the bytes.
   void wait_for(std::chrono::milliseconds timeout) {
     if (!impl_) return;
-    if (!impl_->wait_until(Clock::now() + timeout)) impl_->fail_timeout(timeout);
+    Timeline* timeline = current_timeline();
+    if (timeline == nullptr || impl_->test()) {
+      if (!impl_->wait_until(Clock::now() + timeout)) impl_->fail_timeout(timeout);
+    } else {
+      const Clock::time_point begin = Clock::now();
+      if (!impl_->wait_until(begin + timeout)) impl_->fail_timeout(timeout);
+      timeline->add_span(endpoint_.send ? "wait send" : "wait recv", "wait", begin, Clock::now(),
+                         endpoint_.peer, endpoint_.bytes);
+    }
     impl_.reset();
   }
 
  private:
   std::unique_ptr<Impl> impl_;
   std::chrono::milliseconds timeout_{0};
+  Endpoint endpoint_;
 };
 
 class Communicator {

@@ -10,6 +10,7 @@
 #include "sparsecomm/collectives/skip_reduce.h"
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/sparse.h"
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/sparsify/memory.h"
@@ -91,10 +92,10 @@ class DenseSync final : public GradientSync {
     m.numel = m.target = m.selected = m.union_size = gradient.size();
     m.density_ratio = gradient.empty() ? 0.0 : 1.0;
     AllreduceReport report;
-    Stopwatch watch;
+    TimedSpan exchange("exchange", "exchange");
     allreduce(comm, gradient, allreduce_, &report);
     scale(gradient, 1.0f / static_cast<float>(comm.size()));
-    m.exchange_s = watch.seconds();
+    m.exchange_s = exchange.stop();
     m.bytes_sent = report.bytes_sent;
     m.bytes_received = report.bytes_received;
     m.skipped_nonfinite = handle_nonfinite(gradient, policy_, method(), ctx.step);

@@ -8,6 +8,7 @@
 
 #include "sparsecomm/collectives/value_codec.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
 #include "sparsecomm/sync/load_balance.h"
@@ -28,9 +29,9 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.target = sequence_.target(gradient.size(), ctx);
 
   // Agreeing is communication: its time joins the exchange's.
-  Stopwatch agreement;
+  TimedSpan agreement("agree finite", "exchange");
   const bool finite = agree_all_finite(gradient, ctx, comm, policy_, finite_flags_);
-  const double agreement_s = agreement.seconds();
+  const double agreement_s = agreement.stop();
   if (!finite) {
     std::fill(gradient.begin(), gradient.end(), 0.0f);
     metrics.skipped_nonfinite = true;
@@ -45,10 +46,10 @@ StepMetrics SparsifyExchangeStep::synchronize(std::span<float> gradient, const S
   metrics.accumulate_s = times.accumulate_s;
 
   // The gradient is in the memory now: the average goes straight into it.
-  Stopwatch watch;
+  TimedSpan exchange("exchange", "exchange");
   exchanger_->exchange(comm, selection, sequence_.accumulated(), gradient, result_);
   metrics.agreement_s = agreement_s;
-  metrics.exchange_s = watch.seconds() + agreement_s;
+  metrics.exchange_s = exchange.stop() + agreement_s;
   // The sparsifier's own small collectives (histogram rounds) are
   // communication: counted with the exchange.
   metrics.selection_collective_s = times.own.collective_s;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sparsify/kernels/estimate.h"
 
@@ -53,9 +54,9 @@ bool begin_finite_step(std::span<float> gradient, const StepContext& ctx, Commun
                        StepMetrics& metrics) {
   metrics.step = ctx.step;
   metrics.numel = gradient.size();
-  const Stopwatch agreement;
+  TimedSpan agreement("agree finite", "exchange");
   const bool finite = agree_all_finite(gradient, ctx, comm, policy, finite_flags);
-  metrics.agreement_s = agreement.seconds();
+  metrics.agreement_s = agreement.stop();
   if (!finite) {
     std::fill(gradient.begin(), gradient.end(), 0.0f);
     metrics.skipped_nonfinite = true;
@@ -77,15 +78,16 @@ const SparseSelection& SparsifySequence::select(std::span<const float> gradient,
                                                 const StepContext& ctx, Communicator& comm,
                                                 SelectTimes* times) {
   const std::int64_t clipped_before = parts_.memory->clipped_steps();
-  Stopwatch watch;
+  TimedSpan accumulate("accumulate", "selection");
   parts_.memory->accumulate(gradient);
   const std::span<float> accumulated = parts_.memory->accumulated();
-  const double accumulate_s = watch.seconds();
-  watch.restart();
+  const double accumulate_s = accumulate.stop();
+  TimedSpan select("select", "selection");
   parts_.sparsifier->select(accumulated, ctx, comm, selection_);
+  const double selection_s = select.stop();
   if (times != nullptr) {
     times->accumulate_s = accumulate_s;
-    times->selection_s = watch.seconds();
+    times->selection_s = selection_s;
     times->clipped = parts_.memory->clipped_steps() != clipped_before;
     times->own = parts_.sparsifier->last_stats();
   }

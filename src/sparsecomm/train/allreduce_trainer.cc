@@ -13,6 +13,7 @@
 
 #include "sparsecomm/collectives/allreduce.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/outer_loop.h"
 #include "sparsecomm/traces/gradient_stream.h"
@@ -101,15 +102,19 @@ class RankTrainer {
     record.step = step;
     record.lr = steps_.lr.at(step);
 
-    Stopwatch compute;
+    TimedSpan compute("compute", "compute");
     straggler_.begin_compute(step);
     const EpochBatches::Batch batch = steps_.batches.at(step);
     ddp_->zero_grad();
+    TimedSpan forward("forward", "compute");
     const torch::Tensor loss = model_->score(batch.inputs, batch.labels).losses.mean();
+    forward.stop();
+    TimedSpan backward("backward", "compute");
     loss.backward();
+    backward.stop();
     record.loss = loss.item<double>();
     straggler_.end_compute();
-    record.compute_s = compute.seconds();
+    record.compute_s = compute.stop();
 
     if (trace_ && step - first_step_ < config_.record_steps) {
       trace_->append(comm_.rank(), ddp_->gradients());
@@ -121,6 +126,11 @@ class RankTrainer {
       synchronized_step(step, record);
     }
     phase_times_.add_step(record.compute_s, record.exchange_s);
+    if (record.synchronized) {
+      timeline_counter("bytes sent", static_cast<double>(record.sync.bytes_sent));
+      timeline_counter("K/k", record.sync.density_ratio);
+      timeline_counter("residual norm", record.sync.residual_norm);
+    }
 
     if (comm_.rank() == 0) {
       record.epoch = steps_.plan.epoch_at(step + 1);
@@ -133,10 +143,12 @@ class RankTrainer {
   // The method synchronizes this step's gradient; the optimizer applies it.
   void synchronized_step(std::int64_t step, TrainStep& record) {
     // --compress update: this rank's AdamW direction, counted as update time.
-    const Stopwatch local_update;
+    TimedSpan local_update("update direction", "update");
     update_->before_sync(ddp_->gradients());
-    const double local_update_s = local_update.seconds();
+    const double local_update_s = local_update.stop();
+    TimedSpan synchronize("synchronize", "sync");
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
+    synchronize.stop();
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
 
@@ -145,9 +157,9 @@ class RankTrainer {
     // move the parameters), and its loss is not averaged into train_loss.
     if (!record.sync.skipped_nonfinite) {
       train_loss_.add(record.loss);
-      Stopwatch update;
+      TimedSpan update("update", "update");
       update_->apply(ddp_->parameters(), ddp_->gradients(), record.lr);
-      record.update_s = local_update_s + update.seconds();
+      record.update_s = local_update_s + update.stop();
     }
   }
 
@@ -157,14 +169,14 @@ class RankTrainer {
   // applied: the round's pseudo-gradient carries that to the method's policy.
   void local_step(std::int64_t step, TrainStep& record) {
     const std::span<float> gradient = ddp_->gradients();
-    const Stopwatch update;
+    TimedSpan update("update", "update");
     if (std::all_of(gradient.begin(), gradient.end(), [](float v) { return std::isfinite(v); })) {
       update_->apply(ddp_->parameters(), gradient, record.lr);
       train_loss_.add(record.loss);
     } else {
       outer_->mark_nonfinite();
     }
-    record.update_s = update.seconds();
+    record.update_s = update.stop();
     if (!closes_round(step)) {
       record.synchronized = false;
       return;
@@ -174,12 +186,14 @@ class RankTrainer {
       return;
     }
     outer_->pseudo_gradient(ddp_->parameters(), gradient);
+    TimedSpan synchronize("synchronize", "sync");
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
+    synchronize.stop();
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
     record.exchange_s = record.sync.exchange_s;
-    const Stopwatch outer_step;
+    TimedSpan outer_step("outer step", "update");
     outer_->finish_round(ddp_->parameters(), gradient, record.sync.skipped_nonfinite);
-    record.update_s += outer_step.seconds();
+    record.update_s += outer_step.stop();
   }
 
   // --outer-overlap: the previous round's mean (exchanged while this round

@@ -13,6 +13,7 @@
 #include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
 #include "sparsecomm/core/stop_request.h"
+#include "sparsecomm/core/timeline_file.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/sync/dense_warmup.h"
@@ -291,20 +292,75 @@ std::optional<StopRecord> run_steps(Communicator& comm, const TrainConfig& confi
   const std::int64_t end = config.stop_at_step > 0
                                ? std::min(steps.total_steps, config.stop_at_step)
                                : steps.total_steps;
-  for (std::int64_t step = first_step; step < end; ++step) {
+  RankTimeline timeline(comm, config.timeline);
+  std::optional<StopRecord> stopped;
+  for (std::int64_t step = first_step; step < end && !stopped; ++step) {
+    timeline.begin_step(step);
     loop.train(step);
     const std::int64_t done = step + 1;
-    if (evaluates_after(config, steps, done)) loop.evaluate(done);
+    if (evaluates_after(config, steps, done)) {
+      TimedSpan span("evaluate", "evaluate");
+      loop.evaluate(done);
+    }
     if (loop.after_step) loop.after_step(done);
     const bool stop =
         done < end && loop.may_stop_after && loop.may_stop_after(step) && ranks_agree_to_stop(comm);
     const bool periodic = config.checkpoint_every > 0 &&
                           (done % config.checkpoint_every == 0 || done == steps.total_steps);
     // Ending early (stopped, or --stop-at-step) leaves a checkpoint to resume from.
-    if (periodic || stop || (done == end && end < steps.total_steps)) loop.checkpoint(done);
-    if (stop) return StopRecord{done, steps.total_steps};
+    if (periodic || stop || (done == end && end < steps.total_steps)) {
+      TimedSpan span("checkpoint", "checkpoint");
+      loop.checkpoint(done);
+    }
+    if (stop) stopped = StopRecord{done, steps.total_steps};
+    timeline.end_step();
   }
-  return std::nullopt;
+  timeline.finish();
+  return stopped;
+}
+
+RankTimeline::RankTimeline(Communicator& comm, const std::string& trace)
+    : comm_(comm), trace_(trace) {
+  if (trace_.empty()) return;
+  comm_.barrier();  // the ranks' common origin
+  events_.emplace(comm_.rank(), Clock::now());
+  bind_.emplace(&*events_);
+  part_ = timeline_part(trace_, comm_.rank());
+  std::error_code ignored;
+  std::filesystem::remove(part_, ignored);  // a previous run's
+}
+
+void RankTimeline::begin_step(std::int64_t step) {
+  if (events_) events_->set_step(step);
+}
+
+void RankTimeline::end_step() {
+  if (!events_) return;
+  const std::vector<TimelineEvent> events = events_->drain();
+  append_trace_events(part_, comm_.rank(), events);
+}
+
+void RankTimeline::finish() {
+  if (!events_) return;
+  end_step();
+  bind_.reset();
+  if (events_->dropped() > 0) {
+    logger().warn("timeline: {} events of rank {} were dropped (more than fit between two steps)",
+                  events_->dropped(), comm_.rank());
+  }
+  comm_.barrier();  // every part is written
+  if (comm_.rank() != 0) return;
+  const std::vector<int> missing = merge_trace_parts(trace_, comm_.size());
+  if (missing.empty()) {
+    logger().info("timeline: {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+                  trace_.string());
+  } else {
+    logger().warn(
+        "timeline: {} lacks ranks {} (their parts are on their hosts' disks: copy them next to "
+        "it and run sparsecomm report --timeline {})",
+        trace_.string(), fmt::join(missing, ", "), trace_.string());
+  }
+  events_.reset();
 }
 
 RunInfo run_info(const RunPlan& plan, int workers, std::size_t numel, const StepPlan& steps,

@@ -25,6 +25,7 @@
 #include "sparsecomm/comm/backend.h"
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/state_io.h"
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/optim/update_rule.h"
@@ -201,6 +202,26 @@ struct RunLoopSteps {
   // local steps only at its end). Empty: the trainer takes no stop request
   // and the loop runs no collective for it.
   std::function<bool(std::int64_t step)> may_stop_after = {};
+};
+
+// --timeline FILE on one rank (core/timeline.h): binds the rank's
+// timeline to the calling thread from construction (after a barrier: the
+// ranks' common origin) to finish(), appends each step's events to the
+// rank's part after end_step(), and at finish() (collective) rank 0 merges
+// the parts into FILE. Does nothing for an empty FILE.
+class RankTimeline {
+ public:
+  RankTimeline(Communicator& comm, const std::string& trace);
+  void begin_step(std::int64_t step);
+  void end_step();
+  void finish();
+
+ private:
+  Communicator& comm_;
+  std::filesystem::path trace_;
+  std::filesystem::path part_;
+  std::optional<Timeline> events_;
+  std::optional<BindTimeline> bind_;
 };
 
 // The run loop of the three trainers, from `first_step` (0, or a resumed

@@ -26,7 +26,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     beta1, beta2, adam_eps, compress, freeze_variance_after, epochs, max_steps, batch, lr, momentum,
     nesterov, weight_decay, warmup_epochs, lr_decay, lr_milestones, lr_gamma, seed, deterministic,
     eval_every, eval_deferred, out, checkpoint_every, stop_at_step, record_gradients, record_steps,
-    plots)
+    timeline, plots)
 
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names = {"mlp",

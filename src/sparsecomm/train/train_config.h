@@ -118,6 +118,9 @@ struct TrainConfig {
   std::int64_t stop_at_step = 0;      // stop (with a checkpoint) after this step; 0: run to the end
   std::string record_gradients;       // write a gradient trace here ("" : off)
   std::int64_t record_steps = 20;
+  // --timeline FILE: every rank's phases as a Chrome trace (core/timeline.h,
+  // docs/timeline.md); empty: none.
+  std::string timeline;
   bool plots = true;  // draw PNG plots at the end
 };
 

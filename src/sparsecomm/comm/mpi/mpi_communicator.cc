@@ -427,7 +427,8 @@ class MpiCommunicator final : public Communicator {
     const int count = to_int(op.bytes, op);
     MPI_Request request = MPI_REQUEST_NULL;
     start(mpi_start(count, &request), op);
-    return Request(std::make_unique<MpiRequest>(rank_, size_, request, op), timeout());
+    return Request(std::make_unique<MpiRequest>(rank_, size_, request, op), timeout(),
+                   {.peer = op.peer, .bytes = op.bytes, .send = op.kind == OpKind::kSend});
   }
 
   // Polls a collective's request against timeout().

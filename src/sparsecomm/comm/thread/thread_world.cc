@@ -172,7 +172,7 @@ class ThreadCommunicator final : public Communicator {
     auto state = std::make_shared<OpState>();
     box.sends.push_back({rank_, tag, data, {}, state});
     return Request(std::make_unique<ThreadRequest>(*this, state, true, dst, tag, data.size()),
-                   timeout());
+                   timeout(), {.peer = dst, .bytes = data.size(), .send = true});
   }
 
   Request irecv(std::span<std::byte> buffer, int src, int tag) override {
@@ -201,7 +201,7 @@ class ThreadCommunicator final : public Communicator {
     auto state = std::make_shared<OpState>();
     box.recvs.push_back({src, tag, buffer, state});
     return Request(std::make_unique<ThreadRequest>(*this, state, false, src, tag, buffer.size()),
-                   timeout());
+                   timeout(), {.peer = src, .bytes = buffer.size(), .send = false});
   }
 
   ThreadWorld& world() { return world_; }

@@ -1,0 +1,35 @@
+#pragma once
+// Timelines on disk (docs/timeline.md): each rank appends its events, as
+// Chrome trace-event objects one per line, to a part file of its own after
+// every step; rank 0 merges the parts into one trace that Perfetto and
+// chrome://tracing open ({"traceEvents": [...]}, one process per rank,
+// microseconds from the ranks' common start).
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sparsecomm/core/timeline.h"
+
+namespace sparsecomm {
+
+// The part file of `rank` for the trace `trace`: TRACE.parts/rank-R.jsonl.
+std::filesystem::path timeline_part(const std::filesystem::path& trace, int rank);
+
+// One event as a Chrome trace-event object (spans "X", counters "C"; the
+// step, a wait's peer and bytes in args), without a newline.
+std::string trace_event_json(int rank, const TimelineEvent& event);
+
+// Appends `events` to `part`, one object per line. Throws Error naming the
+// file when it cannot be written.
+void append_trace_events(const std::filesystem::path& part, int rank,
+                         std::span<const TimelineEvent> events);
+
+// Writes `trace` (atomically) from the parts of ranks 0..ranks-1 that
+// exist, naming each rank's process, and removes the merged parts. Returns
+// the ranks whose part was not found (on another host's disk: merge them
+// with `sparsecomm report --timeline`).
+std::vector<int> merge_trace_parts(const std::filesystem::path& trace, int ranks);
+
+}  // namespace sparsecomm
