@@ -57,8 +57,8 @@ import torch
 import torch.distributed as dist
 
 from ._sparsecomm import (Communicator, DeviceSynchronizer, Synchronizer, UpdateDirection,
-                          _fail_future, _HookWorker, dense_tensors, device_methods,
-                          tensor_buckets)
+                          _fail_future, _HookTimeline, _HookWorker, dense_tensors,
+                          device_methods, tensor_buckets)
 from ._common import option_texts, process_group
 from ._hosts import Hosts, ranks_per_host_of
 
@@ -167,7 +167,7 @@ class HookState:
 
     def __init__(self, model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                  bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8,
-                 overlap=True, selection="auto", ranks_per_host=1, **options):
+                 overlap=True, selection="auto", ranks_per_host=1, timeline=None, **options):
         group = process_group(group)
         if isinstance(exclude, str):
             exclude = (exclude,)
@@ -282,7 +282,13 @@ class HookState:
             if state is None:
                 return HookError(f"sparsecomm: the hook's exchange failed at step {step}: {cause}")
             return state._failed(cause, step)
-        self._worker = _HookWorker(bool(overlap), on_error)
+        self._group = group
+        self._timeline = None
+        self.timeline = None if timeline is None else str(timeline)
+        if self.timeline is not None:
+            dist.barrier(group=group)  # the ranks' common origin
+            self._timeline = _HookTimeline(self.timeline, dist.get_rank(group))
+        self._worker = _HookWorker(bool(overlap), on_error, self._timeline)
         self._begin_step()
 
     def pair(self, optimizer):
@@ -378,6 +384,18 @@ class HookState:
         self.step = state["step"]
         self.epoch = state["epoch"]
 
+    def finish_timeline(self):
+        """With ``timeline=PATH``: waits for the exchanges, then (on every
+        rank of the group, at the same point: a barrier) rank 0 merges the
+        ranks' parts into PATH, a Chrome trace for Perfetto
+        (docs/timeline.md). Returns the ranks whose part rank 0 did not find
+        (on other hosts' disks), an empty list elsewhere."""
+        if self._timeline is None:
+            raise ValueError("sparsecomm: this hook was made without timeline=PATH")
+        self._settle()
+        dist.barrier(group=self._group)
+        return self._timeline.merge(dist.get_world_size(self._group))
+
     # --- one step: buckets arrive, complete groups are exchanged ---
 
     def _settle(self):
@@ -468,7 +486,7 @@ def _hook(state, bucket):
 
 def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_numel=0,
                   bucket_mb=None, compress="gradient", betas=(0.9, 0.999), eps=1e-8, overlap=True,
-                  selection="auto", ranks_per_host=1, **options):
+                  selection="auto", ranks_per_host=1, timeline=None, **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``.
 
     ``model``: the DDP model (or the module it wraps); ``method``: a
@@ -492,10 +510,13 @@ def ddp_comm_hook(model, method, group=None, nonfinite="stop", exclude=(), min_n
     gradients first, the method then running among one leader per host
     (docs/algorithms.md, "Two-level exchanges"; host selection); ``"auto"``
     takes the hosts from the ranks' host names (``SPARSECOMM_HOST_NAME``
-    where set). Raises
-    ValueError for an unknown method or option."""
+    where set); ``timeline``: a path for this rank's phases as a Chrome
+    trace (each group's exchange and what it contains, the waits on peers,
+    the buckets' arrival), merged by ``state.finish_timeline()``
+    (docs/timeline.md). Raises ValueError for an unknown method or
+    option."""
     return HookState(model, method, group, nonfinite, exclude, min_numel, bucket_mb, compress,
-                     betas, eps, overlap, selection, ranks_per_host, **options), _hook
+                     betas, eps, overlap, selection, ranks_per_host, timeline, **options), _hook
 
 
 def direction_optimizer(parameters, lr, weight_decay=0.01, hook=None):

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -24,6 +25,8 @@
 #include "exchange_worker.h"
 #include "group_sync.h"
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timeline.h"
+#include "sparsecomm/core/timeline_file.h"
 #include "sparsecomm/sync/step_metrics.h"
 #include "update_direction.h"
 
@@ -61,10 +64,41 @@ void fail_future(const py::object& future, const py::object& exception) {
 // futures are torch.futures.Future. `on_error(cause, step)` makes the
 // exception every pending and later future fails with (the hook's
 // HookError), from the Python exception `cause` the exchange raised.
+// The hook's timeline=PATH (docs/timeline.md): this rank's events, bound to
+// whichever thread runs an exchange for its duration, drained to the rank's
+// part after every step; finish() merges the parts on rank 0.
+class HookTimeline {
+ public:
+  // Made on every rank right after a barrier: the ranks' common origin.
+  HookTimeline(const std::string& trace, int rank)
+      : trace_(trace), part_(timeline_part(trace_, rank)), events_(rank, Clock::now()) {
+    std::error_code ignored;
+    std::filesystem::remove(part_, ignored);  // a previous run's
+  }
+
+  Timeline& events() { return events_; }
+  void end_step() {
+    const std::vector<TimelineEvent> events = events_.drain();
+    append_trace_events(part_, events_.rank(), events);
+  }
+  // After every rank's last end_step (the caller's barrier): rank 0 merges;
+  // the ranks whose part it did not find.
+  std::vector<int> merge(int world) {
+    if (events_.rank() != 0) return {};
+    return merge_trace_parts(trace_, world);
+  }
+
+ private:
+  std::filesystem::path trace_;
+  std::filesystem::path part_;
+  Timeline events_;
+};
+
 class HookWorker {
  public:
-  HookWorker(bool overlap, py::object on_error)
+  HookWorker(bool overlap, py::object on_error, std::shared_ptr<HookTimeline> timeline)
       : on_error_(std::move(on_error)),
+        timeline_(std::move(timeline)),
         worker_(std::make_unique<ExchangeWorker>(
             overlap, [this](std::exception_ptr error, std::int64_t step) {
               return python_error_of(std::move(error), step);
@@ -81,6 +115,10 @@ class HookWorker {
   // object: DDP's Python hook reads the result as one).
   py::object bucket_future(const py::object& buffer, std::vector<std::int64_t> groups) {
     const auto tensor = buffer.cast<at::Tensor>();
+    if (!step_open_) {  // the step's first bucket: backward is under way
+      step_open_ = true;
+      first_bucket_ = Clock::now();
+    }
     c10::IValue value(c10::ivalue::ConcretePyObjectHolder::create(buffer));
     std::vector<ExchangeWorker::WeakStorage> storages{tensor.storage().getWeakStorageImpl()};
     // A device's future: DDP's wait then waits for the worker's stream.
@@ -128,8 +166,17 @@ class HookWorker {
       handed_in = std::make_shared<c10::Event>(flat.device().type());
       handed_in->record(guard.getStream(flat.device()));
     }
+    if (ends_step && timeline_) {
+      // Backward as the hook sees it: from the step's first bucket to its last group.
+      timeline_->events().add_span("buckets ready", "compute", first_bucket_, Clock::now());
+    }
+    if (ends_step) step_open_ = false;
     ExchangeWorker::Exchange exchange = [synchronizer, moments, flat, views, handed_in, staging,
-                                         beside_method, group_step = std::move(group_step)] {
+                                         beside_method, group_step = std::move(group_step),
+                                         timeline = timeline_, ends_step] {
+      const BindTimeline bind(timeline ? &timeline->events() : nullptr);
+      if (timeline) timeline->events().set_step(group_step.step);
+      TimedSpan span("group exchange", "sync");
       if (handed_in) {
         const c10::impl::VirtualGuardImpl guard(flat.device().type());
         handed_in->block(guard.getStream(flat.device()));
@@ -152,6 +199,8 @@ class HookWorker {
         view.copy_(flat.narrow(0, offset, view.numel()).view_as(view));
         offset += view.numel();
       }
+      span.stop();
+      if (timeline && ends_step) timeline->end_step();
       return metrics;
     };
     const py::gil_scoped_release release;  // inline mode exchanges here
@@ -203,6 +252,9 @@ class HookWorker {
   }
 
   py::object on_error_;
+  std::shared_ptr<HookTimeline> timeline_;  // null: no timeline
+  bool step_open_ = false;                  // a bucket of the current step came
+  Clock::time_point first_bucket_;
   std::unique_ptr<ExchangeWorker> worker_;
 };
 
@@ -212,8 +264,12 @@ void bind_hook_worker(py::module_& m) {
   using Sizes = std::optional<std::vector<std::int64_t>>;
   m.def("_fail_future", &fail_future, py::arg("future"), py::arg("exception"));
 
+  py::class_<HookTimeline, std::shared_ptr<HookTimeline>>(m, "_HookTimeline")
+      .def(py::init<const std::string&, int>(), py::arg("trace"), py::arg("rank"))
+      .def("merge", &HookTimeline::merge, py::arg("world"));
   py::class_<HookWorker>(m, "_HookWorker")
-      .def(py::init<bool, py::object>(), py::arg("overlap"), py::arg("on_error"))
+      .def(py::init<bool, py::object, std::shared_ptr<HookTimeline>>(), py::arg("overlap"),
+           py::arg("on_error"), py::arg("timeline").none(true) = nullptr)
       .def("bucket_future", &HookWorker::bucket_future, py::arg("buffer"), py::arg("groups"))
       .def("submit", &HookWorker::submit, py::arg("group"), py::arg("step"), py::arg("epoch"),
            py::arg("synchronizer"), py::arg("moments").none(true), py::arg("flat"),

@@ -96,7 +96,7 @@ Request ProcessGroupCommunicator::isend(std::span<const std::byte> data, int dst
   return Request(std::make_unique<WorkRequest>(std::move(work), std::move(message),
                                                fmt::format("{}send of {} bytes to rank {} (tag {})",
                                                            where(), data.size(), dst, tag)),
-                 timeout());
+                 timeout(), {.peer = dst, .bytes = data.size(), .send = true});
 }
 
 Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int tag) {
@@ -107,7 +107,7 @@ Request ProcessGroupCommunicator::irecv(std::span<std::byte> data, int src, int 
       std::make_unique<WorkRequest>(
           std::move(work), std::move(message),
           fmt::format("{}recv of {} bytes from rank {} (tag {})", where(), data.size(), src, tag)),
-      timeout());
+      timeout(), {.peer = src, .bytes = data.size(), .send = false});
 }
 
 }  // namespace sparsecomm::python
