@@ -23,6 +23,7 @@
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
 #include "sparsecomm/report/statistics.h"
+#include "sparsecomm/report/timeline_summary.h"
 
 namespace sparsecomm::report {
 namespace {
@@ -545,6 +546,41 @@ TEST_F(ReportTest, MissingGnuplotSaysHowToInstallIt) {
         << e.what();
   }
   EXPECT_THROW(write_plots({}, root_ / "out"), InvalidArgument);
+}
+
+// report --timeline's figures from a trace whose answers are known: rank 1
+// computes longer at both steps, rank 0 waits 3 ms on it, and rank 0's
+// exchange on its own thread runs 2 of its 4 ms beside its compute.
+TEST(TimelineSummary, GivesTimesWaitsTheSlowestRankAndTheOverlap) {
+  const auto span = [](int pid, int tid, const char* name, const char* cat, double ts_us,
+                       double dur_us, nlohmann::json args) {
+    return nlohmann::json{{"ph", "X"},  {"pid", pid},  {"tid", tid},    {"name", name},
+                          {"cat", cat}, {"ts", ts_us}, {"dur", dur_us}, {"args", args}};
+  };
+  nlohmann::json events = nlohmann::json::array(
+      {{{"ph", "M"}, {"pid", 0}, {"name", "process_name"}, {"args", {{"name", "rank 0"}}}},
+       span(0, 0, "buckets ready", "compute", 0, 10000, {{"step", 0}}),
+       span(0, 1, "group exchange", "sync", 8000, 4000, {{"step", 0}}),
+       span(0, 1, "wait recv", "wait", 9000, 3000, {{"step", 0}, {"peer", 1}, {"bytes", 64}}),
+       span(1, 0, "buckets ready", "compute", 0, 12000, {{"step", 0}}),
+       span(1, 1, "group exchange", "sync", 12000, 1000, {{"step", 0}}),
+       span(0, 0, "buckets ready", "compute", 20000, 5000, {{"step", 1}}),
+       span(1, 0, "buckets ready", "compute", 20000, 6000, {{"step", 1}}),
+       {{"ph", "C"}, {"pid", 0}, {"name", "K/k"}, {"ts", 1.0}, {"args", {{"value", 1.0}}}}});
+  const report::TimelineSummary s = report::summarize_timeline({{"traceEvents", events}});
+  ASSERT_EQ(s.ranks.size(), 2u);
+  EXPECT_NEAR(s.ranks[0].seconds.at("buckets ready"), 0.015, 1e-12);
+  EXPECT_NEAR(s.ranks[0].wait_s, 0.003, 1e-12);
+  EXPECT_EQ(s.ranks[0].waited_most_on, 1);
+  EXPECT_EQ(s.ranks[1].waited_most_on, -1);
+  EXPECT_EQ(s.steps, 2);
+  EXPECT_EQ(s.slowest_steps.at(1), 2);
+  // 2 of rank 0's 4 ms and none of rank 1's 1 ms ran beside compute.
+  EXPECT_NEAR(s.overlap_fraction, 2.0 / 5.0, 1e-12);
+  const std::string text = report::format_timeline_summary(s);
+  EXPECT_NE(text.find("rank 1 (0.003 s)"), std::string::npos) << text;
+  EXPECT_NE(text.find("overlap: 40.0%"), std::string::npos) << text;
+  EXPECT_THROW(report::summarize_timeline(nlohmann::json::object()), InvalidArgument);
 }
 
 }  // namespace

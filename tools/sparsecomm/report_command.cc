@@ -1,18 +1,24 @@
 #include "report_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "sparsecomm/core/errors.h"
 #include "sparsecomm/core/log.h"
+#include "sparsecomm/core/timeline_file.h"
 #include "sparsecomm/report/compare_table.h"
 #include "sparsecomm/report/plots.h"
 #include "sparsecomm/report/run_files.h"
+#include "sparsecomm/report/timeline_summary.h"
 
 namespace sparsecomm::cli {
 // Named so that the tool's sources can compile as one unit (UNITY_BUILD).
@@ -27,7 +33,38 @@ struct Options {
   bool no_plots = false;
   double target_drop = 0.0;  // points below the first run's final accuracy
   std::string format = "table";
+  std::string timeline;  // --timeline FILE
 };
+
+// --timeline FILE: merges parts left beside it (other hosts' ranks copied
+// back), then summarizes the trace.
+void report_timeline(const std::string& trace) {
+  const fs::path parts(trace + ".parts");
+  if (fs::is_directory(parts)) {
+    int ranks = 0;
+    for (const fs::directory_entry& entry : fs::directory_iterator(parts)) {
+      int rank = -1;
+      if (std::sscanf(entry.path().filename().string().c_str(), "rank-%d.jsonl", &rank) == 1) {
+        ranks = std::max(ranks, rank + 1);
+      }
+    }
+    // Parts stay beside a trace that lacks ranks: merge again with the copies.
+    if (ranks > 0) {
+      const std::vector<int> missing = merge_trace_parts(trace, ranks);
+      if (!missing.empty())
+        logger().warn("{}: no part of ranks {}", trace, fmt::join(missing, ", "));
+    }
+  }
+  std::ifstream in(trace);
+  if (!in) throw InvalidArgument(fmt::format("[report] cannot read the timeline {}", trace));
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("[report] {} is not JSON: {}", trace, e.what()));
+  }
+  fmt::print("{}", report::format_timeline_summary(report::summarize_timeline(json)));
+}
 
 // Where plots go without --out: the run's own directory for one run, else
 // "compare" beside the first run.
@@ -49,6 +86,10 @@ void print_json(const Options& options) {
 }
 
 void run(const Options& options) {
+  if (!options.timeline.empty()) return report_timeline(options.timeline);
+  if (options.dirs.empty()) {
+    throw InvalidArgument("report needs run directories (DIR...) or --timeline FILE");
+  }
   if (options.format == "json") return print_json(options);
   std::vector<report::RunData> runs;
   for (const std::string& dir : options.dirs) runs.push_back(report::load_run(dir));
@@ -81,8 +122,11 @@ void add_report_command(CLI::App& app) {
       "density ratio K/k per step, the time breakdown and the bytes per rank per step");
   cmd->add_option("DIR", options->dirs,
                   "run directories (config.json, metrics.jsonl, "
-                  "summary.json)")
-      ->required();
+                  "summary.json)");
+  cmd->add_option("--timeline", options->timeline,
+                  "summarize a trace of train --timeline or the hook's timeline= instead: time "
+                  "per span and rank, waits and the peer waited on most, the rank that computed "
+                  "longest, the exchanges' overlap with compute (merges parts left beside it)");
   cmd->add_option("--out,-o", options->out,
                   "directory for the plots, their .dat files and plots.gp (default: the run's "
                   "own directory for one run, <parent of the first run>/compare for several)");

@@ -76,9 +76,11 @@ std::vector<int> merge_trace_parts(const fs::path& trace, int ranks) {
   }
   json << "\n]}\n";
   atomic_write(trace, json.str());
-  std::error_code ignored;
-  for (const fs::path& part : merged) fs::remove(part, ignored);
-  fs::remove(fs::path(trace.string() + ".parts"), ignored);  // only when empty
+  if (missing.empty()) {  // else kept, to merge again once the others are copied in
+    std::error_code ignored;
+    for (const fs::path& part : merged) fs::remove(part, ignored);
+    fs::remove(fs::path(trace.string() + ".parts"), ignored);
+  }
   return missing;
 }
 

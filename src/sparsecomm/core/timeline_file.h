@@ -27,9 +27,10 @@ void append_trace_events(const std::filesystem::path& part, int rank,
                          std::span<const TimelineEvent> events);
 
 // Writes `trace` (atomically) from the parts of ranks 0..ranks-1 that
-// exist, naming each rank's process, and removes the merged parts. Returns
-// the ranks whose part was not found (on another host's disk: merge them
-// with `sparsecomm report --timeline`).
+// exist, naming each rank's process, and removes the parts when none was
+// missing. Returns the ranks whose part was not found (on another host's
+// disk: copy them beside the others and merge again with `sparsecomm
+// report --timeline`).
 std::vector<int> merge_trace_parts(const std::filesystem::path& trace, int ranks);
 
 }  // namespace sparsecomm

@@ -356,9 +356,9 @@ void RankTimeline::finish() {
                   trace_.string());
   } else {
     logger().warn(
-        "timeline: {} lacks ranks {} (their parts are on their hosts' disks: copy them next to "
-        "it and run sparsecomm report --timeline {})",
-        trace_.string(), fmt::join(missing, ", "), trace_.string());
+        "timeline: {} lacks ranks {} (their parts are on their hosts' disks: copy them into "
+        "{}.parts/ and run sparsecomm report --timeline {})",
+        trace_.string(), fmt::join(missing, ", "), trace_.string(), trace_.string());
   }
   events_.reset();
 }

@@ -1,0 +1,138 @@
+#include "sparsecomm/report/timeline_summary.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "sparsecomm/core/errors.h"
+
+namespace sparsecomm::report {
+namespace {
+
+struct Interval {
+  double begin;
+  double end;
+};
+
+// Seconds of `a` covered by the union of `covering` (sorted by begin).
+double covered(const Interval& a, const std::vector<Interval>& covering) {
+  double total = 0.0;
+  double reach = a.begin;
+  for (const Interval& c : covering) {
+    if (c.end <= reach) continue;
+    if (c.begin >= a.end) break;
+    const double from = std::max(reach, c.begin);
+    const double to = std::min(a.end, c.end);
+    if (to > from) total += to - from;
+    reach = std::max(reach, to);
+  }
+  return total;
+}
+
+bool is_compute(const std::string& name) { return name == "compute" || name == "buckets ready"; }
+
+}  // namespace
+
+TimelineSummary summarize_timeline(const nlohmann::json& trace) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+    throw InvalidArgument("[report] not a trace of sparsecomm's --timeline: no traceEvents array");
+  }
+  std::map<int, TimelineRank> ranks;
+  std::map<int, std::map<int, double>> waits;  // rank -> peer -> seconds
+  // rank -> thread -> compute intervals; rank -> (thread, exchange interval)
+  std::map<int, std::map<int, std::vector<Interval>>> compute;
+  std::map<int, std::vector<std::pair<int, Interval>>> exchanges;
+  std::map<std::int64_t, std::map<int, double>> compute_per_step;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    if (!e.contains("pid") || !e.contains("ts") || !e.contains("dur") || !e.contains("name")) {
+      throw InvalidArgument(
+          fmt::format("[report] a span lacks pid, ts, dur or name: {}", e.dump().substr(0, 200)));
+    }
+    const int rank = e["pid"].get<int>();
+    const int thread = e.value("tid", 0);
+    const std::string name = e["name"].get<std::string>();
+    const double begin = e["ts"].get<double>() / 1e6;
+    const double seconds = e["dur"].get<double>() / 1e6;
+    TimelineRank& r = ranks[rank];
+    r.rank = rank;
+    r.seconds[name] += seconds;
+    const std::string category = e.value("cat", "");
+    const nlohmann::json args = e.value("args", nlohmann::json::object());
+    if (category == "wait") {
+      r.wait_s += seconds;
+      if (args.contains("peer")) waits[rank][args["peer"].get<int>()] += seconds;
+    }
+    if (is_compute(name)) {
+      compute[rank][thread].push_back({begin, begin + seconds});
+      if (args.contains("step"))
+        compute_per_step[args["step"].get<std::int64_t>()][rank] += seconds;
+    }
+    if (category == "sync") exchanges[rank].push_back({thread, {begin, begin + seconds}});
+  }
+  TimelineSummary out;
+  for (auto& [rank, r] : ranks) {
+    for (const auto& [peer, seconds] : waits[rank]) {
+      if (seconds > r.waited_most_s) {
+        r.waited_most_s = seconds;
+        r.waited_most_on = peer;
+      }
+    }
+    out.ranks.push_back(r);
+  }
+  for (const auto& [step, per_rank] : compute_per_step) {
+    if (per_rank.size() != ranks.size()) continue;
+    ++out.steps;
+    const auto slowest =
+        std::max_element(per_rank.begin(), per_rank.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    ++out.slowest_steps[slowest->first];
+  }
+  double exchange_s = 0.0;
+  double overlapped_s = 0.0;
+  for (auto& [rank, spans] : exchanges) {
+    for (auto& [thread, intervals] : compute[rank]) {
+      std::sort(intervals.begin(), intervals.end(),
+                [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+    }
+    for (const auto& [thread, span] : spans) {
+      exchange_s += span.end - span.begin;
+      for (const auto& [other, intervals] : compute[rank]) {
+        if (other != thread) overlapped_s += covered(span, intervals);
+      }
+    }
+  }
+  out.overlap_fraction = exchange_s > 0.0 ? overlapped_s / exchange_s : 0.0;
+  return out;
+}
+
+std::string format_timeline_summary(const TimelineSummary& summary) {
+  std::string out =
+      "rank  top spans (seconds)                                        waits     waited most on\n";
+  for (const TimelineRank& r : summary.ranks) {
+    std::vector<std::pair<std::string, double>> spans(r.seconds.begin(), r.seconds.end());
+    std::sort(spans.begin(), spans.end(),
+              [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string top;
+    for (std::size_t i = 0; i < std::min<std::size_t>(4, spans.size()); ++i) {
+      top += fmt::format("{}{} {:.3f}", i == 0 ? "" : ", ", spans[i].first, spans[i].second);
+    }
+    out += fmt::format("{:>4}  {:<58} {:>7.3f} s  {}\n", r.rank, top, r.wait_s,
+                       r.waited_most_on < 0
+                           ? std::string("-")
+                           : fmt::format("rank {} ({:.3f} s)", r.waited_most_on, r.waited_most_s));
+  }
+  out += fmt::format("\nsteps with compute on every rank: {}; the rank that computed longest:",
+                     summary.steps);
+  const char* separator = " ";
+  for (const auto& [rank, steps] : summary.slowest_steps) {
+    out += fmt::format("{}rank {} in {}", separator, rank, steps);
+    separator = ", ";
+  }
+  out += fmt::format("\noverlap: {:.1f}% of the exchanges ran while the rank computed\n",
+                     100.0 * summary.overlap_fraction);
+  return out;
+}
+
+}  // namespace sparsecomm::report
