@@ -414,16 +414,11 @@ void print_plan_text(const PlanOptions& o, const Workload& work, const perf::Cos
                         measured.unused.empty() ? std::string()
                                                 : fmt::format("; not used by the model: {}",
                                                               fmt::join(measured.unused, ", ")));
-  fmt::print("{}statistics of the sparse schemes: {}\n{}\n",
-             o.servers == 0
-                 ? std::string()
-                 : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers),
-             statistics,
-             o.exchange.empty()
-                 ? std::string()
-                 : fmt::format("exchange of the schemes that select per rank: {} (the others "
-                               "their own)\n",
-                               o.exchange));
+  fmt::print(
+      "{}statistics of the sparse schemes: {}\n{}\n",
+      o.servers == 0 ? std::string()
+                     : fmt::format("ps: BSP, {} server(s) on hosts of their own; ", o.servers),
+      statistics, o.exchange.empty() ? "" : "per-rank schemes' exchange: " + o.exchange + "\n");
   if (rows.size() == 1) {
     print_one(rows.front());
   } else {
