@@ -116,5 +116,33 @@ TEST(Timeline, AnExDynaRunTracesEveryRanksPhasesThatNestAndSumToItsMetrics) {
                metrics["exchange_s"] - metrics["selection_collective_s"]);
 }
 
+// --bucket-mb: each bucket's exchange runs on the pipeline's thread, on the
+// rank's timeline beside its compute.
+TEST(Timeline, PipelinedBucketsGoOnTheirOwnThread) {
+  const testing::ScratchDir scratch("timeline_pipelined");
+  TrainConfig c = short_run("topk", scratch.path() / "run");
+  c.max_steps = 4;
+  c.bucket_mb = 0.0625;
+  c.timeline = (scratch.path() / "trace.json").string();
+  run_training(c);
+  std::ifstream in(c.timeline);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  std::map<int, std::set<int>> compute_threads;
+  std::map<int, std::set<int>> bucket_threads;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "compute") compute_threads[e.at("pid")].insert(e.at("tid").get<int>());
+    if (e.at("name") == "bucket exchange") {
+      bucket_threads[e.at("pid")].insert(e.at("tid").get<int>());
+    }
+  }
+  ASSERT_EQ(bucket_threads.size(), 4u);
+  for (const auto& [rank, threads] : bucket_threads) {
+    for (const int thread : threads) {
+      EXPECT_FALSE(compute_threads[rank].contains(thread)) << "rank " << rank;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sparsecomm

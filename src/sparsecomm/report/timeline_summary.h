@@ -30,9 +30,9 @@ struct TimelineSummary {
   // For each rank, the steps at which its compute ("compute" or "buckets
   // ready" spans) was the longest of all ranks.
   std::map<int, std::int64_t> slowest_steps;
-  // Of the exchanges' seconds (category "sync": synchronize, group
-  // exchange), the share that ran while the same rank's compute ran on
-  // another thread; 0 with no exchange.
+  // Of the exchanges' seconds (category "sync": a pipelined bucket's
+  // exchange, the hook's group exchange), the share that ran while the same
+  // rank's compute ran on another thread; 0 with no such exchange.
   double overlap_fraction = 0.0;
 };
 

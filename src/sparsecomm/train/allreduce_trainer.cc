@@ -146,7 +146,7 @@ class RankTrainer {
     TimedSpan local_update("update direction", "update");
     update_->before_sync(ddp_->gradients());
     const double local_update_s = local_update.stop();
-    TimedSpan synchronize("synchronize", "sync");
+    TimedSpan synchronize("synchronize", "step");
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     synchronize.stop();
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;
@@ -186,7 +186,7 @@ class RankTrainer {
       return;
     }
     outer_->pseudo_gradient(ddp_->parameters(), gradient);
-    TimedSpan synchronize("synchronize", "sync");
+    TimedSpan synchronize("synchronize", "step");
     record.sync = ddp_->synchronize(steps_.plan.epoch_at(step));
     synchronize.stop();
     record.selection_s = record.sync.accumulate_s + record.sync.selection_s;

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/core/timeline.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/sync/tensor_buckets.h"
 
@@ -71,6 +72,7 @@ class DataParallel::Pipeline {
     error_ = nullptr;
     hook_arrivals_ = 0;
     clock_ = Stopwatch();
+    timeline_ = current_timeline();  // the step's rank: its buckets go on its timeline
     backward_done_s_ = -1.0;
     overlapped_s_ = 0.0;
     changed_.notify_all();
@@ -116,9 +118,11 @@ class DataParallel::Pipeline {
         if (stopping_) return;
         const StepContext ctx = owner_.context(static_cast<std::int64_t>(b), epoch_);
         const Range range = owner_.bucket_ranges_[b];
+        const BindTimeline bind(timeline_);
         lock.unlock();
         const double start = clock_.seconds();
         try {
+          const TimedSpan span("bucket exchange", "sync");
           metrics_[b] = owner_.syncs_[b]->synchronize(
               owner_.gradients().subspan(range.begin, range.size()), ctx, owner_.comm_);
         } catch (...) {
@@ -156,6 +160,7 @@ class DataParallel::Pipeline {
   std::size_t hook_arrivals_ = 0;       // this step's parameters announced by hooks
   std::size_t last_hook_arrivals_ = 0;  // the same, for the last finished step
   std::exception_ptr error_;
+  Timeline* timeline_ = nullptr;  // the rank's, bound on the thread per bucket
   std::thread thread_;
 };
 
