@@ -577,6 +577,8 @@ TEST(TimelineSummary, GivesTimesWaitsTheSlowestRankAndTheOverlap) {
   EXPECT_EQ(s.slowest_steps.at(1), 2);
   // 2 of rank 0's 4 ms and none of rank 1's 1 ms ran beside compute.
   EXPECT_NEAR(s.overlap_fraction, 2.0 / 5.0, 1e-12);
+  EXPECT_NEAR(s.ranks[0].overlap_fraction, 0.5, 1e-12);
+  EXPECT_EQ(s.ranks[1].overlap_fraction, 0.0);
   const std::string text = report::format_timeline_summary(s);
   EXPECT_NE(text.find("rank 1 (0.003 s)"), std::string::npos) << text;
   EXPECT_NE(text.find("overlap: 40.0%"), std::string::npos) << text;

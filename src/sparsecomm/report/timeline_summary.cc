@@ -79,7 +79,6 @@ TimelineSummary summarize_timeline(const nlohmann::json& trace) {
         r.waited_most_on = peer;
       }
     }
-    out.ranks.push_back(r);
   }
   for (const auto& [step, per_rank] : compute_per_step) {
     if (per_rank.size() != ranks.size()) continue;
@@ -96,20 +95,28 @@ TimelineSummary summarize_timeline(const nlohmann::json& trace) {
       std::sort(intervals.begin(), intervals.end(),
                 [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
     }
+    double rank_exchange_s = 0.0;
+    double rank_overlapped_s = 0.0;
     for (const auto& [thread, span] : spans) {
-      exchange_s += span.end - span.begin;
+      rank_exchange_s += span.end - span.begin;
       for (const auto& [other, intervals] : compute[rank]) {
-        if (other != thread) overlapped_s += covered(span, intervals);
+        if (other != thread) rank_overlapped_s += covered(span, intervals);
       }
     }
+    ranks[rank].overlap_fraction =
+        rank_exchange_s > 0.0 ? rank_overlapped_s / rank_exchange_s : 0.0;
+    exchange_s += rank_exchange_s;
+    overlapped_s += rank_overlapped_s;
   }
   out.overlap_fraction = exchange_s > 0.0 ? overlapped_s / exchange_s : 0.0;
+  for (const auto& [rank, r] : ranks) out.ranks.push_back(r);
   return out;
 }
 
 std::string format_timeline_summary(const TimelineSummary& summary) {
   std::string out =
-      "rank  top spans (seconds)                                        waits     waited most on\n";
+      "rank  top spans (seconds)                                        waits     overlap  waited "
+      "most on\n";
   for (const TimelineRank& r : summary.ranks) {
     std::vector<std::pair<std::string, double>> spans(r.seconds.begin(), r.seconds.end());
     std::sort(spans.begin(), spans.end(),
@@ -118,7 +125,8 @@ std::string format_timeline_summary(const TimelineSummary& summary) {
     for (std::size_t i = 0; i < std::min<std::size_t>(4, spans.size()); ++i) {
       top += fmt::format("{}{} {:.3f}", i == 0 ? "" : ", ", spans[i].first, spans[i].second);
     }
-    out += fmt::format("{:>4}  {:<58} {:>7.3f} s  {}\n", r.rank, top, r.wait_s,
+    out += fmt::format("{:>4}  {:<58} {:>7.3f} s  {:>6.1f}%  {}\n", r.rank, top, r.wait_s,
+                       100.0 * r.overlap_fraction,
                        r.waited_most_on < 0
                            ? std::string("-")
                            : fmt::format("rank {} ({:.3f} s)", r.waited_most_on, r.waited_most_s));

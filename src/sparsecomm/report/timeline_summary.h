@@ -22,6 +22,7 @@ struct TimelineRank {
   double wait_s = 0.0;                    // spans of category "wait"
   int waited_most_on = -1;                // the peer of the longest total wait, -1: none
   double waited_most_s = 0.0;
+  double overlap_fraction = 0.0;  // as TimelineSummary's, of this rank alone
 };
 
 struct TimelineSummary {
