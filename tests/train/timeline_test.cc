@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "error_message.h"
 #include "sparsecomm/train/train_config.h"
 #include "sparsecomm/train/trainer.h"
 #include "train/train_checks.h"
@@ -142,6 +143,15 @@ TEST(Timeline, PipelinedBucketsGoOnTheirOwnThread) {
       EXPECT_FALSE(compute_threads[rank].contains(thread)) << "rank " << rank;
     }
   }
+}
+
+TEST(Timeline, ParameterServerModeIsRefusedNamingTheFlags) {
+  const testing::ScratchDir scratch("timeline_ps");
+  TrainConfig c = short_run("topk", scratch.path() / "run");
+  c.servers = 1;
+  c.timeline = (scratch.path() / "trace.json").string();
+  const std::string message = testing::error_message([&] { run_training(c); });
+  EXPECT_NE(message.find("drop --timeline or --servers"), std::string::npos) << message;
 }
 
 }  // namespace

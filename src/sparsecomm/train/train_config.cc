@@ -187,6 +187,9 @@ void validate_method(const TrainConfig& c) {
             "--outer-overlap synchronizes on a thread of its own, which two-level exchanges do "
             "not take yet; drop one of them");
   }
+  require(c.timeline.empty() || c.servers == 0, "timeline",
+          "the timeline does not record parameter-server mode yet (its servers run no step "
+          "loop); drop --timeline or --servers");
   require(
       c.servers >= 0 && c.servers <= (1 << 24), "servers",
       fmt::format("{} servers: give 0 (all-reduce) or >= 1 (parameter-server mode)", c.servers));
