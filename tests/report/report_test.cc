@@ -583,6 +583,17 @@ TEST(TimelineSummary, GivesTimesWaitsTheSlowestRankAndTheOverlap) {
   EXPECT_NE(text.find("rank 1 (0.003 s)"), std::string::npos) << text;
   EXPECT_NE(text.find("overlap: 40.0%"), std::string::npos) << text;
   EXPECT_THROW(report::summarize_timeline(nlohmann::json::object()), InvalidArgument);
+
+  // The PNG of the first steps, a data file per category drawn.
+  const testing::ScratchDir scratch("timeline_plot");
+  const fs::path png = report::write_timeline_plot({{"traceEvents", events}}, scratch.path(), 1);
+  EXPECT_GT(fs::file_size(png), 0u);
+  for (const char* category : {"compute", "sync", "wait"}) {
+    EXPECT_TRUE(fs::exists(scratch.path() / fmt::format("timeline_{}.dat", category))) << category;
+  }
+  EXPECT_THROW(
+      report::write_timeline_plot({{"traceEvents", nlohmann::json::array()}}, scratch.path()),
+      InvalidArgument);
 }
 
 }  // namespace

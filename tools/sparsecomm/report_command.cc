@@ -38,7 +38,8 @@ struct Options {
 
 // --timeline FILE: merges parts left beside it (other hosts' ranks copied
 // back), then summarizes the trace.
-void report_timeline(const std::string& trace) {
+void report_timeline(const Options& options) {
+  const std::string& trace = options.timeline;
   const fs::path parts(trace + ".parts");
   if (fs::is_directory(parts)) {
     int ranks = 0;
@@ -64,6 +65,9 @@ void report_timeline(const std::string& trace) {
     throw InvalidArgument(fmt::format("[report] {} is not JSON: {}", trace, e.what()));
   }
   fmt::print("{}", report::format_timeline_summary(report::summarize_timeline(json)));
+  if (options.no_plots) return;
+  const fs::path out = options.out.empty() ? fs::path(trace + ".plot") : fs::path(options.out);
+  fmt::print("\nthe first steps drawn: {}\n", report::write_timeline_plot(json, out).string());
 }
 
 // Where plots go without --out: the run's own directory for one run, else
@@ -86,7 +90,7 @@ void print_json(const Options& options) {
 }
 
 void run(const Options& options) {
-  if (!options.timeline.empty()) return report_timeline(options.timeline);
+  if (!options.timeline.empty()) return report_timeline(options);
   if (options.dirs.empty()) {
     throw InvalidArgument("report needs run directories (DIR...) or --timeline FILE");
   }
@@ -126,7 +130,8 @@ void add_report_command(CLI::App& app) {
   cmd->add_option("--timeline", options->timeline,
                   "summarize a trace of train --timeline or the hook's timeline= instead: time "
                   "per span and rank, waits and the peer waited on most, the rank that computed "
-                  "longest, the exchanges' overlap with compute (merges parts left beside it)");
+                  "longest, the exchanges' overlap with compute (merges parts left beside it), and "
+                  "a PNG of the first steps into --out (default: FILE.plot)");
   cmd->add_option("--out,-o", options->out,
                   "directory for the plots, their .dat files and plots.gp (default: the run's "
                   "own directory for one run, <parent of the first run>/compare for several)");

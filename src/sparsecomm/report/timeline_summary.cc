@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "sparsecomm/core/errors.h"
+#include "sparsecomm/report/plots.h"
 
 namespace sparsecomm::report {
 namespace {
@@ -141,6 +142,77 @@ std::string format_timeline_summary(const TimelineSummary& summary) {
   out += fmt::format("\noverlap: {:.1f}% of the exchanges ran while the rank computed\n",
                      100.0 * summary.overlap_fraction);
   return out;
+}
+
+std::filesystem::path write_timeline_plot(const nlohmann::json& trace,
+                                          const std::filesystem::path& out_dir, int steps) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+    throw InvalidArgument("[report] not a trace of sparsecomm's --timeline: no traceEvents array");
+  }
+  // The categories drawn, bottom to top, with their colors.
+  const std::vector<std::pair<std::string, std::string>> categories = {
+      {"compute", "#4477aa"},  {"sync", "#bbbbbb"}, {"selection", "#ee7733"},
+      {"exchange", "#228833"}, {"wait", "#cc3311"}, {"update", "#aa3377"}};
+  std::int64_t first_step = -1;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const std::int64_t step = e["args"].value("step", std::int64_t{-1});
+    if (step >= 0 && (first_step < 0 || step < first_step)) first_step = step;
+  }
+  if (first_step < 0) throw InvalidArgument("[report] the trace has no span of a step to draw");
+  std::map<std::pair<int, int>, int> lanes;  // (rank, thread) -> lane
+  std::map<std::string, std::string> rows;   // category -> data rows
+  double origin = -1.0;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const std::int64_t step = e["args"].value("step", std::int64_t{-1});
+    if (step < first_step || step >= first_step + steps) continue;
+    const double ts = e.at("ts").get<double>();
+    if (origin < 0 || ts < origin) origin = ts;
+    lanes.emplace(std::pair{e.at("pid").get<int>(), e.value("tid", 0)}, 0);
+  }
+  int lane = 0;
+  for (auto& [key, index] : lanes) index = lane++;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    const std::int64_t step = e["args"].value("step", std::int64_t{-1});
+    if (step < first_step || step >= first_step + steps) continue;
+    const std::string category = e.value("cat", "");
+    const double begin = (e.at("ts").get<double>() - origin) / 1e3;  // ms
+    const double end = begin + e.at("dur").get<double>() / 1e3;
+    const int y = lanes.at({e.at("pid").get<int>(), e.value("tid", 0)});
+    // Nested spans thinner than their parents, so both show.
+    const double half = category == "sync" ? 0.42 : category == "wait" ? 0.15 : 0.35;
+    rows[category] +=
+        fmt::format("{} {} {} {} {} {}\n", (begin + end) / 2, y, begin, end, y - half, y + half);
+  }
+  GnuplotFigures figures(out_dir, "sparsecomm report --timeline");
+  // A rank's first thread is its training thread; the others are named by their id.
+  std::string ytics;
+  int previous_rank = -1;
+  for (const auto& [key, index] : lanes) {
+    const std::string label = key.first == previous_rank
+                                  ? fmt::format("rank {} thread {}", key.first, key.second)
+                                  : fmt::format("rank {}", key.first);
+    ytics += fmt::format("{}'{}' {}", ytics.empty() ? "" : ", ", label, index);
+    previous_rank = key.first;
+  }
+  figures.begin_png("timeline.png");
+  figures += fmt::format(
+      "set title 'steps {} to {}: one lane per rank and thread'\nset xlabel 'ms'\n"
+      "set ytics ({})\nset yrange [-0.6:{}]\nset key outside right\nset style fill solid 0.9\n",
+      first_step, first_step + steps - 1, ytics, lane - 0.4);
+  std::vector<std::string> items;
+  for (const auto& [category, colour] : categories) {
+    if (!rows.contains(category)) continue;
+    figures.write_data("timeline_" + category + ".dat", rows[category]);
+    items.push_back(
+        fmt::format("'timeline_{}.dat' using 1:2:3:4:5:6 with boxxyerror lc rgb '{}' "
+                    "title '{}'",
+                    category, colour, category));
+  }
+  figures.plot(items);
+  return figures.draw().front();
 }
 
 }  // namespace sparsecomm::report

@@ -8,6 +8,7 @@
 // overlap).
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,5 +42,14 @@ struct TimelineSummary {
 // the fields its kind needs.
 TimelineSummary summarize_timeline(const nlohmann::json& trace);
 std::string format_timeline_summary(const TimelineSummary& summary);
+
+// timeline.png in `out_dir` (with its data and plots.gp, report/plots.h): the
+// first `steps` steps of the trace that have spans, one lane per rank and
+// thread, a box per span of compute, selection, exchange, waits, update and
+// the exchanges on threads of their own (nested spans drawn over their
+// parents). Returns the PNG. Error when gnuplot is missing or fails;
+// InvalidArgument for a trace without spans.
+std::filesystem::path write_timeline_plot(const nlohmann::json& trace,
+                                          const std::filesystem::path& out_dir, int steps = 3);
 
 }  // namespace sparsecomm::report
