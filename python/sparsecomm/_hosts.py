@@ -7,8 +7,8 @@ gloo group for the method between hosts. C++ ``_HostLevels``
 
 import torch.distributed as dist
 
-from ._sparsecomm import Communicator, Synchronizer, _HostLevels, _this_host_name, \
-    _topology_of_hosts
+from ._sparsecomm import (Communicator, Synchronizer, _HostLevels, _this_host_name,
+                          _topology_of_hosts)
 
 
 def ranks_per_host_of(group, ranks_per_host):
