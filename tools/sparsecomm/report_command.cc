@@ -124,14 +124,15 @@ void add_report_command(CLI::App& app) {
       "Summarize and compare runs written by `sparsecomm train --out DIR`: a comparison table "
       "on stdout and PNG plots (gnuplot) of test accuracy against wall time and epoch, the "
       "density ratio K/k per step, the time breakdown and the bytes per rank per step");
-  cmd->add_option("DIR", options->dirs,
-                  "run directories (config.json, metrics.jsonl, "
-                  "summary.json)");
+  // Either run directories or one trace.
+  CLI::Option* dirs = cmd->add_option("DIR", options->dirs,
+                                      "run directories (config.json, metrics.jsonl, summary.json)");
   cmd->add_option("--timeline", options->timeline,
                   "summarize a trace of train --timeline or the hook's timeline= instead: time "
                   "per span and rank, waits and the peer waited on most, the rank that computed "
                   "longest, the exchanges' overlap with compute (merges parts left beside it), and "
-                  "a PNG of the first steps into --out (default: FILE.plot)");
+                  "a PNG of the first steps into --out (default: FILE.plot)")
+      ->excludes(dirs);
   cmd->add_option("--out,-o", options->out,
                   "directory for the plots, their .dat files and plots.gp (default: the run's "
                   "own directory for one run, <parent of the first run>/compare for several)");

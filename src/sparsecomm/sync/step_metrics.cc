@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -12,6 +13,13 @@ namespace {
 // JSON has no inf/NaN: those become null.
 std::string number(double value) {
   return std::isfinite(value) ? fmt::format("{}", value) : std::string("null");
+}
+
+// total.f += part.f for each field f (of one type).
+template <class T>
+void add_fields(StepMetrics& total, const StepMetrics& part,
+                std::initializer_list<T StepMetrics::*> fields) {
+  for (T StepMetrics::*field : fields) total.*field += part.*field;
 }
 
 }  // namespace
@@ -25,33 +33,25 @@ StepMetrics combined(std::span<const StepMetrics> parts) {
   double residual_squares = 0.0;
   double gradient_squares = 0.0;
   for (const StepMetrics& m : parts) {
-    total.numel += m.numel;
-    total.target += m.target;
-    total.selected += m.selected;
-    total.union_size += m.union_size;
+    add_fields(total, m,
+               {&StepMetrics::numel, &StepMetrics::target, &StepMetrics::selected,
+                &StepMetrics::union_size, &StepMetrics::skip_subject, &StepMetrics::dense_numel});
+    add_fields(total, m,
+               {&StepMetrics::accumulate_s, &StepMetrics::selection_s, &StepMetrics::exchange_s,
+                &StepMetrics::agreement_s, &StepMetrics::selection_collective_s,
+                &StepMetrics::overlapped_s});
+    add_fields(total, m, {&StepMetrics::selection_collectives, &StepMetrics::candidate_passes});
+    add_fields(total, m,
+               {&StepMetrics::bytes_sent, &StepMetrics::bytes_received,
+                &StepMetrics::host_bytes_sent, &StepMetrics::host_bytes_received,
+                &StepMetrics::index_bytes_raw, &StepMetrics::index_bytes_encoded});
     total.imbalance = std::max(total.imbalance, m.imbalance);
     residual_squares += m.residual_norm * m.residual_norm;
     gradient_squares += m.gradient_norm * m.gradient_norm;
-    total.accumulate_s += m.accumulate_s;
-    total.selection_s += m.selection_s;
-    total.exchange_s += m.exchange_s;
-    total.agreement_s += m.agreement_s;
-    total.selection_collective_s += m.selection_collective_s;
-    total.selection_collectives += m.selection_collectives;
-    total.candidate_passes += m.candidate_passes;
-    total.bytes_sent += m.bytes_sent;
-    total.bytes_received += m.bytes_received;
-    total.host_bytes_sent += m.host_bytes_sent;
-    total.host_bytes_received += m.host_bytes_received;
-    total.index_bytes_raw += m.index_bytes_raw;
-    total.index_bytes_encoded += m.index_bytes_encoded;
     if (!bits_from_method && m.target > 0) {
       total.value_bits = m.value_bits;
       bits_from_method = true;
     }
-    total.skip_subject += m.skip_subject;
-    total.dense_numel += m.dense_numel;
-    total.overlapped_s += m.overlapped_s;
     total.gradient_clipped = total.gradient_clipped || m.gradient_clipped;
     total.skipped_nonfinite = total.skipped_nonfinite || m.skipped_nonfinite;
   }
