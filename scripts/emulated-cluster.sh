@@ -15,7 +15,9 @@
 #                                                   h*R..h*R+R-1 on host h), over
 #                                                   TCP only: a host's ranks talk
 #                                                   through its own address, off
-#                                                   the rate-limited link
+#                                                   the rate-limited link; each
+#                                                   rank's SPARSECOMM_HOST_NAME
+#                                                   is its host's (sc<h>)
 #   scripts/emulated-cluster.sh counters HOSTS      "host tx_bytes rx_bytes" of
 #                                                   each host's NIC (the wire)
 #   scripts/emulated-cluster.sh calibrated HOSTS RATE QUEUE_MS PROFILE
@@ -146,7 +148,8 @@ run() {
   local -a app=()
   for ((i = 0; i < hosts; ++i)); do
     ((i > 0)) && app+=(:)
-    app+=(-np "$per_host" ip netns exec "sc$i" "$@")
+    # Each host's ranks carry its name: --ranks-per-host auto finds the hosts.
+    app+=(-np "$per_host" -x "SPARSECOMM_HOST_NAME=sc$i" ip netns exec "sc$i" "$@")
   done
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1
