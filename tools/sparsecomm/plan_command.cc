@@ -51,6 +51,7 @@ struct PlanOptions {
   int ranks_per_host = 1;
   double host_link_gbit = 100.0;
   double host_latency_us = 2.0;
+  std::string host_profile;  // a calibrated profile of the link inside a host
   double density = 0.01;
   std::string methods;
   int servers = 0;  // ps: S servers on hosts of their own (0: ps not planned)
@@ -81,16 +82,14 @@ perf::CostProfile profile_of(const PlanOptions& o) {
   return perf::network_profile(o.link_gbit.value_or(10.0), o.latency_us.value_or(5.0));
 }
 
-// The link inside a host (--host-link-gbit, --host-latency-us); checks
-// that --ranks-per-host divides every world size.
+// The link inside a host (--host-profile, or --host-link-gbit and
+// --host-latency-us); checks that --ranks-per-host divides every world size.
 perf::CostProfile host_link_of(const PlanOptions& o, const std::vector<int>& ranks) {
-  if (o.ranks_per_host < 1) {
-    throw InvalidArgument(fmt::format("--ranks-per-host {}: give 1 or more", o.ranks_per_host));
-  }
   for (const int n : ranks) {
-    if (n % o.ranks_per_host != 0) {
+    if (o.ranks_per_host < 1 || n % o.ranks_per_host != 0) {
       throw InvalidArgument(fmt::format(
-          "--ranks-per-host {} does not divide {} ranks into hosts; give world sizes it divides",
+          "--ranks-per-host {} does not divide {} ranks into hosts; give 1 or more that divides "
+          "every world size",
           o.ranks_per_host, n));
     }
   }
@@ -99,6 +98,7 @@ perf::CostProfile host_link_of(const PlanOptions& o, const std::vector<int>& ran
         "--host-link-gbit {} / --host-latency-us {}: give a rate > 0 and a latency >= 0",
         o.host_link_gbit, o.host_latency_us));
   }
+  if (!o.host_profile.empty()) return perf::load_profile(o.host_profile);
   perf::CostProfile link = perf::network_profile(o.host_link_gbit, o.host_latency_us);
   link.name = "inside a host";
   return link;
@@ -538,6 +538,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--host-latency-us", options->host_latency_us,
                   "with --ranks-per-host: its per-message latency in us")
       ->capture_default_str();
+  cmd->add_option("--host-profile", options->host_profile,
+                  "with --ranks-per-host: a cost profile of the link inside a host from "
+                  "`sparsecomm calibrate` on one host's ranks (instead of --host-link-gbit)");
   cmd->add_option("-c,--density", options->density, "target density c")->capture_default_str();
   cmd->add_option("--methods", options->methods,
                   "comma-separated methods (default: every modeled one)");
