@@ -129,15 +129,26 @@ def predict(profile, result, measured_stats, spread_s):
             sys.exit(f"validate-model.py: plan has no flag for the option {option!r}")
     if result.get("dense_numel", 0) > 0:  # validate-model.sh --min-numel
         args += ["--dense-params", str(result["dense_numel"])]
+    # Two levels (validate-model.sh --hosts HxR): plan's METHOD/hostR row, the
+    # link inside a host from the cluster's host-profile.json.
+    levels = result.get("ranks_per_host", 1)
+    if levels > 1:
+        host_profile = os.path.join(os.path.dirname(profile), "host-profile.json")
+        args += ["--ranks-per-host", str(levels), "--host-profile", host_profile]
+    row = f"{method}/host{levels}" if levels > 1 else method
+
+    def pick(plan_json):
+        return next(p for p in json.loads(plan_json)["predictions"][0]["methods"]
+                    if p["method"] == row)
     if measured_stats and method in STATISTICS_SCHEMES:
         if "density_ratio" not in result:
             sys.exit(f"the {method} cell has no statistics; rerun validate-model.sh")
         with tempfile.TemporaryDirectory() as directory:
             out = subprocess.run(args + ["--stats", stats_file(result, directory)], check=True,
                                  capture_output=True, text=True).stdout
-        return json.loads(out)["predictions"][0]["methods"][0]
+        return pick(out)
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["predictions"][0]["methods"][0]
+    return pick(out)
 
 
 def error(predicted, measured):
@@ -197,6 +208,7 @@ def main():
         errors["exchange less the wait"].append(abs(e_w))
         # Cells of validate-model.sh --min-numel name their dense part.
         label = (r["method"] + (f":{r['options']}" if r.get("options") else "")
+                 + (f"/host{r['ranks_per_host']}" if r.get("ranks_per_host", 1) > 1 else "")
                  + (f" ({r['dense_numel']} dense)" if r.get("dense_numel") else ""))
         by_method.setdefault(label, []).append((abs(e_x), abs(e_s), abs(e_b), abs(e_w)))
         print(f"| {cluster} | {r['model']} | {label} "

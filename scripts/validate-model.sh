@@ -7,7 +7,12 @@
 #
 #   scripts/validate-model.sh OUT [options]
 #     --rates "200mbit 1gbit"   link rates (each direction of each host)
-#     --hosts "2 4 8"           cluster sizes
+#     --hosts "2 4 8"           cluster sizes; HxR: H hosts of R ranks each,
+#                               every method flat (cell <model>-<method>) and
+#                               on two levels (--ranks-per-host R, cell
+#                               <model>-<method>-hostR); the link inside a
+#                               host calibrated on one host's R ranks
+#                               (host-profile.json, plan --host-profile)
 #     --models "wide-mlp cnn"
 #     --methods "dense skipreduce topk dgc gaussiank randomk cltk micro exdyna deft ps"
 #                               a method may carry its options after a colon,
@@ -105,38 +110,57 @@ cell_name() {
   echo "${spec%%:*}-${options//,/-}"
 }
 
-# train on the cluster: HOSTS MODEL METHOD[:OPTIONS] STEPS RUN_DIR
+# train on the cluster: HOSTS[xR] MODEL METHOD[:OPTIONS] STEPS RUN_DIR [RANKS_PER_HOST]
 train() {
-  local hosts=$1 model=$2 spec=$3 steps=$4 dir=$5
+  local cluster=$1 model=$2 spec=$3 steps=$4 dir=$5 levels=${6:-1}
+  local hosts=${cluster%x*} per_host=1
+  [[ $cluster == *x* ]] && per_host=${cluster#*x}
   local method=${spec%%:*}
   local -a args=(--model "$model" --max-steps "$steps" --batch 64 -d 0.01
                  --eval-every 1000000 --eval-deferred --out "$dir")
   ((MIN_NUMEL == 0)) || args+=(--min-numel "$MIN_NUMEL")
+  ((levels == 1)) || args+=(--ranks-per-host "$levels")
   if [[ $method == ps ]]; then
     local servers=$((hosts / 2))
     args+=(-m dense --servers "$servers" -n $((hosts - servers)))
   else
-    args+=(-m "$method" -n "$hosts")
+    args+=(-m "$method" -n $((hosts * per_host)))
     if [[ $spec == *:* ]]; then
       local option
       IFS=, read -ra options <<< "${spec#*:}"
       for option in "${options[@]}"; do args+=(-o "$option"); done
     fi
   fi
-  on_ranks "$hosts" train "${args[@]}" > "$dir.log" 2>&1
+  on_ranks "$cluster" train "${args[@]}" > "$dir.log" 2>&1
 }
 
 for rate in $RATES; do
-  for hosts in $HOSTS; do
-    cell_dir=$OUT/$rate-h$hosts
+  for cluster in $HOSTS; do
+    [[ $cluster =~ ^([0-9]+)(x([0-9]+))?$ ]] ||
+      { echo "validate-model: --hosts takes H or HxR, got '$cluster'" >&2; exit 2; }
+    hosts=${BASH_REMATCH[1]}
+    per_host=${BASH_REMATCH[3]:-1}
+    if ((per_host > 1)) && { ((THREADS)) || [[ " $METHODS " == *" ps "* ]]; }; then
+      echo "validate-model: HxR needs the cluster and all-reduce methods (no --threads, no ps)" >&2
+      exit 2
+    fi
+    # Each method flat, and on two levels where a host runs several ranks.
+    levels_list=1
+    ((per_host == 1)) || levels_list="1 $per_host"
+    cell_dir=$OUT/$rate-h$cluster
     ((QUEUE_MS != 5 && !THREADS)) && cell_dir+=-q$QUEUE_MS
     ((DELAY_US > 0)) && cell_dir+=-delay$DELAY_US
     mkdir -p "$cell_dir"
     todo=0
     [[ -f $cell_dir/profile.json ]] || todo=1  # a removed profile is calibrated again
+    ((per_host == 1)) || [[ -f $cell_dir/host-profile.json ]] || todo=1
     for model in $MODELS; do
       for method in $METHODS; do
-        [[ -f $cell_dir/$model-$(cell_name "$method")$CELL_SUFFIX/result.json ]] || todo=1
+        for levels in $levels_list; do
+          suffix=$CELL_SUFFIX
+          ((levels == 1)) || suffix+=-host$levels
+          [[ -f $cell_dir/$model-$(cell_name "$method")$suffix/result.json ]] || todo=1
+        done
       done
     done
     ((todo)) || continue
@@ -147,24 +171,34 @@ for rate in $RATES; do
       on_ranks "$hosts" calibrate -n "$hosts" --iters 8 --name "$rate, $hosts ranks" \
         --out "$profile" > "$cell_dir/calibrate.log" 2>&1
     fi
+    if ((per_host > 1)) && [[ ! -f $cell_dir/host-profile.json ]]; then
+      # The link inside a host: one host's ranks, over its own address.
+      "$CLUSTER" run "1x$per_host" "$BIN" calibrate -n "$per_host" --iters 8 \
+        --name "inside a host of $per_host ranks" --out "$cell_dir/host-profile.json" \
+        --backend mpi > "$cell_dir/host-calibrate.log" 2>&1
+    fi
     for model in $MODELS; do
       for method in $METHODS; do
-        cell=$cell_dir/$model-$(cell_name "$method")$CELL_SUFFIX
+       for levels in $levels_list; do
+        suffix=$CELL_SUFFIX
+        ((levels == 1)) || suffix+=-host$levels
+        cell=$cell_dir/$model-$(cell_name "$method")$suffix
         [[ -f $cell/result.json ]] && continue
         rm -rf "$cell" && mkdir -p "$cell"
-        echo "validate-model: $rate, $hosts hosts, $model, $method"
+        echo "validate-model: $rate, $cluster hosts, $model, $method, $levels rank(s) per host"
         before=$(wire_tx "$hosts")
-        train "$hosts" "$model" "$method" 3 "$cell/short"
+        train "$cluster" "$model" "$method" 3 "$cell/short" "$levels"
         middle=$(wire_tx "$hosts")
-        train "$hosts" "$model" "$method" $((3 + STEPS)) "$cell/long"
+        train "$cluster" "$model" "$method" $((3 + STEPS)) "$cell/long" "$levels"
         after=$(wire_tx "$hosts")
         # The measurement; validate-model.py adds the prediction.
         SPARSECOMM_SCRIPTS="$ROOT/scripts" SPARSECOMM_BIN="$BIN" \
-          /usr/bin/python3 - "$cell" "$hosts" "$method" "$STEPS" "$before" "$middle" "$after" <<'EOF'
+          /usr/bin/python3 - "$cell" "$hosts" "$method" "$STEPS" "$before" "$middle" "$after" \
+          "$levels" <<'EOF'
 import json, os, statistics, sys
 sys.path.insert(0, os.environ["SPARSECOMM_SCRIPTS"])
 import run_dirs
-cell, hosts, spec, steps, before, middle, after = sys.argv[1:]
+cell, hosts, spec, steps, before, middle, after, levels = sys.argv[1:]
 method, _, options = spec.partition(":")
 hosts, steps = int(hosts), int(steps)
 wire = ((int(after) - int(middle)) - (int(middle) - int(before))) / steps / hosts
@@ -191,6 +225,7 @@ def over_workers(phase):
     means = summary.get("per_worker_mean_s", {}).get(phase)
     return statistics.mean(means) if means else None
 json.dump({"hosts": hosts, "method": method, "options": options,
+           "ranks_per_host": int(levels),
            "model": summary["model"], "numel": summary["numel"],
            # Of numel, averaged densely beside the method (--min-numel).
            "dense_numel": timed[0].get("dense_numel", 0),
@@ -234,6 +269,7 @@ json.dump({"hosts": hosts, "method": method, "options": options,
                                                     for r in timed)},
           open(f"{cell}/result.json", "w"), indent=1)
 EOF
+       done
       done
     done
   done
