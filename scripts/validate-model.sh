@@ -116,8 +116,12 @@ train() {
   local hosts=${cluster%x*} per_host=1
   [[ $cluster == *x* ]] && per_host=${cluster#*x}
   local method=${spec%%:*}
-  local -a args=(--model "$model" --max-steps "$steps" --batch 64 -d 0.01
+  local -a args=(--model "$model" --max-steps "$steps" --batch 64
                  --eval-every 1000000 --eval-deferred --out "$dir")
+  case $method in  # the methods without a density refuse -d
+    dense | skipreduce | ps | powersgd | demo | qsgd | terngrad | signsgd | natural) ;;
+    *) args+=(-d 0.01) ;;
+  esac
   ((MIN_NUMEL == 0)) || args+=(--min-numel "$MIN_NUMEL")
   ((levels == 1)) || args+=(--ranks-per-host "$levels")
   if [[ $method == ps ]]; then
