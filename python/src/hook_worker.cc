@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <exception>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -64,39 +63,9 @@ void fail_future(const py::object& future, const py::object& exception) {
 // futures are torch.futures.Future. `on_error(cause, step)` makes the
 // exception every pending and later future fails with (the hook's
 // HookError), from the Python exception `cause` the exchange raised.
-// The hook's timeline=PATH (docs/timeline.md): this rank's events, bound to
-// whichever thread runs an exchange for its duration, drained to the rank's
-// part after every step; finish() merges the parts on rank 0.
-class HookTimeline {
- public:
-  // Made on every rank right after a barrier: the ranks' common origin.
-  HookTimeline(const std::string& trace, int rank)
-      : trace_(trace), part_(timeline_part(trace_, rank)), events_(rank, Clock::now()) {
-    std::error_code ignored;
-    std::filesystem::remove(part_, ignored);  // a previous run's
-  }
-
-  Timeline& events() { return events_; }
-  void end_step() {
-    const std::vector<TimelineEvent> events = events_.drain();
-    append_trace_events(part_, events_.rank(), events);
-  }
-  // After every rank's last end_step (the caller's barrier): rank 0 merges;
-  // the ranks whose part it did not find.
-  std::vector<int> merge(int world) {
-    if (events_.rank() != 0) return {};
-    return merge_trace_parts(trace_, world);
-  }
-
- private:
-  std::filesystem::path trace_;
-  std::filesystem::path part_;
-  Timeline events_;
-};
-
 class HookWorker {
  public:
-  HookWorker(bool overlap, py::object on_error, std::shared_ptr<HookTimeline> timeline)
+  HookWorker(bool overlap, py::object on_error, std::shared_ptr<TimelineRecorder> timeline)
       : on_error_(std::move(on_error)),
         timeline_(std::move(timeline)),
         worker_(std::make_unique<ExchangeWorker>(
@@ -252,8 +221,8 @@ class HookWorker {
   }
 
   py::object on_error_;
-  std::shared_ptr<HookTimeline> timeline_;  // null: no timeline
-  bool step_open_ = false;                  // a bucket of the current step came
+  std::shared_ptr<TimelineRecorder> timeline_;  // null: no timeline
+  bool step_open_ = false;                      // a bucket of the current step came
   Clock::time_point first_bucket_;
   std::unique_ptr<ExchangeWorker> worker_;
 };
@@ -264,11 +233,14 @@ void bind_hook_worker(py::module_& m) {
   using Sizes = std::optional<std::vector<std::int64_t>>;
   m.def("_fail_future", &fail_future, py::arg("future"), py::arg("exception"));
 
-  py::class_<HookTimeline, std::shared_ptr<HookTimeline>>(m, "_HookTimeline")
+  // The hook's timeline=PATH (docs/timeline.md): made on every rank right
+  // after a barrier; each step's events go to the rank's part at the step's
+  // last group, and merge() joins the parts on rank 0.
+  py::class_<TimelineRecorder, std::shared_ptr<TimelineRecorder>>(m, "_HookTimeline")
       .def(py::init<const std::string&, int>(), py::arg("trace"), py::arg("rank"))
-      .def("merge", &HookTimeline::merge, py::arg("world"));
+      .def("merge", &TimelineRecorder::merge, py::arg("world"));
   py::class_<HookWorker>(m, "_HookWorker")
-      .def(py::init<bool, py::object, std::shared_ptr<HookTimeline>>(), py::arg("overlap"),
+      .def(py::init<bool, py::object, std::shared_ptr<TimelineRecorder>>(), py::arg("overlap"),
            py::arg("on_error"), py::arg("timeline").none(true) = nullptr)
       .def("bucket_future", &HookWorker::bucket_future, py::arg("buffer"), py::arg("groups"))
       .def("submit", &HookWorker::submit, py::arg("group"), py::arg("step"), py::arg("epoch"),

@@ -35,16 +35,32 @@ std::string trace_event_json(int rank, const TimelineEvent& event) {
       event.thread, args);
 }
 
-void append_trace_events(const fs::path& part, int rank, std::span<const TimelineEvent> events) {
+TimelineRecorder::TimelineRecorder(const fs::path& trace, int rank)
+    : trace_(trace), part_(timeline_part(trace, rank)), events_(rank, Clock::now()) {
   std::error_code ignored;
-  fs::create_directories(part.parent_path(), ignored);
-  std::ofstream out(part, std::ios::app);
-  for (const TimelineEvent& event : events) out << trace_event_json(rank, event) << '\n';
-  out.flush();
-  if (!out) {
+  fs::create_directories(part_.parent_path(), ignored);
+  out_.open(part_, std::ios::trunc);
+  if (!out_) {
     throw Error(
-        fmt::format("[timeline] cannot append to {}: {}", part.string(), std::strerror(errno)));
+        fmt::format("[timeline] cannot create {}: {}", part_.string(), std::strerror(errno)));
   }
+}
+
+void TimelineRecorder::end_step() {
+  for (const TimelineEvent& event : events_.drain()) {
+    out_ << trace_event_json(events_.rank(), event) << '\n';
+  }
+  out_.flush();
+  if (!out_) {
+    throw Error(
+        fmt::format("[timeline] cannot append to {}: {}", part_.string(), std::strerror(errno)));
+  }
+}
+
+std::vector<int> TimelineRecorder::merge(int world) {
+  out_.close();
+  if (events_.rank() != 0) return {};
+  return merge_trace_parts(trace_, world);
 }
 
 std::vector<int> merge_trace_parts(const fs::path& trace, int ranks) {

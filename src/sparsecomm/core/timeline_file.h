@@ -6,7 +6,7 @@
 // microseconds from the ranks' common start).
 
 #include <filesystem>
-#include <span>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,10 +21,29 @@ std::filesystem::path timeline_part(const std::filesystem::path& trace, int rank
 // step, a wait's peer and bytes in args), without a newline.
 std::string trace_event_json(int rank, const TimelineEvent& event);
 
-// Appends `events` to `part`, one object per line. Throws Error naming the
-// file when it cannot be written.
-void append_trace_events(const std::filesystem::path& part, int rank,
-                         std::span<const TimelineEvent> events);
+// One rank's recording for the trace `trace`: its Timeline, timed from
+// construction (make it on every rank right after a barrier: the ranks'
+// common origin), and its part, opened once (a previous run's replaced).
+class TimelineRecorder {
+ public:
+  // Throws Error naming the part when it cannot be created.
+  TimelineRecorder(const std::filesystem::path& trace, int rank);
+
+  Timeline& events() { return events_; }
+  // Appends the events recorded since the last call to the part, one
+  // object per line. Throws Error naming the file when it cannot be written.
+  void end_step();
+  // After every rank's last end_step (the caller's barrier): rank 0 merges
+  // the parts (merge_trace_parts) and returns the ranks it did not find;
+  // the other ranks return none.
+  std::vector<int> merge(int world);
+
+ private:
+  std::filesystem::path trace_;
+  std::filesystem::path part_;
+  Timeline events_;
+  std::ofstream out_;
+};
 
 // Writes `trace` (atomically) from the parts of ranks 0..ranks-1 that
 // exist, naming each rank's process, and removes the parts when none was

@@ -323,34 +323,30 @@ RankTimeline::RankTimeline(Communicator& comm, const std::string& trace)
     : comm_(comm), trace_(trace) {
   if (trace_.empty()) return;
   comm_.barrier();  // the ranks' common origin
-  events_.emplace(comm_.rank(), Clock::now());
-  bind_.emplace(&*events_);
-  part_ = timeline_part(trace_, comm_.rank());
-  std::error_code ignored;
-  std::filesystem::remove(part_, ignored);  // a previous run's
+  recorder_.emplace(trace_, comm_.rank());
+  bind_.emplace(&recorder_->events());
 }
 
 void RankTimeline::begin_step(std::int64_t step) {
-  if (events_) events_->set_step(step);
+  if (recorder_) recorder_->events().set_step(step);
 }
 
 void RankTimeline::end_step() {
-  if (!events_) return;
-  const std::vector<TimelineEvent> events = events_->drain();
-  append_trace_events(part_, comm_.rank(), events);
+  if (recorder_) recorder_->end_step();
 }
 
 void RankTimeline::finish() {
-  if (!events_) return;
-  end_step();
+  if (!recorder_) return;
+  recorder_->end_step();
   bind_.reset();
-  if (events_->dropped() > 0) {
+  if (const std::uint64_t dropped = recorder_->events().dropped(); dropped > 0) {
     logger().warn("timeline: {} events of rank {} were dropped (more than fit between two steps)",
-                  events_->dropped(), comm_.rank());
+                  dropped, comm_.rank());
   }
   comm_.barrier();  // every part is written
+  const std::vector<int> missing = recorder_->merge(comm_.size());
+  recorder_.reset();
   if (comm_.rank() != 0) return;
-  const std::vector<int> missing = merge_trace_parts(trace_, comm_.size());
   if (missing.empty()) {
     logger().info("timeline: {} (open it in https://ui.perfetto.dev or chrome://tracing)",
                   trace_.string());
@@ -360,7 +356,6 @@ void RankTimeline::finish() {
         "{}.parts/ and run sparsecomm report --timeline {})",
         trace_.string(), fmt::join(missing, ", "), trace_.string(), trace_.string());
   }
-  events_.reset();
 }
 
 RunInfo run_info(const RunPlan& plan, int workers, std::size_t numel, const StepPlan& steps,

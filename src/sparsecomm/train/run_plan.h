@@ -26,6 +26,7 @@
 #include "sparsecomm/comm/communicator.h"
 #include "sparsecomm/core/state_io.h"
 #include "sparsecomm/core/timeline.h"
+#include "sparsecomm/core/timeline_file.h"
 #include "sparsecomm/core/timer.h"
 #include "sparsecomm/optim/lr_schedule.h"
 #include "sparsecomm/optim/update_rule.h"
@@ -219,8 +220,7 @@ class RankTimeline {
  private:
   Communicator& comm_;
   std::filesystem::path trace_;
-  std::filesystem::path part_;
-  std::optional<Timeline> events_;
+  std::optional<TimelineRecorder> recorder_;
   std::optional<BindTimeline> bind_;
 };
 
